@@ -1,0 +1,386 @@
+"""The BuildKit build edge: find a docker client that builds with BuildKit, run builds.
+
+docker-py cannot drive BuildKit (docker/docker-py#2230), so builds go through a docker CLI.
+Which CLI works differs between machines: `docker buildx` where the plugin is installed,
+otherwise an older client that still accepts DOCKER_BUILDKIT=1 (a 28.x client without
+buildx refuses it). `find_build_client` probes the candidates and says which it chose and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+DOCKER_ENV_VAR = "IMAGEGEN_DOCKER"
+FALLBACK_DOCKER = "/usr/bin/docker"
+PROBE_TIMEOUT_S = 120
+LOG_TAIL_LINES = 30
+
+_NO_DAEMON_MARKERS = ("cannot connect to the docker daemon", "is the docker daemon running")
+_PROBE_DOCKERFILE = "FROM scratch\nLABEL org.imagegen.probe=buildkit\n"
+
+# BuildKit plain progress: "#5 [2/3] RUN ..." opens a vertex, "#5 CACHED" / "#5 ERROR: ..."
+# report on it by number. Dockerfile steps carry "[N/M]" or "[stage N/M]".
+_VERTEX_LINE = re.compile(r"^#(\d+) (.*)$")
+_STEP_HEADER = re.compile(r"^\[(?:[^\]]+ )?\d+/\d+\] (\S+)")
+
+
+class DockerCliError(Exception):
+    """A user-facing failure of the docker CLI edge; the message is one clear line."""
+
+
+class BuildClientError(DockerCliError):
+    """No usable BuildKit client, or a build request the chosen client cannot honour."""
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    ok: bool
+    image_id: str | None
+    duration_s: float
+    log_tail: list[str]
+    failed_step: str | None
+    cached_steps: int
+    total_steps: int
+
+    @property
+    def fully_cached(self) -> bool:
+        return self.ok and self.total_steps > 0 and self.cached_steps == self.total_steps
+
+
+@dataclass
+class _ProgressParser:
+    """Follows BuildKit plain progress to count Dockerfile steps, cache hits and failures."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    steps: set[str] = field(default_factory=set)
+    cached: set[str] = field(default_factory=set)
+    failed_vertex: str | None = None
+
+    def feed(self, line: str) -> None:
+        match = _VERTEX_LINE.match(line)
+        if not match:
+            return
+        vertex, text = match.groups()
+        if vertex not in self.headers:
+            self.headers[vertex] = text
+            step = _STEP_HEADER.match(text)
+            # FROM resolves a base image rather than running a step; locally present bases
+            # never report CACHED, so counting them would make "all cached" unreachable.
+            if step and step.group(1).upper() != "FROM":
+                self.steps.add(vertex)
+        elif text == "CACHED":
+            self.cached.add(vertex)
+        elif text.startswith("ERROR") and self.failed_vertex is None:
+            self.failed_vertex = vertex
+
+    @property
+    def failed_step(self) -> str | None:
+        return self.headers.get(self.failed_vertex) if self.failed_vertex else None
+
+
+@dataclass(frozen=True)
+class BuildClient:
+    """A docker CLI invocation known to build with BuildKit."""
+
+    command: tuple[str, ...]  # everything before the build arguments
+    env: dict[str, str]  # extra environment, e.g. DOCKER_BUILDKIT=1
+    why: str
+    uses_buildx: bool
+    builder: str | None = None
+
+    def build(
+        self,
+        context: Path,
+        dockerfile: Path | None,
+        tags: list[str],
+        build_args: dict[str, str],
+        labels: dict[str, str],
+        secrets: dict[str, Path],
+        log: Callable[[str], None],
+        target: str | None = None,
+        progress: str = "plain",
+    ) -> BuildOutcome:
+        for secret_id, path in secrets.items():
+            if not Path(path).is_file():
+                raise BuildClientError(f"build secret {secret_id!r}: no file at {path}")
+        with tempfile.TemporaryDirectory(prefix="imagegen-build-") as scratch:
+            iidfile = Path(scratch) / "iid"
+            argv = self._build_argv(
+                context, dockerfile, tags, build_args, labels, secrets, target, progress, iidfile
+            )
+            started = time.monotonic()
+            exit_code, tail, parser = _stream(argv, {**os.environ, **self.env}, log)
+            duration_s = time.monotonic() - started
+            image_id = iidfile.read_text().strip() if iidfile.is_file() else None
+        ok = exit_code == 0
+        return BuildOutcome(
+            ok=ok,
+            image_id=image_id if ok else None,
+            duration_s=duration_s,
+            log_tail=tail,
+            failed_step=None if ok else parser.failed_step,
+            cached_steps=len(parser.cached & parser.steps),
+            total_steps=len(parser.steps),
+        )
+
+    def _build_argv(
+        self,
+        context: Path,
+        dockerfile: Path | None,
+        tags: list[str],
+        build_args: dict[str, str],
+        labels: dict[str, str],
+        secrets: dict[str, Path],
+        target: str | None,
+        progress: str,
+        iidfile: Path,
+    ) -> list[str]:
+        argv = [*self.command, f"--progress={progress}", "--iidfile", str(iidfile)]
+        if self.builder:
+            argv += ["--builder", self.builder]
+        if dockerfile is not None:
+            argv += ["--file", str(dockerfile)]
+        if target:
+            argv += ["--target", target]
+        for tag in tags:
+            argv += ["--tag", tag]
+        for key, value in build_args.items():
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in labels.items():
+            argv += ["--label", f"{key}={value}"]
+        for secret_id, path in secrets.items():
+            argv += ["--secret", f"id={secret_id},src={path}"]
+        return argv + [str(context)]
+
+
+def _stream(
+    argv: list[str], env: dict[str, str], log: Callable[[str], None]
+) -> tuple[int, list[str], _ProgressParser]:
+    """Run argv, passing each output line to log as it arrives (BuildKit writes to stderr)."""
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    parser = _ProgressParser()
+    with subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    ) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
+            tail.append(line)
+            parser.feed(line)
+            log(line)
+    return proc.returncode, list(tail), parser
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    client: BuildClient | None
+    binary: str
+    label: str
+    failure: str = ""
+
+
+def find_build_client(preferred: str | None = None, builder: str | None = None) -> BuildClient:
+    """Return the first docker CLI that builds with BuildKit.
+
+    `preferred` (the --docker option, else $IMAGEGEN_DOCKER) restricts the search to that
+    client. `builder` (a buildx builder name) restricts it to buildx.
+    """
+    preferred = preferred or os.environ.get(DOCKER_ENV_VAR) or None
+    attempts: list[_Attempt] = []
+    for attempt in _attempts(preferred, builder):
+        if attempt.client is not None:
+            return _with_failures(attempt.client, attempts)
+        attempts.append(attempt)
+    raise BuildClientError(_no_client_message(attempts, preferred, builder))
+
+
+def _attempts(preferred: str | None, builder: str | None):
+    if preferred:
+        binary = shutil.which(preferred)
+        if binary is None:
+            yield _Attempt(None, preferred, preferred, "not found or not executable")
+            return
+        yield _probe_buildx(binary, builder)
+        if builder is None:
+            yield _probe_legacy_buildkit(binary)
+        return
+    on_path = shutil.which("docker")
+    if on_path:
+        yield _probe_buildx(on_path, builder)
+    if builder is not None:
+        return
+    for binary in _docker_binaries():
+        yield _probe_legacy_buildkit(binary)
+
+
+def _docker_binaries() -> list[str]:
+    """Each distinct docker binary on PATH, then the Debian package's own client."""
+    seen: set[str] = set()
+    found: list[str] = []
+    directories = os.environ.get("PATH", "").split(os.pathsep)
+    for path in [os.path.join(d, "docker") for d in directories if d] + [FALLBACK_DOCKER]:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            continue
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            found.append(path)
+    return found
+
+
+def _probe_buildx(binary: str, builder: str | None) -> _Attempt:
+    label = f"{binary} buildx"
+    answered = _run_quietly([binary, "buildx", "version"], {})
+    if answered.returncode != 0:
+        return _Attempt(None, binary, label, _buildx_refusal(answered.stdout))
+    version = _buildx_version(answered.stdout)
+    # buildx answers its version without a daemon; a build would then fail much later.
+    daemon = _run_quietly([binary, "info", "--format", "{{.ServerVersion}}"], {})
+    if daemon.returncode != 0:
+        return _Attempt(None, binary, label, _refusal_reason(daemon.stdout))
+    if builder is not None:
+        inspected = _run_quietly([binary, "buildx", "inspect", builder], {})
+        if inspected.returncode != 0:
+            return _Attempt(None, binary, label, f"builder {builder!r}: {_first_error_line(inspected.stdout)}")
+    client = BuildClient(
+        command=(binary, "buildx", "build", "--load"),
+        env={},
+        why=f"docker buildx {version}" + (f" (builder {builder})" if builder else ""),
+        uses_buildx=True,
+        builder=builder,
+    )
+    return _Attempt(client, binary, label)
+
+
+def _probe_legacy_buildkit(binary: str) -> _Attempt:
+    env = {"DOCKER_BUILDKIT": "1"}
+    with tempfile.TemporaryDirectory(prefix="imagegen-probe-") as context:
+        (Path(context) / "Dockerfile").write_text(_PROBE_DOCKERFILE)
+        # The probe image is label-only FROM scratch, so it has the same id every time.
+        probed = _run_quietly([binary, "build", "--progress=plain", "--quiet", context], env)
+    version = _client_version(binary)
+    label = f"{binary} {version}".rstrip()
+    if probed.returncode != 0:
+        return _Attempt(None, binary, label, _refusal_reason(probed.stdout))
+    client = BuildClient(
+        command=(binary, "build"),
+        env=env,
+        why=f"{label} accepts DOCKER_BUILDKIT=1",
+        uses_buildx=False,
+    )
+    return _Attempt(client, binary, label)
+
+
+def _run_quietly(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            argv,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, f"no answer within {PROBE_TIMEOUT_S}s")
+    except OSError as err:
+        return subprocess.CompletedProcess(argv, 127, str(err))
+
+
+def _client_version(binary: str) -> str:
+    # The client version prints even when no daemon answers (the command then exits 1).
+    answered = _run_quietly([binary, "version", "--format", "{{.Client.Version}}"], {})
+    first = answered.stdout.strip().splitlines()[:1]
+    return _short_version(first[0]) if first and re.match(r"^\d", first[0]) else ""
+
+
+def _short_version(version: str) -> str:
+    match = re.match(r"^(\d+\.\d+)", version)
+    return match.group(1) if match else version
+
+
+def _buildx_version(output: str) -> str:
+    match = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?)", output)
+    return match.group(1) if match else output.strip()
+
+
+def _buildx_refusal(output: str) -> str:
+    lowered = output.lower()
+    if "unknown command" in lowered or "is not a docker command" in lowered:
+        return "buildx missing"
+    return _first_error_line(output) or "buildx missing"
+
+
+def _refusal_reason(output: str) -> str:
+    lowered = output.lower()
+    if any(marker in lowered for marker in _NO_DAEMON_MARKERS):
+        return "no Docker daemon answers"
+    if "buildx" in lowered and ("missing" in lowered or "broken" in lowered):
+        return "buildx missing"
+    return _first_error_line(output) or "build probe failed"
+
+
+def _first_error_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line.lower() or "unknown" in line.lower():
+            return line.removeprefix("ERROR: ")
+    return lines[0] if lines else ""
+
+
+def _distinct_failures(attempts: list[_Attempt]) -> list[_Attempt]:
+    """Drop an attempt when a later one failed the same binary for the same reason."""
+    return [
+        attempt
+        for i, attempt in enumerate(attempts)
+        if not any((a.binary, a.failure) == (attempt.binary, attempt.failure) for a in attempts[i + 1 :])
+    ]
+
+
+def _with_failures(client: BuildClient, failed: list[_Attempt]) -> BuildClient:
+    if not failed:
+        return client
+    refused = "; ".join(f"{a.label} refused: {a.failure}" for a in _distinct_failures(failed))
+    return BuildClient(client.command, client.env, f"{client.why}; {refused}", client.uses_buildx, client.builder)
+
+
+def _no_client_message(attempts: list[_Attempt], preferred: str | None, builder: str | None) -> str:
+    tried = "; ".join(f"{a.label}: {a.failure}" for a in _distinct_failures(attempts)) or "no docker client found"
+    if any(a.failure == "no Docker daemon answers" for a in attempts):
+        return (
+            f"no Docker daemon answers ({tried}); start dockerd (on CI: .ci/setup-docker) "
+            "or point DOCKER_HOST at a running engine"
+        )
+    if builder is not None:
+        return (
+            f"--builder {builder} needs docker buildx ({tried}); install the buildx plugin "
+            "and create the builder, or drop --builder"
+        )
+    where = (
+        f"the docker client {preferred} (from --docker or {DOCKER_ENV_VAR}) cannot build with BuildKit"
+        if preferred
+        else "found no docker client that builds with BuildKit"
+    )
+    return (
+        f"{where} (tried {tried}); install the docker buildx plugin, "
+        f"or pass --docker /path/to/docker (or set {DOCKER_ENV_VAR}) naming a client that "
+        "accepts DOCKER_BUILDKIT=1"
+    )
