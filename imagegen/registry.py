@@ -1,0 +1,218 @@
+"""The push edge: docker-py pushes, the registry HTTP API v2 answers what a tag holds.
+
+Version tags are immutable: before a version tag is pushed, the registry's manifest for it
+is fetched and its config digest compared with the local image id (for an image built or
+pulled locally, the image id IS its config digest, so no pull is needed). Alias tags
+(`latest`, `cu12.4`) move freely.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+HTTP_TIMEOUT_S = 30
+_DOCKER_HUB_API = "registry-1.docker.io"
+_BEARER_PARAM = re.compile(r'(\w+)="([^"]*)"')
+
+
+class RegistryError(Exception):
+    """A user-facing push or registry failure; the message is one clear line."""
+
+
+@dataclass
+class PushOutcome:
+    digest: str | None
+    pushed_tags: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    already_published: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    digest: str | None
+    config_digest: str | None  # None for a manifest list / OCI index
+
+
+def remote_digest(registry_host: str, repository: str, tag: str) -> str | None:
+    """The manifest digest `registry_host/repository:tag` resolves to, None if absent."""
+    manifest = _fetch_manifest(registry_host, repository, tag, method="HEAD")
+    return manifest.digest if manifest else None
+
+
+def push_image(
+    image_id_or_ref: str,
+    registry: str,
+    repository: str,
+    version_tags: list[str],
+    alias_tags: list[str],
+    force: bool,
+    *,
+    client: docker.DockerClient | None = None,
+) -> PushOutcome:
+    """Push a local image under version tags (immutable unless force) and alias tags.
+
+    When a version tag is refused nothing is pushed, aliases included: an alias must not
+    move to an image that did not get its version published.
+    """
+    client = client or _docker_client()
+    image = _local_image(client, image_id_or_ref)
+    outcome = PushOutcome(digest=None)
+    to_push: list[str] = []
+    for tag in version_tags:
+        verdict = _version_tag_verdict(registry, repository, tag, image.id, force)
+        if verdict == "push":
+            to_push.append(tag)
+        elif verdict == "published":
+            outcome.already_published.append(tag)
+        else:
+            outcome.refused.append((tag, verdict))
+    if outcome.refused:
+        return outcome
+    to_push += [tag for tag in alias_tags if tag not in to_push]
+    for tag in to_push:
+        outcome.digest = _push_tag(client, image, registry, repository, tag)
+        outcome.pushed_tags.append(tag)
+    if outcome.digest is None and outcome.already_published:
+        outcome.digest = remote_digest(registry, repository, outcome.already_published[0])
+    return outcome
+
+
+def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str, force: bool) -> str:
+    """'push', 'published' (the same image is there), or the reason the push is refused."""
+    remote = _fetch_manifest(registry, repository, tag, method="GET")
+    if remote is None or force:
+        return "push"
+    if remote.config_digest == image_id:
+        return "published"
+    held = f"config {remote.config_digest}" if remote.config_digest else "a multi-platform index"
+    return (
+        f"registry already holds {registry}/{repository}:{tag} with a different image ({held}); "
+        "version tags are immutable; use --force to overwrite"
+    )
+
+
+def _push_tag(client: docker.DockerClient, image, registry: str, repository: str, tag: str) -> str:
+    remote_repo = f"{registry}/{repository}"
+    image.tag(remote_repo, tag)
+    digest = None
+    try:
+        stream = client.images.push(remote_repo, tag=tag, stream=True, decode=True)
+        # docker-py does not raise on failures reported inside the stream: look for them.
+        for chunk in stream:
+            if "error" in chunk or "errorDetail" in chunk:
+                detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")
+                raise RegistryError(f"push of {remote_repo}:{tag} failed: {detail}")
+            digest = chunk.get("aux", {}).get("Digest") or digest
+    except docker.errors.APIError as err:
+        raise RegistryError(f"push of {remote_repo}:{tag} failed: {err.explanation or err}") from None
+    digest = digest or remote_digest(registry, repository, tag)
+    if digest is None:
+        raise RegistryError(f"push of {remote_repo}:{tag} reported success but the registry does not list it")
+    return digest
+
+
+def _docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env()
+        client.ping()
+        return client
+    except docker.errors.DockerException as err:
+        raise RegistryError(f"no Docker daemon answers ({err}); start dockerd or set DOCKER_HOST") from None
+
+
+def _local_image(client: docker.DockerClient, image_id_or_ref: str):
+    try:
+        return client.images.get(image_id_or_ref)
+    except docker.errors.ImageNotFound:
+        raise RegistryError(f"no local image {image_id_or_ref}; build it first") from None
+
+
+def _fetch_manifest(registry: str, repository: str, reference: str, method: str) -> _Manifest | None:
+    url = f"{_base_url(registry)}/v2/{repository}/manifests/{reference}"
+    headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
+    try:
+        response = _open(url, method, headers)
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return None
+        raise RegistryError(f"{method} {url}: HTTP {err.code} {err.reason}") from None
+    with response:
+        body = response.read() if method == "GET" else b""
+        digest = response.headers.get("Docker-Content-Digest")
+    config_digest = json.loads(body).get("config", {}).get("digest") if body else None
+    return _Manifest(digest=digest, config_digest=config_digest)
+
+
+def _open(url: str, method: str, headers: dict[str, str]):
+    """Open url; on a Bearer challenge fetch an anonymous token once and retry."""
+    try:
+        return _request(url, method, headers)
+    except urllib.error.HTTPError as err:
+        challenge = err.headers.get("WWW-Authenticate", "") if err.code == 401 else ""
+        if not challenge.lower().startswith("bearer "):
+            raise
+        token = _anonymous_token(challenge)
+        return _request(url, method, {**headers, "Authorization": f"Bearer {token}"})
+
+
+def _request(url: str, method: str, headers: dict[str, str]):
+    request = urllib.request.Request(url, method=method, headers=headers)
+    try:
+        return urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
+    except urllib.error.HTTPError:
+        raise  # an answer from the registry: callers decide (404, 401 challenge)
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise RegistryError(f"cannot reach registry at {url}: {reason}") from None
+
+
+def _anonymous_token(challenge: str) -> str:
+    params = dict(_BEARER_PARAM.findall(challenge))
+    realm = params.pop("realm", None)
+    if not realm:
+        raise RegistryError(f"registry asked for a token without a realm: {challenge}")
+    url = f"{realm}?{urllib.parse.urlencode(params)}"
+    try:
+        with _request(url, "GET", {}) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        raise RegistryError(
+            f"registry refused an anonymous token ({url}: HTTP {err.code}); "
+            "log in with docker login or use a public repository"
+        ) from None
+    token = answer.get("token") or answer.get("access_token")
+    if not token:
+        raise RegistryError(f"token endpoint {realm} answered without a token")
+    return token
+
+
+def _base_url(registry: str) -> str:
+    host = _DOCKER_HUB_API if registry in ("docker.io", "index.docker.io") else registry
+    scheme = "http" if _is_loopback(host) else "https"
+    return f"{scheme}://{host}"
+
+
+def _is_loopback(registry: str) -> bool:
+    # Docker itself only talks plain HTTP to loopback registries by default; match it.
+    hostname = urllib.parse.urlsplit(f"//{registry}").hostname or ""
+    if hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
