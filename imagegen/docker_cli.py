@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from imagegen.errors import UserError
+
 DOCKER_ENV_VAR = "IMAGEGEN_DOCKER"
 FALLBACK_DOCKER = "/usr/bin/docker"
 PROBE_TIMEOUT_S = 120
@@ -33,7 +35,7 @@ _VERTEX_LINE = re.compile(r"^#(\d+) (.*)$")
 _STEP_HEADER = re.compile(r"^\[(?:[^\]]+ )?\d+/\d+\] (\S+)")
 
 
-class DockerCliError(Exception):
+class DockerCliError(UserError):
     """A user-facing failure of the docker CLI edge; the message is one clear line."""
 
 

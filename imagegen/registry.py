@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import docker
 import docker.errors
 
+from imagegen.errors import UserError
+
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -30,7 +32,7 @@ _DOCKER_HUB_API = "registry-1.docker.io"
 _BEARER_PARAM = re.compile(r'(\w+)="([^"]*)"')
 
 
-class RegistryError(Exception):
+class RegistryError(UserError):
     """A user-facing push or registry failure; the message is one clear line."""
 
 
