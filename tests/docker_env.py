@@ -1,0 +1,176 @@
+"""Fixtures and helpers for tests against the real Docker engine and a real registry.
+
+pytest-docker is not used: it starts services from a docker compose file, while our
+registry is Debian's `docker-registry` binary on loopback (no registry image can be pulled
+here), so a subprocess fixture is simpler and needs neither compose nor a pull.
+
+Without an engine the tests skip, saying why; with IMAGEGEN_REQUIRE_DOCKER=1 (set by CI)
+they fail instead, so a broken CI machine cannot pass by skipping everything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import docker
+import docker.errors
+import pytest
+
+from imagegen.docker_cli import BuildClient, BuildClientError, find_build_client
+
+BASE_IMAGE = "local/debian:bookworm"
+TEST_REPOSITORY = "imagegen-test"
+REQUIRE_DOCKER_VAR = "IMAGEGEN_REQUIRE_DOCKER"
+CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
+REGISTRY_START_TIMEOUT_S = 20
+
+
+def unavailable(reason: str) -> None:
+    """Skip the test for a missing engine piece, or fail when CI requires the engine."""
+    if os.environ.get(REQUIRE_DOCKER_VAR) == "1":
+        pytest.fail(f"{reason} (and {REQUIRE_DOCKER_VAR}=1)", pytrace=False)
+    pytest.skip(reason)
+
+
+def unique_name(stem: str) -> str:
+    """A name no other test run uses: engineers share one engine."""
+    return f"{stem}-{uuid.uuid4().hex[:10]}"
+
+
+def ensure_local_base_image(client: docker.DockerClient, ref: str = BASE_IMAGE) -> str:
+    """Make `ref` exist, bootstrapping Debian bookworm into it if needed (about 30 s)."""
+    try:
+        client.images.get(ref)
+        return ref
+    except docker.errors.ImageNotFound:
+        pass
+    if shutil.which("debootstrap") is None:
+        unavailable(f"{ref} is missing and debootstrap is not installed (run .ci/setup-docker)")
+    with tempfile.TemporaryDirectory(prefix="imagegen-rootfs-") as rootfs:
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", "bookworm", rootfs],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "import", "-", ref], stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
+        tar.stdout.close()
+        if tar.wait() != 0:
+            pytest.fail(f"tar of the bootstrapped rootfs for {ref} failed", pytrace=False)
+    return ref
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def registry_config(port: int, storage: Path) -> str:
+    return (
+        "version: 0.1\n"
+        "log:\n  level: warn\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n  secret: imagegen-test\n"
+    )
+
+
+def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + REGISTRY_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"docker-registry exited: {log_path.read_text()[-2000:]}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"http://{host}/v2/", timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    pytest.fail(f"docker-registry did not answer on {host}: {log_path.read_text()[-2000:]}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as err:
+        unavailable(f"no Docker daemon answers: {err}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def build_client(docker_client) -> BuildClient:
+    try:
+        return find_build_client()
+    except BuildClientError as err:
+        unavailable(str(err))
+
+
+@pytest.fixture(scope="session")
+def local_base_image(docker_client) -> str:
+    return ensure_local_base_image(docker_client)
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> Iterator[str]:
+    """A private registry on a free 127.0.0.1 port; yields "127.0.0.1:PORT"."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        unavailable("docker-registry is not installed (run .ci/setup-docker)")
+    workdir = tmp_path_factory.mktemp("registry")
+    port = free_loopback_port()
+    config = workdir / "config.yml"
+    config.write_text(registry_config(port, workdir / "storage"))
+    log_path = workdir / "registry.log"
+    host = f"127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_registry(host, process, log_path)
+        yield host
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def ca_bundle() -> Path:
+    """The CA bundle the host trusts (the TLS-intercepting proxy's CA is in it)."""
+    for var in CA_BUNDLE_VARS:
+        value = os.environ.get(var)
+        if value and Path(value).is_file():
+            return Path(value)
+    unavailable(f"no CA bundle: none of {', '.join(CA_BUNDLE_VARS)} names a file")
+
+
+@pytest.fixture
+def throwaway_tag(docker_client) -> Iterator[Callable[[str], str]]:
+    """Makes unique local tags `imagegen-test/STEM:ID`; removes them after the test."""
+    made: list[str] = []
+
+    def make(stem: str) -> str:
+        tag = f"{TEST_REPOSITORY}/{stem}:{uuid.uuid4().hex[:10]}"
+        made.append(tag)
+        return tag
+
+    yield make
+    for tag in made:
+        try:
+            docker_client.images.remove(tag)
+        except docker.errors.APIError:
+            pass  # never built (a failing build), or still used by a kept container
