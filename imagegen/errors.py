@@ -1,0 +1,35 @@
+"""Errors a user can fix. The CLI prints them as one line each and exits non-zero."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class UserError(Exception):
+    """A mistake in the user's input or environment, reported without a traceback."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken rule at one place of the matrix file."""
+
+    file: str
+    line: int
+    key: str
+    message: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.key}: {self.message} [{self.rule}]"
+
+
+class MatrixError(UserError):
+    """The matrix file is invalid; carries every problem found."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))

@@ -1,0 +1,42 @@
+"""The image list as a table for people, JSON for programs, or a GitHub Actions matrix."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from .plan import ImageSpec
+
+COLUMNS = (
+    ("image", lambda s: s.name),
+    ("cuda", lambda s: s.cuda or "-"),
+    ("torch", lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}"),
+    ("python", lambda s: s.python),
+    ("cudnn", lambda s: s.cudnn),
+    ("nccl", lambda s: s.nccl),
+    ("flash-attn", lambda s: (s.flash_attn or "-") + (" (source)" if s.flash_attn_source_build else "")),
+    ("deepspeed", lambda s: s.deepspeed or "-"),
+    ("transformers", lambda s: s.transformers),
+    ("trl", lambda s: s.trl),
+    ("tag", lambda s: s.version_tag),
+)
+
+
+def table(specs: list[ImageSpec]) -> str:
+    rows = [[name for name, _ in COLUMNS]] + [[cell(spec) for _, cell in COLUMNS] for spec in specs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def as_json(specs: list[ImageSpec]) -> str:
+    return json.dumps([asdict(spec) for spec in specs], indent=2)
+
+
+def github(specs: list[ImageSpec]) -> str:
+    """One line a workflow reads with fromJSON into strategy.matrix."""
+    include = [{"image": s.name, "cuda": s.cuda_minor or "none", "torch": s.torch, "python": s.python,
+                "tag": s.version_tag, "gpu": s.cuda is not None} for s in specs]
+    return json.dumps({"include": include}, separators=(",", ":"))
+
+
+FORMATS = {"table": table, "json": as_json, "github": github}

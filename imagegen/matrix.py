@@ -1,0 +1,202 @@
+"""matrix.yaml as typed, plain data: component facts and the image entries that use them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path as FilePath
+
+from .errors import MatrixError, Problem, UserError
+from . import schema, yamlsource
+
+NONE = "none"  # spelled in the matrix for a component an image leaves out
+
+
+@dataclass(frozen=True)
+class OsFacts:
+    name: str
+    python: str
+    extra_python: str | None
+
+
+@dataclass(frozen=True)
+class CudaFacts:
+    minor: str  # "12.4"
+    version: str  # "12.4.1"
+    os: str
+    cudnn: int
+    base_devel: str
+    base_runtime: str
+    driver_shipped: str
+    driver_minimum: str
+    archs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    cuda: str
+    cudnn: str
+    nccl: str
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    version: str
+    builds: dict[str, TorchBuild]
+    pypi_build: str
+    python: str  # a PEP 440 specifier such as ">=3.9,<3.14"
+    torchvision: str
+    cxx11_abi: bool
+
+
+@dataclass(frozen=True)
+class FlashAttnRelease:
+    version: str
+    torch: tuple[str, ...]
+    cuda: dict[str, str]  # CUDA major -> the tag in the wheel's name
+    python: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KnownBad:
+    transformers: str
+    with_component: str
+    reason: str
+    index: int
+
+
+@dataclass(frozen=True)
+class FlashAttnChoice:
+    version: str | None
+    source_build: bool = False
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    index: int
+    name: str
+    cuda: str | None
+    base: str | None
+    os: str | None
+    flavor: str
+    python: str
+    torch: str
+    torch_build: str | None
+    torchvision: str | None
+    flash_attn: FlashAttnChoice
+    deepspeed: str | None
+    deepspeed_ops: tuple[str, ...]
+    transformers: str
+    trl: str
+    accelerate: str
+    peft: str
+
+
+@dataclass
+class Matrix:
+    located: yamlsource.Located
+    repository: str
+    latest: str | None
+    os: dict[str, OsFacts]
+    cuda: dict[str, CudaFacts]
+    torch: dict[str, TorchFacts]
+    flash_attn: dict[str, FlashAttnRelease]
+    deepspeed: dict[str, tuple[str, ...]]
+    transformers: dict[str, str]
+    known_bad: list[KnownBad]
+    images: list[ImageEntry] = field(default_factory=list)
+
+    def problem(self, path: tuple, message: str, rule: str) -> Problem:
+        """A problem at `path`; an image key the image inherits points at its line in defaults."""
+        if len(path) == 3 and path[0] == "images" and path[2] not in self.located.data["images"][path[1]] \
+                and path[2] in self.located.data.get("defaults", {}):
+            name = self.located.data["images"][path[1]].get("name", path[1])
+            return self.located.problem(("defaults", path[2]), f"(inherited by image {name}) {message}", rule)
+        return self.located.problem(path, message, rule)
+
+
+def read(path: FilePath) -> Matrix:
+    """Read and shape-check a matrix file; compatibility rules are checked by `rules`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the matrix file: {exc.strerror}. "
+                        "Pass --matrix PATH to point at another one.") from None
+    return parse(text, str(path))
+
+
+def parse(text: str, file: str) -> Matrix:
+    located = yamlsource.load(text, file)
+    if not isinstance(located.data, dict):
+        raise MatrixError([located.problem((), "the matrix must be a mapping with keys such as "
+                                           "cuda, torch and images", "type")])
+    problems = schema.check(located)
+    if problems:
+        raise MatrixError(problems)
+    return _build(located)
+
+
+def _build(located: yamlsource.Located) -> Matrix:
+    data = located.data
+    defaults = data.get("defaults", {})
+    return Matrix(
+        located=located,
+        repository=data["repository"],
+        latest=data.get("latest"),
+        os={name: OsFacts(name, o["python"], o.get("extra_python")) for name, o in data["os"].items()},
+        cuda={minor: _cuda(minor, c) for minor, c in data["cuda"].items()},
+        torch={v: _torch(v, t) for v, t in data["torch"].items()},
+        flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]))
+                    for v, f in data.get("flash_attn", {}).items()},
+        deepspeed={v: tuple(d["torch"]) for v, d in data.get("deepspeed", {}).items()},
+        transformers={v: t["torch"] for v, t in data.get("transformers", {}).items()},
+        known_bad=[KnownBad(k["transformers"], k["with"], k["reason"], i)
+                   for i, k in enumerate(data.get("known_bad", []))],
+        images=[_image(i, {**defaults, **entry}) for i, entry in enumerate(data["images"])],
+    )
+
+
+def _cuda(minor: str, c: dict) -> CudaFacts:
+    return CudaFacts(minor, c["version"], c["os"], c["cudnn"], c["base"]["devel"], c["base"]["runtime"],
+                     c["driver"]["shipped"], c["driver"]["minimum"], tuple(c["archs"]))
+
+
+def _torch(version: str, t: dict) -> TorchFacts:
+    builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]))
+              for cuda, b in t["builds"].items()}
+    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t["cxx11_abi"])
+
+
+def _image(index: int, e: dict) -> ImageEntry:
+    missing = [k for k in ("transformers", "trl", "accelerate", "peft") if k not in e]
+    if missing:
+        # Reported by rules with a line number; keep a placeholder to carry on.
+        e = {**e, **{k: "" for k in missing}}
+    return ImageEntry(
+        index=index,
+        name=e["name"],
+        cuda=e.get("cuda"),
+        base=e.get("base"),
+        os=e.get("os"),
+        flavor=e.get("flavor", "devel"),
+        python=e["python"],
+        torch=e["torch"],
+        torch_build=e.get("torch_build"),
+        torchvision=e.get("torchvision"),
+        flash_attn=_flash_attn(e.get("flash_attn", NONE)),
+        deepspeed=_optional(e.get("deepspeed", NONE)),
+        deepspeed_ops=tuple(e.get("deepspeed_ops", ())),
+        transformers=e["transformers"],
+        trl=e["trl"],
+        accelerate=e["accelerate"],
+        peft=e["peft"],
+    )
+
+
+def _flash_attn(value) -> FlashAttnChoice:
+    if isinstance(value, dict):
+        return FlashAttnChoice(value["version"], value["build"] == "source")
+    return FlashAttnChoice(_optional(value))
+
+
+def _optional(value: str) -> str | None:
+    return None if value == NONE else value

@@ -1,0 +1,238 @@
+"""Compatibility rules: does each image entry fit the component facts of the matrix?
+
+Every rule returns Problems that name the file, line and key, the rule broken and what
+is allowed; `check` runs them all so a user sees every mistake at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .errors import Problem
+from .matrix import ImageEntry, Matrix
+
+STACK = ("transformers", "trl", "accelerate", "peft")
+
+
+def check(matrix: Matrix) -> list[Problem]:
+    problems = _check_facts(matrix)
+    for image in matrix.images:
+        problems += _check_image(matrix, image)
+    problems += _check_unique_names(matrix)
+    return problems
+
+
+def warnings(matrix: Matrix) -> list[Problem]:
+    """Combinations that work but nobody tested: said, not refused."""
+    found = []
+    for image in matrix.images:
+        tested = matrix.deepspeed.get(image.deepspeed or "", ())
+        if image.deepspeed and tested and _minor(image.torch) not in tested:
+            found.append(matrix.problem(
+                _at(image, "deepspeed"),
+                f"deepspeed {image.deepspeed} is tested with torch {', '.join(tested)}, "
+                f"not {_minor(image.torch)}", "deepspeed-tested-torch"))
+    return found
+
+
+def _at(image: ImageEntry, key: str) -> tuple:
+    return ("images", image.index, key)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _check_facts(matrix: Matrix) -> list[Problem]:
+    problems = []
+    for minor, cuda in matrix.cuda.items():
+        if cuda.os not in matrix.os:
+            problems.append(matrix.problem(("cuda", minor, "os"), f"unknown os {cuda.os!r}; "
+                                           f"allowed: {', '.join(matrix.os)}", "known-os"))
+        if not cuda.version.startswith(minor + "."):
+            problems.append(matrix.problem(("cuda", minor, "version"), f"version {cuda.version} is not a "
+                                           f"{minor}.x release", "cuda-version"))
+    for version, torch in matrix.torch.items():
+        if _specifier(torch.python) is None:
+            problems.append(matrix.problem(("torch", version, "python"), f"{torch.python!r} is not a version "
+                                           "range; write one such as \">=3.9,<3.14\"", "python-range"))
+        if torch.pypi_build not in torch.builds:
+            problems.append(matrix.problem(("torch", version, "pypi_build"), f"{torch.pypi_build} is not one of "
+                                           f"its builds: {', '.join(torch.builds)}", "pypi-build"))
+    for index, bad in enumerate(matrix.known_bad):
+        if _specifier(bad.transformers) is None:
+            problems.append(matrix.problem(("known_bad", index, "transformers"),
+                                           f"{bad.transformers!r} is not a version range", "version-range"))
+    return problems
+
+
+def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    problems = _check_versions_parse(matrix, image)
+    if problems:
+        return problems
+    problems += _check_base(matrix, image)
+    torch = matrix.torch.get(image.torch)
+    if torch is None:
+        return problems + [matrix.problem(_at(image, "torch"), f"torch {image.torch} is not in the torch "
+                                          f"section; known: {', '.join(matrix.torch)}", "known-torch")]
+    problems += _check_torch_build(matrix, image)
+    if image.python not in (_specifier(torch.python) or SpecifierSet()) and _specifier(torch.python):
+        problems.append(matrix.problem(_at(image, "python"), f"torch {torch.version} has wheels for Python "
+                                       f"{torch.python}, not {image.python}", "python-in-torch-range"))
+    problems += _check_python_source(matrix, image)
+    problems += _check_flash_attn(matrix, image)
+    problems += _check_stack(matrix, image)
+    return problems
+
+
+def _check_versions_parse(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    problems = []
+    pinned = {"python": image.python, "torch": image.torch, "deepspeed": image.deepspeed,
+              **{name: getattr(image, name) for name in STACK}}
+    for key, value in pinned.items():
+        if value == "":
+            problems.append(matrix.problem(("images", image.index), f"missing {key!r}: set it on the image "
+                                           "or under defaults", "required-key"))
+        elif value is not None and not _is_version(value):
+            problems.append(matrix.problem(_at(image, key), f"{value!r} is not an exact version such as "
+                                           "\"1.2.3\"", "exact-version"))
+    return problems
+
+
+def _check_base(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    if image.cuda is None and image.base is None:
+        return [matrix.problem(("images", image.index), "set either cuda (an nvidia/cuda base) or base "
+                               "(an image name) with os", "base-image")]
+    if image.cuda is not None and image.base is not None:
+        return [matrix.problem(_at(image, "base"), "set cuda or base, not both", "base-image")]
+    if image.cuda is not None and image.cuda not in matrix.cuda:
+        return [matrix.problem(_at(image, "cuda"), f"CUDA {image.cuda} is not in the cuda section; known: "
+                               f"{', '.join(matrix.cuda)}", "known-cuda")]
+    if image.base is not None and image.os not in matrix.os:
+        return [matrix.problem(_at(image, "os"), f"an image with its own base must say its os; known: "
+                               f"{', '.join(matrix.os)}", "known-os")]
+    return []
+
+
+def _check_torch_build(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    torch = matrix.torch[image.torch]
+    if image.torch_build == "pypi":
+        return []
+    wanted = image.torch_build or image.cuda
+    if wanted is None:
+        return [matrix.problem(_at(image, "torch_build"), "an image without a CUDA base needs torch_build: "
+                               f"pypi or one of {', '.join(torch.builds)}", "torch-cuda-build")]
+    problems = []
+    if wanted not in torch.builds:
+        problems.append(matrix.problem(_at(image, "torch_build" if image.torch_build else "torch"),
+                                       f"torch {torch.version} has no build for CUDA {wanted}; its builds: "
+                                       f"{', '.join(torch.builds)}", "torch-cuda-build"))
+    elif image.cuda is not None and wanted != image.cuda:
+        problems.append(matrix.problem(_at(image, "torch_build"), f"torch build CUDA {wanted} differs from "
+                                       f"the base's CUDA {image.cuda}; use the same", "torch-cuda-build"))
+    return problems
+
+
+def _check_python_source(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    os_name = matrix.cuda[image.cuda].os if image.cuda in matrix.cuda else image.os
+    os_facts = matrix.os.get(os_name)
+    if os_facts is None or os_facts.python == image.python or os_facts.extra_python:
+        return []
+    return [matrix.problem(_at(image, "python"), f"{os_name} ships Python {os_facts.python} and has no "
+                           f"source for {image.python}; use {os_facts.python} or an os with extra_python",
+                           "python-source")]
+
+
+def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    choice = image.flash_attn
+    if choice.version is None:
+        return []
+    if not _is_version(choice.version):
+        return [matrix.problem(_at(image, "flash_attn"), f"{choice.version!r} is not a version; use one "
+                               "such as \"2.8.3\", none, or {version: X, build: source}", "exact-version")]
+    if image.cuda is None and image.torch_build != "pypi":
+        return []
+    if choice.source_build:
+        if image.flavor == "runtime":
+            return [matrix.problem(_at(image, "flash_attn"), "a source build needs the devel base (nvcc); "
+                                   "set flavor: devel", "flash-attn-source-needs-devel")]
+        return []
+    release = matrix.flash_attn.get(choice.version)
+    if release is None:
+        return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {choice.version} has no prebuilt "
+                               f"wheels listed; listed: {', '.join(matrix.flash_attn)}; or set "
+                               "{version: ..., build: source}", "flash-attn-wheel")]
+    torch = matrix.torch[image.torch]
+    cuda = torch_cuda(matrix, image)
+    gaps = []
+    if _minor(torch.version) not in release.torch:
+        gaps.append(f"torch {_minor(torch.version)} (covered: {', '.join(release.torch)})")
+    if cuda is not None and cuda.split(".")[0] not in release.cuda:
+        gaps.append(f"CUDA {cuda.split('.')[0]} (covered: {', '.join(release.cuda)})")
+    if image.python not in release.python:
+        gaps.append(f"Python {image.python} (covered: {', '.join(release.python)})")
+    if not gaps:
+        return []
+    return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {choice.version} has no prebuilt wheel for "
+                           + "; ".join(gaps) + ". Pick a covering release, or opt into "
+                           "{version: ..., build: source}", "flash-attn-wheel")]
+
+
+def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    problems = []
+    torchvision = matrix.torch[image.torch].torchvision
+    if image.torchvision is not None and image.torchvision != torchvision:
+        problems.append(matrix.problem(_at(image, "torchvision"), f"torch {image.torch} pairs with torchvision "
+                                       f"{torchvision}, not {image.torchvision}", "torchvision-matches-torch"))
+    needs = matrix.transformers.get(image.transformers)
+    if needs and _specifier(needs) and image.torch not in _specifier(needs):
+        problems.append(matrix.problem(_at(image, "transformers"), f"transformers {image.transformers} needs "
+                                       f"torch {needs}, the image has {image.torch}", "transformers-torch"))
+    for bad in matrix.known_bad:
+        spec = _specifier(bad.transformers)
+        if spec is not None and image.transformers in spec and image.deepspeed:
+            problems.append(matrix.problem(_at(image, "transformers"), f"transformers {image.transformers} with "
+                                           f"deepspeed is known bad: {bad.reason}; allowed: transformers outside "
+                                           f"{bad.transformers}", "known-bad"))
+    return problems
+
+
+def _check_unique_names(matrix: Matrix) -> list[Problem]:
+    counts = Counter(image.name for image in matrix.images)
+    problems = []
+    seen: set[str] = set()
+    for image in matrix.images:
+        if counts[image.name] > 1 and image.name in seen:
+            problems.append(matrix.problem(_at(image, "name"), f"name {image.name!r} is used by another image; "
+                                           "names must be unique", "unique-name"))
+        seen.add(image.name)
+    if matrix.latest is not None and matrix.latest not in counts:
+        problems.append(matrix.problem(("latest",), f"latest names {matrix.latest!r}, which is no image; "
+                                       f"images: {', '.join(counts)}", "known-image"))
+    return problems
+
+
+def torch_cuda(matrix: Matrix, image: ImageEntry) -> str | None:
+    """The CUDA version torch was built for: what torch.version.cuda reports."""
+    torch = matrix.torch[image.torch]
+    if image.torch_build == "pypi":
+        return torch.pypi_build
+    return image.torch_build or image.cuda
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return text.count(".") >= 1
+
+
+def _specifier(text: str) -> SpecifierSet | None:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        return None
