@@ -21,7 +21,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from imagegen.errors import UserError
+from .errors import UserError
 
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
@@ -159,7 +159,10 @@ def _wait(container, timeout_s: int) -> tuple[int, bool]:
     try:
         return container.wait(timeout=timeout_s)["StatusCode"], False
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-        container.kill()
+        try:
+            container.kill()
+        except docker.errors.APIError:
+            pass  # it exited between the timeout and the kill
         return container.wait(timeout=60)["StatusCode"], True
 
 

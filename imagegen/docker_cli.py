@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagegen.errors import UserError
+from .errors import UserError
 
 DOCKER_ENV_VAR = "IMAGEGEN_DOCKER"
 FALLBACK_DOCKER = "/usr/bin/docker"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import docker
 import docker.errors
 
-from imagegen.errors import UserError
+from .errors import UserError
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -51,7 +51,10 @@ class _Manifest:
 
 
 def remote_digest(registry_host: str, repository: str, tag: str) -> str | None:
-    """The manifest digest `registry_host/repository:tag` resolves to, None if absent."""
+    """The manifest digest `registry_host/repository:tag` resolves to, None if absent.
+
+    registry_host may carry a namespace (`ghcr.io/acme`), as push_image's registry may.
+    """
     manifest = _fetch_manifest(registry_host, repository, tag, method="HEAD")
     return manifest.digest if manifest else None
 
@@ -67,6 +70,8 @@ def push_image(
     client: docker.DockerClient | None = None,
 ) -> PushOutcome:
     """Push a local image under version tags (immutable unless force) and alias tags.
+
+    registry is a host (`127.0.0.1:5000`) or a host and namespace (`ghcr.io/acme`).
 
     When a version tag is refused nothing is pushed, aliases included: an alias must not
     move to an image that did not get its version published.
@@ -145,7 +150,9 @@ def _local_image(client: docker.DockerClient, image_id_or_ref: str):
 
 
 def _fetch_manifest(registry: str, repository: str, reference: str, method: str) -> _Manifest | None:
-    url = f"{_base_url(registry)}/v2/{repository}/manifests/{reference}"
+    host, _, namespace = registry.partition("/")
+    path = f"{namespace}/{repository}" if namespace else repository
+    url = f"{_base_url(host)}/v2/{path}/manifests/{reference}"
     headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
     try:
         response = _open(url, method, headers)

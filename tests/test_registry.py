@@ -121,3 +121,13 @@ def test_pushing_a_missing_local_image_is_a_clear_error(registry, repository, do
 def test_unreachable_registry_is_a_clear_error():
     with pytest.raises(RegistryError, match="cannot reach registry at http://127.0.0.1:9/"):
         remote_digest("127.0.0.1:9", "imagegen-test/x", "1")
+
+
+def test_registry_may_carry_a_namespace(registry, repository, tiny_image, docker_client):
+    namespace, name = repository.split("/", 1)
+
+    outcome = push_image(tiny_image("ns"), f"{registry}/{namespace}", name, ["1.0.0"], [], False, client=docker_client)
+
+    assert outcome.pushed_tags == ["1.0.0"]
+    assert remote_digest(registry, repository, "1.0.0") == outcome.digest
+    assert remote_digest(f"{registry}/{namespace}", name, "1.0.0") == outcome.digest
