@@ -1,0 +1,158 @@
+"""Trainer callbacks: per-step metrics, the silent-GRPO watchdog, checkpoint-on-signal."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+log = logging.getLogger("vlmgrpo")
+
+# Keys of TRL's GRPO logs that go to metrics.jsonl, under shorter names.
+METRIC_KEYS = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "kl": "kl",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "learning_rate",
+    "completions/mean_length": "completion_length",
+    "entropy": "entropy",
+}
+
+
+def _clean(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+class MetricsLogger(TrainerCallback):
+    """One concise stdout line per logged step and the same numbers appended to OUTPUT/metrics.jsonl."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.last_time = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.last_time is None:
+            self.last_time = time.monotonic()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
+            return
+        now = time.monotonic()
+        record = {"step": state.global_step, "epoch": _clean(logs.get("epoch"))}
+        record.update({name: _clean(logs[key]) for key, name in METRIC_KEYS.items() if key in logs})
+        record["rewards"] = {
+            key.split("/")[1]: _clean(value)
+            for key, value in logs.items()
+            if key.startswith("rewards/") and key.endswith("/mean")
+        }
+        record["step_time"] = round(now - self.last_time, 4) if self.last_time else None
+        self.last_time = now
+        with self.path.open("a") as stream:
+            stream.write(json.dumps(record) + "\n")
+        print(self.format_line(record, state.max_steps), flush=True)
+
+    @staticmethod
+    def format_line(record: dict, max_steps: int) -> str:
+        def number(value, spec=".3g"):
+            return "-" if value is None else format(value, spec)
+
+        rewards = " ".join(f"{name}={number(value)}" for name, value in record["rewards"].items())
+        return (
+            f"step {record['step']}/{max_steps} reward={number(record.get('reward'))} "
+            f"std={number(record.get('reward_std'))} [{rewards}] kl={number(record.get('kl'))} "
+            f"len={number(record.get('completion_length'))} lr={number(record.get('learning_rate'))} "
+            f"time={number(record.get('step_time'))}s"
+        )
+
+
+class ZeroRewardWatchdog(TrainerCallback):
+    """GRPO learns nothing when rewards never vary inside a group; say so instead of silently burning GPU hours."""
+
+    HINT = (
+        "check the answer format the model produces (a sample: --set dump_completions=true, then "
+        "OUTPUT/completions.jsonl), that the reward parses it (<think>...</think><answer>[x1,y1,x2,y2]</answer> or "
+        "{\"bbox_2d\": [...]}), and the box coordinate spaces: dataset box_space (absolute or norm1000) and "
+        "answer_box_space (resized for Qwen2.5-VL, norm1000 for Qwen2-VL)"
+    )
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.zero_streak: dict[str, int] = {}
+        self.flat_streak = 0
+        self.warnings: list[str] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
+            return
+        for key, value in logs.items():
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                name = key.split("/")[1]
+                streak = self.zero_streak.get(name, 0) + 1 if value == 0 else 0
+                self.zero_streak[name] = streak
+                if streak == self.patience:
+                    self.warn(f"reward '{name}' has been 0 for {streak} consecutive logged steps")
+        flat = logs.get("frac_reward_zero_std") == 1.0
+        self.flat_streak = self.flat_streak + 1 if flat else 0
+        if self.flat_streak == self.patience:
+            self.warn(f"every group has had zero reward std for {self.flat_streak} consecutive logged steps, "
+                      "so advantages and gradients are zero")
+
+    def warn(self, problem: str) -> None:
+        message = f"GRPO is not learning: {problem}; {self.HINT}"
+        self.warnings.append(message)
+        log.warning(message)
+
+
+class GracefulStop(TrainerCallback):
+    """On SIGTERM/SIGINT: finish the current step, write a checkpoint, stop. A second SIGINT aborts at once."""
+
+    def __init__(self):
+        self.signal_number = None
+        self._previous = {}
+
+    def install(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum, frame):
+        if self.signal_number is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_number = signum
+        log.warning("received %s: saving a checkpoint at the end of this step, then stopping",
+                    signal.Signals(signum).name)
+
+    def _any_rank_stopping(self, args) -> bool:
+        """All ranks must agree, or the ones that keep going hang in the next collective."""
+        import torch
+        import torch.distributed as dist
+
+        stopping = self.signal_number is not None
+        if not (dist.is_available() and dist.is_initialized()):
+            return stopping
+        flag = torch.tensor([1 if stopping else 0], device=args.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._any_rank_stopping(args):
+            if self.signal_number is None:
+                self.signal_number = signal.SIGTERM
+            control.should_save = True
+            control.should_training_stop = True
+
+    @property
+    def exit_code(self) -> int:
+        """128 + signal number, the shell convention: 143 for SIGTERM, 130 for SIGINT."""
+        return 128 + int(self.signal_number) if self.signal_number is not None else 0

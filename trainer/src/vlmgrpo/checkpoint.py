@@ -1,0 +1,72 @@
+"""Finding checkpoints to resume from, and restoring a vision-language model's weights from one.
+
+transformers 5.x saves checkpoints with the legacy key names (e.g. `model.layers.*`, `visual.*` for Qwen2.5-VL)
+while the in-memory model uses new ones (`model.language_model.layers.*`, `model.visual.*`). Trainer's resume
+loads the file with load_state_dict(strict=False), so for such models nothing is restored and training silently
+continues from the base weights (transformers#43701). We load through from_pretrained, which knows the key
+conversion, and check that every tensor arrived.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from .errors import ConfigError
+
+log = logging.getLogger("vlmgrpo")
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def latest_checkpoint(output_dir: str) -> Optional[str]:
+    """The complete checkpoint-N with the largest N (an interrupted save lacks trainer_state.json)."""
+    if not os.path.isdir(output_dir):
+        return None
+    found = []
+    for entry in os.listdir(output_dir):
+        match = _CHECKPOINT.match(entry)
+        path = os.path.join(output_dir, entry)
+        if match and os.path.isfile(os.path.join(path, "trainer_state.json")):
+            found.append((int(match.group(1)), path))
+    return max(found)[1] if found else None
+
+
+def resolve_resume(resume: Optional[str], output_dir: str) -> Optional[str]:
+    if not resume:
+        return None
+    if resume == "auto":
+        checkpoint = latest_checkpoint(output_dir)
+        if checkpoint is None:
+            log.warning("--resume auto: no checkpoint under %s, starting fresh", output_dir)
+        return checkpoint
+    if not os.path.isfile(os.path.join(resume, "trainer_state.json")):
+        raise ConfigError(f"--resume {resume}: not a checkpoint directory (no trainer_state.json); "
+                          "give a checkpoint-N directory or 'auto'")
+    return resume
+
+
+def restore_weights(model, checkpoint: str) -> int:
+    """Copy the checkpoint's weights into model (same architecture); return the number of tensors restored."""
+    import torch
+
+    first = next(model.parameters())
+    saved = type(model).from_pretrained(checkpoint, dtype=first.dtype, device_map="cpu")
+    saved_state = saved.state_dict()
+    target_state = model.state_dict()
+    missing = sorted(set(target_state) - set(saved_state))
+    if missing:
+        raise RuntimeError(f"checkpoint {checkpoint} lacks {len(missing)} tensors of the model, e.g. {missing[:3]}")
+    with torch.no_grad():
+        for name, tensor in target_state.items():
+            tensor.copy_(saved_state[name].to(tensor.device, tensor.dtype))
+    del saved
+    return len(target_state)
+
+
+def checkpoint_step(checkpoint: str) -> int:
+    match = _CHECKPOINT.match(Path(checkpoint).name)
+    return int(match.group(1)) if match else -1

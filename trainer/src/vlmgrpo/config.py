@@ -1,0 +1,321 @@
+"""Run configuration: our dataclasses plus every TRL GRPOConfig field, from YAML and command-line overrides.
+
+The YAML file is flat: any field of ModelConfig, DataConfig, RewardConfig, RunConfig or TRL's GRPOConfig is a
+top-level key. Unknown keys and badly typed values are reported with the file and key before anything heavy runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import ConfigError
+
+REC_QUESTION_TEMPLATE = (
+    "{question} First output the thinking process in <think> </think> tags and then output the final answer in "
+    "<answer> </answer> tags. Output the final answer in JSON format."
+)
+
+
+@dataclass
+class ModelConfig:
+    model_name_or_path: Optional[str] = None
+    # auto: flash_attention_2 when flash_attn imports and the GPU is sm80+, else sdpa.
+    attn_implementation: str = "auto"
+    # auto: bfloat16 on a bf16-capable GPU, float32 on CPU.
+    torch_dtype: str = "auto"
+    min_pixels: Optional[int] = None
+    max_pixels: Optional[int] = None
+    freeze_vision_tower: bool = False
+    use_lora: bool = False
+    lora_r: int = 64
+    lora_alpha: int = 128
+    lora_dropout: float = 0.05
+    # Language-model projections only: the vision tower's modules are excluded by name in model.py.
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    merge_lora: bool = False
+
+
+@dataclass
+class DataConfig:
+    # Each entry: a .jsonl/.json data file, a .yaml mixture file, or a mapping
+    # {path, image_root, sampling, box_space} (see data.py).
+    data: list[Any] = field(default_factory=list)
+    image_root: Optional[str] = None
+    # Space of the boxes in the dataset labels: absolute (pixels) or norm1000 (0-1000).
+    box_space: str = "absolute"
+    question_template: str = REC_QUESTION_TEMPLATE
+
+
+@dataclass
+class RewardConfig:
+    # Names: iou, format, or module:function / path/to/file.py:function.
+    reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"])
+    iou_threshold: Optional[float] = None
+    # Space of the boxes the model answers in. auto: resized for Qwen2.5-VL, norm1000 for Qwen2-VL.
+    answer_box_space: str = "auto"
+    # Warn when a reward stays 0 or every group has zero std for this many consecutive logged steps.
+    zero_reward_patience: int = 20
+
+
+@dataclass
+class RunConfig:
+    resume: Optional[str] = None  # auto | path to a checkpoint-N directory
+    dump_completions: bool = False
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+
+
+SECTIONS = (ModelConfig, DataConfig, RewardConfig, RunConfig)
+
+# VLM-R1's REC recipe (run_grpo_rec.sh), applied on top of TRL's GRPOConfig defaults.
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "output_dir": "output",
+    "num_generations": 8,
+    "beta": 0.04,
+    "learning_rate": 1e-6,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "max_completion_length": 1024,
+    "num_train_epochs": 2,
+    "gradient_checkpointing": True,
+    "logging_steps": 1,
+    "save_steps": 100,
+    "save_only_model": False,  # resume needs the optimizer and scheduler state
+    "seed": 42,
+    "data_seed": 42,
+    "report_to": "auto",  # tensorboard when installed, else none (resolved in resolve_grpo_kwargs)
+    "bf16": "auto",  # true on a bf16-capable GPU
+}
+
+
+def grpo_field_types() -> dict[str, Any]:
+    from trl import GRPOConfig
+
+    hints = typing.get_type_hints(GRPOConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(GRPOConfig) if f.init}
+
+
+def section_field_types() -> dict[str, Any]:
+    types = {}
+    for section in SECTIONS:
+        hints = typing.get_type_hints(section)
+        types.update({f.name: hints[f.name] for f in dataclasses.fields(section)})
+    return types
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig
+    data: DataConfig
+    reward: RewardConfig
+    run: RunConfig
+    grpo: dict[str, Any]  # GRPOConfig keyword arguments; built into a GRPOConfig by the trainer
+    source: str = "<defaults>"
+
+    def flat(self) -> dict[str, Any]:
+        values = {}
+        for section in (self.model, self.data, self.reward, self.run):
+            values.update(dataclasses.asdict(section))
+        values.update(self.grpo)
+        return values
+
+
+# --- type checking -----------------------------------------------------------------------------------------------
+
+
+def _describe(hint) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return " or ".join(_describe(arg) for arg in typing.get_args(hint))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(str(member.value) for member in hint)
+    if hint is type(None):
+        return "null"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _matches(hint, value) -> bool:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
+        # "SchedulerType | str" means a SchedulerType name, not any string.
+        members = [a for a in args if not (a is str and enums)]
+        return any(_matches(arg, value) for arg in members)
+    if origin is typing.Literal:
+        return value in args
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return value in {member.value for member in hint} or isinstance(value, hint)
+    if origin is list:
+        return isinstance(value, list) and (not args or all(_matches(args[0], v) for v in value))
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    return True  # opaque classes (ParallelismConfig...) are left to GRPOConfig itself
+
+
+def check_value(source: str, key: str, value, hint) -> None:
+    if not _matches(hint, value):
+        raise ConfigError(f"{source}: key '{key}': {value!r} is not valid, expected {_describe(hint)}")
+
+
+# --- loading -------------------------------------------------------------------------------------------------------
+
+
+def read_yaml_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
+    return values
+
+
+def parse_set(items: typing.Iterable[str]) -> dict[str, Any]:
+    """--set key=value; the value is read as YAML so numbers, booleans, lists and null keep their type."""
+    values = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set: expected key=value, got {item!r}")
+        try:
+            values[key.strip()] = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            values[key.strip()] = raw
+    return values
+
+
+def _unknown_key_error(source: str, key: str, known: typing.Iterable[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, list(known), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return ConfigError(
+        f"{source}: unknown key '{key}'{hint}; allowed keys are the fields of vlmgrpo's model/data/reward/run "
+        "configs and of trl.GRPOConfig (list them with `vlmgrpo train --print-config`)"
+    )
+
+
+def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any]) -> TrainConfig:
+    """Merge recipe defaults < file < command line, checking every key and value."""
+    ours = section_field_types()
+    grpo_types = grpo_field_types()
+    sections: dict[type, dict[str, Any]] = {section: {} for section in SECTIONS}
+    grpo = dict(RECIPE_DEFAULTS)
+    for origin, values in ((source, file_values), ("command line", overrides)):
+        for key, value in values.items():
+            if key in ("data", "reward_funcs", "lora_target_modules") and isinstance(value, str):
+                value = [value]
+            if key in ours:
+                check_value(origin, key, value, ours[key])
+                section = next(s for s in SECTIONS if key in {f.name for f in dataclasses.fields(s)})
+                sections[section][key] = value
+            elif key in grpo_types:
+                if not (key in ("bf16", "report_to") and value == "auto"):
+                    check_value(origin, key, value, grpo_types[key])
+                grpo[key] = value
+            else:
+                raise _unknown_key_error(origin, key, list(ours) + list(grpo_types))
+    config = TrainConfig(
+        model=ModelConfig(**sections[ModelConfig]),
+        data=DataConfig(**sections[DataConfig]),
+        reward=RewardConfig(**sections[RewardConfig]),
+        run=RunConfig(**sections[RunConfig]),
+        grpo=grpo,
+        source=source,
+    )
+    check_choices(config)
+    return config
+
+
+def check_choices(config: TrainConfig) -> None:
+    from .boxes import ABSOLUTE, NORM1000, RESIZED
+
+    choices = [
+        ("attn_implementation", config.model.attn_implementation, ("auto", "flash_attention_2", "sdpa", "eager")),
+        ("torch_dtype", config.model.torch_dtype, ("auto", "bfloat16", "float16", "float32")),
+        ("box_space", config.data.box_space, (ABSOLUTE, NORM1000)),
+        ("answer_box_space", config.reward.answer_box_space, ("auto", ABSOLUTE, NORM1000, RESIZED)),
+    ]
+    for key, value, allowed in choices:
+        if value not in allowed:
+            raise ConfigError(f"{config.source}: key '{key}': {value!r} is not one of: {', '.join(allowed)}")
+    positive = {
+        "nproc_per_node": config.run.nproc_per_node,
+        "nnodes": config.run.nnodes,
+        "zero_reward_patience": config.reward.zero_reward_patience,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{config.source}: key '{key}': must be >= 1, got {value}")
+
+
+def load_config(path: Optional[str], overrides: dict[str, Any]) -> TrainConfig:
+    file_values = read_yaml_file(path) if path else {}
+    if path:
+        file_values = resolve_relative_paths(file_values, Path(path).parent)
+    return build_config(file_values, path or "<defaults>", overrides)
+
+
+def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Paths in a config file are relative to the file, so a recipe directory can move as a whole.
+
+    Only paths that exist relative to the file are rewritten: hub model names and preset names stay as they are.
+    """
+
+    def resolve(value):
+        if isinstance(value, dict):
+            return {k: resolve(v) if k in ("path", "image_root") else v for k, v in value.items()}
+        if not isinstance(value, str) or os.path.isabs(value) or not (base / value).exists():
+            return value
+        return str(base / value)
+
+    resolved = dict(values)
+    for key in ("model_name_or_path", "image_root", "deepspeed"):
+        if key in resolved:
+            resolved[key] = resolve(resolved[key])
+    if isinstance(resolved.get("data"), list):
+        resolved["data"] = [resolve(entry) for entry in resolved["data"]]
+    return resolved
+
+
+def dump_config(config: TrainConfig) -> str:
+    """Every key the run uses, including all GRPOConfig fields at their effective values."""
+    from trl import GRPOConfig
+
+    values = config.flat()
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.init and f.name not in values}
+    for key, value in defaults.items():
+        if value is not dataclasses.MISSING:
+            values[key] = value.value if isinstance(value, enum.Enum) else value
+    return yaml.safe_dump(values, sort_keys=False, default_flow_style=None)

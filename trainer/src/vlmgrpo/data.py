@@ -1,0 +1,368 @@
+"""REC data: VLM-R1 JSONL / JSON files and YAML mixtures, validated up front, images loaded lazily.
+
+Two row forms are read, in either file type:
+  conversations: {"image": "a.jpg" | [...], "conversations": [{"from": "human", "value": "<image>..."},
+                  {"from": "gpt", "value": "<answer>[x1,y1,x2,y2]</answer>"}]}
+                  -- one <image> placeholder per image, at the image's position.
+  problem:       {"image": ..., "problem": "...", "solution": [x1,y1,x2,y2] | "text with a box"}
+                  -- placeholders optional; without them the images go before the question.
+Boxes are stored in original-image pixels of the first image whatever space the dataset declares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import yaml
+
+from .boxes import ABSOLUTE, NORM1000, Box, is_valid_box, parse_label, to_absolute
+from .errors import DataError
+
+PLACEHOLDER = "<image>"
+_SAMPLING = re.compile(r"^(first|end|random):(\d+)(%?)$")
+DATA_SUFFIXES = (".jsonl", ".json")
+MIXTURE_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class DatasetSpec:
+    path: str
+    image_root: Optional[str] = None
+    sampling: Optional[str] = None  # first:N, end:N, random:N, or N% instead of N
+    box_space: str = ABSOLUTE
+    declared_in: str = "config"
+
+
+@dataclass
+class Sample:
+    location: str  # file:line, for error messages and completion dumps
+    image_paths: list[str]
+    question: str
+    solution: Box  # original-image pixels of the first image
+    image_sizes: list[tuple[int, int]]  # (width, height)
+
+
+@dataclass
+class FileReport:
+    path: str
+    rows_read: int = 0
+    rows_used: int = 0
+    images: int = 0
+    errors: int = 0
+
+
+@dataclass
+class LoadedData:
+    samples: list[Sample]
+    reports: list[FileReport] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [f"{r.path}: {r.rows_read} rows read, {r.rows_used} used, {r.images} images, {r.errors} errors"
+                 for r in self.reports]
+        images = sum(r.images for r in self.reports)
+        lines.append(f"total: {len(self.samples)} rows, {images} images, {sum(r.errors for r in self.reports)} errors")
+        return "\n".join(lines)
+
+
+# --- dataset specs ---------------------------------------------------------------------------------------------
+
+
+def _spec_from_mapping(entry: dict, base: Path, declared_in: str, default_root, default_space) -> DatasetSpec:
+    path = entry.get("path", entry.get("json_path"))  # json_path: VLM-R1's data_config key
+    if not isinstance(path, str):
+        raise DataError([f"{declared_in}: dataset entry {entry!r} has no 'path'"])
+    unknown = set(entry) - {"path", "json_path", "image_root", "image_folder", "sampling", "sampling_strategy",
+                            "box_space"}
+    if unknown:
+        raise DataError([f"{declared_in}: dataset entry for {path}: unknown key(s) {', '.join(sorted(unknown))}; "
+                         "allowed: path, image_root, sampling, box_space"])
+    root = entry.get("image_root", entry.get("image_folder", default_root))
+    return DatasetSpec(
+        path=str(base / path) if not os.path.isabs(path) else path,
+        image_root=str(base / root) if root and not os.path.isabs(root) else root,
+        sampling=entry.get("sampling", entry.get("sampling_strategy")),
+        box_space=entry.get("box_space", default_space),
+        declared_in=declared_in,
+    )
+
+
+def _mixture_specs(path: str, default_root, default_space) -> list[DatasetSpec]:
+    try:
+        content = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise DataError([f"{path}: cannot read mixture file: {exc}"]) from None
+    entries = content.get("datasets") if isinstance(content, dict) else None
+    if not isinstance(entries, list):
+        raise DataError([f"{path}: a mixture file needs a 'datasets:' list of {{path, image_root, sampling}}"])
+    base = Path(path).parent
+    return [_spec_from_mapping(e if isinstance(e, dict) else {"path": e}, base, path, default_root, default_space)
+            for e in entries]
+
+
+def expand_specs(entries: list[Any], image_root: Optional[str], box_space: str) -> list[DatasetSpec]:
+    specs = []
+    for entry in entries:
+        if isinstance(entry, dict):
+            specs.append(_spec_from_mapping(entry, Path("."), "config", image_root, box_space))
+        elif str(entry).endswith(MIXTURE_SUFFIXES):
+            specs.extend(_mixture_specs(str(entry), image_root, box_space))
+        else:
+            specs.append(DatasetSpec(path=str(entry), image_root=image_root, box_space=box_space))
+    if not specs:
+        raise DataError(["no data: set 'data' in the config or pass --data FILE"])
+    return specs
+
+
+def check_spec(spec: DatasetSpec) -> list[str]:
+    problems = []
+    if not spec.path.endswith(DATA_SUFFIXES):
+        problems.append(f"{spec.declared_in}: {spec.path}: data files must be .jsonl or .json (mixtures .yaml)")
+    elif not os.path.isfile(spec.path):
+        problems.append(f"{spec.declared_in}: data file {spec.path} does not exist")
+    if spec.sampling is not None and not _SAMPLING.match(str(spec.sampling)):
+        problems.append(f"{spec.declared_in}: {spec.path}: sampling {spec.sampling!r} is not one of first:N, end:N, "
+                        "random:N (N a count or a percentage like 10%)")
+    if spec.box_space not in (ABSOLUTE, NORM1000):
+        problems.append(f"{spec.declared_in}: {spec.path}: box_space {spec.box_space!r} is not one of: "
+                        f"{ABSOLUTE}, {NORM1000}")
+    return problems
+
+
+# --- reading records -----------------------------------------------------------------------------------------------
+
+
+def read_records(path: str) -> Iterator[tuple[int, Any, Optional[str]]]:
+    """(line number, record, parse error) for every row of a JSONL file or JSON list."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".jsonl"):
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line), None
+                except ValueError as exc:
+                    yield number, None, f"invalid JSON ({exc})"
+        return
+    yield from _read_json_list(text)
+
+
+def _read_json_list(text: str) -> Iterator[tuple[int, Any, Optional[str]]]:
+    """Decode a JSON list item by item so each row keeps the line it starts on."""
+    decoder = json.JSONDecoder()
+    position = _skip_space(text, 0)
+    if position >= len(text) or text[position] != "[":
+        yield 1, None, "expected a JSON list of rows"
+        return
+    position = _skip_space(text, position + 1)
+    while position < len(text) and text[position] != "]":
+        line = text.count("\n", 0, position) + 1
+        try:
+            record, position = decoder.raw_decode(text, position)
+        except ValueError as exc:
+            yield line, None, f"invalid JSON ({exc})"
+            return
+        yield line, record, None
+        position = _skip_space(text, position)
+        if position < len(text) and text[position] == ",":
+            position = _skip_space(text, position + 1)
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
+
+
+def apply_sampling(rows: list, sampling: Optional[str], seed: int) -> list:
+    if not sampling:
+        return rows
+    kind, number, percent = _SAMPLING.match(sampling).groups()
+    count = len(rows) * int(number) // 100 if percent else int(number)
+    count = min(count, len(rows))
+    if kind == "first":
+        return rows[:count]
+    if kind == "end":
+        return rows[len(rows) - count:]
+    return random.Random(seed).sample(rows, count)
+
+
+# --- validating rows ----------------------------------------------------------------------------------------------
+
+
+def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Optional[str]]:
+    """(question, answer, placeholders required, problem)."""
+    if "conversations" in record:
+        turns = record["conversations"]
+        if not isinstance(turns, list):
+            return None, None, True, "'conversations' is not a list"
+        human = [t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("human", "user")]
+        answer = [t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("gpt", "assistant")]
+        if not human or not answer:
+            return None, None, True, "'conversations' needs a human turn and a gpt turn"
+        return str(human[0]), answer[0], True, None
+    if "problem" in record and "solution" in record:
+        return str(record["problem"]), record["solution"], False, None
+    return None, None, False, "row has neither 'conversations' nor 'problem'/'solution'"
+
+
+def _image_paths(record: dict, image_root: Optional[str]) -> tuple[list[str], Optional[str]]:
+    images = record.get("image", record.get("images"))
+    if images is None:
+        return [], "row has no 'image'"
+    if isinstance(images, str):
+        images = [images]
+    if not isinstance(images, list) or not all(isinstance(i, str) for i in images) or not images:
+        return [], f"'image' must be a path or a list of paths, got {images!r}"
+    return [i if os.path.isabs(i) or not image_root else os.path.join(image_root, i) for i in images], None
+
+
+def _image_size(path: str) -> tuple[Optional[tuple[int, int]], Optional[str]]:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:  # reads the header only
+            return image.size, None
+    except FileNotFoundError:
+        return None, f"image not found: {path}"
+    except (UnidentifiedImageError, OSError) as exc:
+        return None, f"image unreadable: {path} ({exc.__class__.__name__})"
+
+
+def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any]) -> tuple[Optional[Sample], list[str]]:
+    where = f"{spec.path}:{line}"
+    if not isinstance(record, dict):
+        return None, [f"{where}: row is not a JSON object"]
+    problems = []
+    question, answer, placeholders_required, problem = _question_and_answer(record)
+    if problem:
+        problems.append(problem)
+    paths, problem = _image_paths(record, spec.image_root)
+    if problem:
+        problems.append(problem)
+    image_sizes = []
+    for path in paths:
+        size, problem = sizes[path]
+        if problem:
+            problems.append(problem)
+        image_sizes.append(size)
+    if question is not None and paths:
+        count = question.count(PLACEHOLDER)
+        if count != len(paths) and (placeholders_required or count):
+            problems.append(f"{count} {PLACEHOLDER} placeholder(s) for {len(paths)} image(s)")
+    box = parse_label(answer) if answer is not None else None
+    if answer is not None and box is None:
+        problems.append(f"cannot parse a box [x1, y1, x2, y2] from the answer {str(answer)[:80]!r}")
+    elif box is not None and not is_valid_box(box):
+        problems.append(f"box {list(box)} has x2 <= x1 or y2 <= y1")
+    if problems:
+        return None, [f"{where}: {p}" for p in problems]
+    solution = to_absolute(box, spec.box_space, image_sizes[0])
+    return Sample(where, paths, question, solution, image_sizes), []
+
+
+def _read_sizes(paths: set[str]) -> dict[str, Any]:
+    with ThreadPoolExecutor(max_workers=8) as pool:  # image headers: I/O bound on network storage
+        return dict(zip(paths, pool.map(_image_size, paths)))
+
+
+def load_spec(spec: DatasetSpec, seed: int) -> tuple[list[Sample], FileReport, list[str]]:
+    report = FileReport(spec.path)
+    problems = check_spec(spec)
+    if problems:
+        report.errors = len(problems)
+        return [], report, problems
+    rows = []
+    for line, record, error in read_records(spec.path):
+        report.rows_read += 1
+        if error:
+            problems.append(f"{spec.path}:{line}: {error}")
+        else:
+            rows.append((line, record))
+    rows = apply_sampling(rows, spec.sampling, seed)
+    wanted = {p for _, r in rows if isinstance(r, dict) for p in _image_paths(r, spec.image_root)[0]}
+    sizes = _read_sizes(wanted)
+    samples = []
+    for line, record in rows:
+        sample, row_problems = validate_row(record, spec, line, sizes)
+        problems.extend(row_problems)
+        if sample:
+            samples.append(sample)
+    report.rows_used, report.images = len(samples), sum(len(s.image_paths) for s in samples)
+    report.errors = len(problems)
+    return samples, report, problems
+
+
+def load_data(entries: list[Any], image_root: Optional[str], box_space: str, seed: int = 42) -> LoadedData:
+    """Read and validate every dataset; raise one DataError listing all problems."""
+    loaded = LoadedData(samples=[])
+    problems: list[str] = []
+    for spec in expand_specs(entries, image_root, box_space):
+        samples, report, spec_problems = load_spec(spec, seed)
+        loaded.samples.extend(samples)
+        loaded.reports.append(report)
+        problems.extend(spec_problems)
+    if problems:
+        raise DataError(problems)
+    if not loaded.samples:
+        raise DataError(["the datasets hold no rows"])
+    return loaded
+
+
+# --- the training dataset ------------------------------------------------------------------------------------
+
+
+def prompt_messages(question: str, template: str) -> list[dict]:
+    """One user turn: text with an image block at each <image>, or the images first when there are none."""
+    text = template.replace("{question}", question).strip()
+    parts = text.split(PLACEHOLDER)
+    content: list[dict] = []
+    for index, part in enumerate(parts):
+        if index:
+            content.append({"type": "image"})
+        if part.strip():
+            content.append({"type": "text", "text": part})
+    return [{"role": "user", "content": content}]
+
+
+def implicit_image_prefix(question: str, image_count: int) -> str:
+    return question if PLACEHOLDER in question else PLACEHOLDER * image_count + question
+
+
+def to_hf_dataset(samples: list[Sample], question_template: str):
+    """A datasets.Dataset (TRL requires one) that opens images only when a row is read."""
+    from datasets import Dataset
+
+    rows = [
+        {
+            "question": implicit_image_prefix(s.question, len(s.image_paths)),
+            "image_paths": s.image_paths,
+            "solution": list(s.solution),
+            "image_size": list(s.image_sizes[0]),
+            "location": s.location,
+        }
+        for s in samples
+    ]
+    dataset = Dataset.from_list(rows)
+    return dataset.with_transform(lambda batch: _materialize(batch, question_template))
+
+
+def _materialize(batch: dict[str, list], question_template: str) -> dict[str, list]:
+    from PIL import Image
+
+    def load(path: str):
+        with Image.open(path) as image:
+            return image.convert("RGB")
+
+    return {
+        "prompt": [prompt_messages(q, question_template) for q in batch["question"]],
+        "images": [[load(p) for p in paths] for paths in batch["image_paths"]],
+        "solution": batch["solution"],
+        "image_size": batch["image_size"],
+        "location": batch["location"],
+    }

@@ -1,0 +1,23 @@
+"""User-facing errors: one line, exit code 2, no traceback."""
+
+
+class UserError(Exception):
+    """A problem the user can fix (config, data, launch); the CLI prints it and exits 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    pass
+
+
+class DataError(UserError):
+    """Carries every problem found, so a user fixes the dataset in one pass."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{len(problems)} data error(s):\n" + "\n".join(problems))
+
+
+class LaunchError(UserError):
+    pass

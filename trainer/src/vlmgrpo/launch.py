@@ -1,0 +1,90 @@
+"""Multi-process launch through torchrun, and the checks that should fail before any GPU time is spent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from importlib import resources
+from typing import Any, Optional
+
+from .config import RunConfig, TrainConfig
+from .errors import LaunchError
+
+PRESETS = ("zero2", "zero3", "zero3_offload")
+MIN_SHM_BYTES = 1 << 30  # NCCL and dataloader workers need more than Docker's default 64 MB
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+
+
+def world_size(run: RunConfig) -> int:
+    if under_torchrun():
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    return run.nproc_per_node * run.nnodes
+
+
+def needs_launch(run: RunConfig) -> bool:
+    return not under_torchrun() and (run.nproc_per_node > 1 or run.nnodes > 1)
+
+
+def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc-per-node={run.nproc_per_node}",
+        f"--nnodes={run.nnodes}",
+        f"--node-rank={run.node_rank}",
+        f"--master-addr={run.master_addr}",
+        f"--master-port={run.master_port}",
+        "-m", "vlmgrpo", *argv,
+    ]
+
+
+def resolve_deepspeed(value: Any) -> Any:
+    """A preset name becomes the path of the JSON shipped in the package; anything else is passed through."""
+    if value in PRESETS:
+        return str(resources.files("vlmgrpo").joinpath(f"presets/{value}.json"))
+    if isinstance(value, str) and value and not os.path.isfile(value):
+        raise LaunchError(f"--deepspeed {value}: neither a preset ({', '.join(PRESETS)}) nor an existing JSON file")
+    if isinstance(value, str) and value:
+        try:
+            json.loads(open(value).read())
+        except ValueError as exc:
+            raise LaunchError(f"--deepspeed {value}: not valid JSON ({exc})") from None
+    return value
+
+
+def check_batch(config: TrainConfig, processes: int) -> None:
+    """TRL needs whole groups of num_generations completions in each generation batch."""
+    grpo = config.grpo
+    per_device = grpo.get("per_device_train_batch_size", 8)
+    generations = grpo.get("num_generations", 8)
+    accumulation = grpo.get("gradient_accumulation_steps", 1)
+    steps_per_generation = grpo.get("steps_per_generation") or accumulation
+    generation_batch = grpo.get("generation_batch_size") or per_device * processes * steps_per_generation
+    if generation_batch % generations:
+        raise LaunchError(
+            f"global batch {generation_batch} (per-device batch {per_device} x {processes} processes x "
+            f"{steps_per_generation} steps per generation) is not divisible by num_generations {generations}; "
+            f"change --batch-size, --num-generations or gradient_accumulation_steps"
+        )
+
+
+def shm_bytes(path: str = "/dev/shm") -> Optional[int]:
+    try:
+        return shutil.disk_usage(path).total
+    except OSError:
+        return None
+
+
+def check_shm(run: RunConfig) -> Optional[str]:
+    """A hint (not an error) when /dev/shm is too small for several local processes."""
+    if run.nproc_per_node <= 1:
+        return None
+    size = shm_bytes()
+    if size is None or size >= MIN_SHM_BYTES:
+        return None
+    return (f"/dev/shm is only {size // (1 << 20)} MiB; multi-process training (NCCL, data loading) can crash "
+            "or hang with that. Start the container with `docker run --shm-size=16g ...` or `--ipc=host`")

@@ -1,0 +1,189 @@
+"""A tiny random Qwen2.5-VL, its tokenizer and processor, and a matching REC dataset, all made locally.
+
+Used by the tests, `vlmgrpo selftest` and examples/rec_tiny.yaml: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from importlib import resources
+from pathlib import Path
+
+# Qwen2-VL's special tokens; ids follow the training order, so the model config reads them from the tokenizer.
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+COLORS = {"red": (220, 30, 30), "green": (30, 180, 30), "blue": (30, 60, 220), "yellow": (230, 210, 20)}
+QUESTION = "Please provide the bounding box coordinate of the region this sentence describes: the {color} rectangle."
+
+
+def chat_template() -> str:
+    return resources.files("vlmgrpo").joinpath("templates/qwen2_vl_chat_template.jinja").read_text()
+
+
+def _corpus(rng: random.Random, lines: int = 2000) -> list[str]:
+    """Text resembling prompts and answers, so the BPE learns useful merges for them."""
+    words = ["<think>", "</think>", "<answer>", "</answer>", "bbox_2d", "the", "rectangle", "region", "box"]
+    words += list(COLORS) + QUESTION.split()
+    corpus = []
+    for _ in range(lines):
+        box = [rng.randint(0, 112) for _ in range(4)]
+        corpus.append(" ".join(rng.choices(words, k=8)) + f' {{"bbox_2d": {box}}}')
+    return corpus
+
+
+def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(_corpus(random.Random(seed)), trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+        model_max_length=4096,
+    )
+    wrapped.padding_side = "left"
+    wrapped.save_pretrained(out_dir)
+    return wrapped
+
+
+def make_model_config(tokenizer):
+    from transformers import Qwen2_5_VLConfig
+
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    text_config = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        # head_dim 16: the three M-RoPE sections (time, height, width) must sum to head_dim / 2.
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    vision_config = dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=64,
+        fullatt_block_indexes=[1],
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=112,
+    )
+    return Qwen2_5_VLConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+
+def make_model(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write a random tiny Qwen2.5-VL with tokenizer, processor and chat template to out_dir."""
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(out_dir, seed=seed)
+    tokenizer.chat_template = chat_template()
+    torch.manual_seed(seed)
+    config = make_model_config(tokenizer)
+    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+    model.generation_config = GenerationConfig(
+        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=True
+    )
+    model.save_pretrained(out_dir)
+    pixel_limits = {"min_pixels": 28 * 28, "max_pixels": 112 * 112}
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**pixel_limits),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(**pixel_limits),
+        chat_template=chat_template(),
+    )
+    processor.save_pretrained(out_dir)
+    return out_dir
+
+
+def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> Path:
+    """PNGs with one coloured rectangle each and a VLM-R1-style JSONL whose answers are those rectangles."""
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(seed)
+    out_dir = Path(out_dir)
+    image_dir = out_dir / "images"
+    image_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for index in range(rows):
+        width, height = rng.choice([56, 84, 112]), rng.choice([56, 84, 112])
+        x1, y1 = rng.randint(0, width // 2), rng.randint(0, height // 2)
+        x2, y2 = rng.randint(x1 + 8, width), rng.randint(y1 + 8, height)
+        color = rng.choice(list(COLORS))
+        image = Image.new("RGB", (width, height), (245, 245, 245))
+        ImageDraw.Draw(image).rectangle([x1, y1, x2 - 1, y2 - 1], fill=COLORS[color])
+        name = f"{index:04d}.png"
+        image.save(image_dir / name)
+        answer = json.dumps({"bbox_2d": [x1, y1, x2, y2]})
+        lines.append(
+            {
+                "id": index,
+                "image": name,
+                "conversations": [
+                    {"from": "human", "value": "<image>" + QUESTION.format(color=color)},
+                    {"from": "gpt", "value": answer},
+                ],
+            }
+        )
+    data_file = out_dir / "rec.jsonl"
+    data_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return data_file
+
+
+def make_tiny(out_dir: str | Path, rows: int = 16, seed: int = 0) -> dict[str, str]:
+    """Model in OUT/model, images in OUT/data/images, rows in OUT/data/rec.jsonl."""
+    out_dir = Path(out_dir)
+    model_dir = make_model(out_dir / "model", seed=seed)
+    data_file = make_images_and_rows(out_dir / "data", rows=rows, seed=seed)
+    return {"model": str(model_dir), "data": str(data_file), "image_root": str(data_file.parent / "images")}
