@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -75,8 +75,9 @@ class _ProgressParser:
         if vertex not in self.headers:
             self.headers[vertex] = text
             step = _STEP_HEADER.match(text)
-            # FROM resolves a base image rather than running a step; locally present bases
-            # never report CACHED, so counting them would make "all cached" unreachable.
+            # FROM resolves a base image rather than running a step, and BuildKit marks a
+            # local base CACHED on some builds and DONE on others: counting it would make
+            # "all cached" depend on that rather than on the steps.
             if step and step.group(1).upper() != "FROM":
                 self.steps.add(vertex)
         elif text == "CACHED":
@@ -111,6 +112,11 @@ class BuildClient:
         target: str | None = None,
         progress: str = "plain",
     ) -> BuildOutcome:
+        """Build context, streaming each output line to log.
+
+        Step and cache counts come from the plain progress output: other progress modes
+        build the same but report 0 steps. A failed build is an outcome, not an exception.
+        """
         for secret_id, path in secrets.items():
             if not Path(path).is_file():
                 raise BuildClientError(f"build secret {secret_id!r}: no file at {path}")
@@ -361,7 +367,7 @@ def _with_failures(client: BuildClient, failed: list[_Attempt]) -> BuildClient:
     if not failed:
         return client
     refused = "; ".join(f"{a.label} refused: {a.failure}" for a in _distinct_failures(failed))
-    return BuildClient(client.command, client.env, f"{client.why}; {refused}", client.uses_buildx, client.builder)
+    return replace(client, why=f"{client.why}; {refused}")
 
 
 def _no_client_message(attempts: list[_Attempt], preferred: str | None, builder: str | None) -> str:
