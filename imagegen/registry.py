@@ -102,10 +102,12 @@ def push_image(
 def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str, force: bool) -> str:
     """'push', 'published' (the same image is there), or the reason the push is refused."""
     remote = _fetch_manifest(registry, repository, tag, method="GET")
-    if remote is None or force:
+    if remote is None:
         return "push"
     if remote.config_digest == image_id:
         return "published"
+    if force:
+        return "push"
     held = f"config {remote.config_digest}" if remote.config_digest else "a multi-platform index"
     return (
         f"registry already holds {registry}/{repository}:{tag} with a different image ({held}); "

@@ -131,3 +131,24 @@ def test_registry_may_carry_a_namespace(registry, repository, tiny_image, docker
     assert outcome.pushed_tags == ["1.0.0"]
     assert remote_digest(registry, repository, "1.0.0") == outcome.digest
     assert remote_digest(f"{registry}/{namespace}", name, "1.0.0") == outcome.digest
+
+
+def test_force_with_the_same_image_already_there_pushes_nothing(registry, repository, tiny_image, docker_client):
+    image_id = tiny_image("same-forced")
+    push_image(image_id, registry, repository, ["1.0.0"], [], False, client=docker_client)
+
+    outcome = push_image(image_id, registry, repository, ["1.0.0"], [], force=True, client=docker_client)
+
+    assert (outcome.already_published, outcome.pushed_tags) == (["1.0.0"], [])
+    assert outcome.digest == remote_digest(registry, repository, "1.0.0")
+
+
+def test_errors_inside_the_push_stream_are_raised(tiny_image, docker_client):
+    # Only an alias, so no manifest lookup runs first: the failure comes from the push stream.
+    unreachable = "127.0.0.1:9"
+    name = unique_name("imagegen-test/unreachable")
+    try:
+        with pytest.raises(RegistryError, match=f"push of {unreachable}/{name}:latest failed: .*connection refused"):
+            push_image(tiny_image("unreachable"), unreachable, name, [], ["latest"], False, client=docker_client)
+    finally:
+        docker_client.images.remove(f"{unreachable}/{name}:latest")
