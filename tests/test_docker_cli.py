@@ -9,7 +9,13 @@ import pytest
 
 from imagegen.containers import exported_file_paths, image_facts, layer_file_paths
 from imagegen.docker_cli import BuildClientError, find_build_client
-from tests.docker_env import build_client, docker_client, local_base_image, throwaway_tag  # noqa: F401
+from tests.docker_env import (  # noqa: F401
+    build_client,
+    ca_bundle,
+    docker_client,
+    local_base_image,
+    throwaway_tag,
+)
 
 SECRET_VALUE = "s3cret-value-never-in-a-layer"
 
@@ -80,6 +86,44 @@ def test_second_identical_build_comes_entirely_from_cache(
     assert second.fully_cached and not first.fully_cached
     assert second.image_id == first.image_id
     assert image_facts(tag, client=docker_client)["labels"] == {"org.imagegen.test": "cache"}
+
+
+def test_host_ca_bundle_as_a_secret_is_usable_and_leaves_no_trace(
+    build_client, local_base_image, ca_bundle, throwaway_tag, tmp_path, docker_client
+):
+    # The way builds reach PyPI through the TLS-intercepting proxy without baking its CA in.
+    context = write_context(
+        tmp_path,
+        f"FROM {local_base_image}\n"
+        "RUN --mount=type=secret,id=ca,target=/run/proxy-ca.crt "
+        f"grep -c 'BEGIN CERTIFICATE' /run/proxy-ca.crt > /ca-count-{uuid.uuid4().hex[:8]}\n",
+    )
+    tag = throwaway_tag("ca")
+
+    outcome = build_client.build(context, None, [tag], {}, {}, {"ca": ca_bundle}, lambda _: None)
+
+    assert outcome.ok, outcome.log_tail
+    layer_paths = set().union(*(layer.paths for layer in layer_file_paths(tag, client=docker_client)))
+    assert "/run/proxy-ca.crt" not in layer_paths
+    assert any(path.startswith("/ca-count-") for path in layer_paths)
+
+
+def test_target_stops_at_the_named_stage(build_client, local_base_image, throwaway_tag, tmp_path, docker_client):
+    context = write_context(
+        tmp_path,
+        f"FROM {local_base_image} AS first\n"
+        f"RUN echo {uuid.uuid4().hex} > /first\n"
+        "FROM first AS second\n"
+        "RUN touch /second\n",
+    )
+    tag = throwaway_tag("target")
+
+    outcome = build_client.build(context, None, [tag], {}, {}, {}, lambda _: None, target="first")
+
+    assert outcome.ok, outcome.log_tail
+    assert outcome.total_steps == 1
+    files = exported_file_paths(tag, client=docker_client)
+    assert "/first" in files and "/second" not in files
 
 
 def test_failing_run_reports_the_step_and_the_error(build_client, local_base_image, throwaway_tag, tmp_path):
