@@ -106,7 +106,8 @@ class ZeroRewardWatchdog(TrainerCallback):
                       "so advantages and gradients are zero")
 
     def warn(self, problem: str) -> None:
-        message = f"GRPO is not learning: {problem}; {self.HINT}"
+        hint = self.HINT if not self.warnings else "see the checks suggested above"
+        message = f"GRPO is not learning: {problem}; {hint}"
         self.warnings.append(message)
         log.warning(message)
 

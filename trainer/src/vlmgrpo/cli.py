@@ -16,6 +16,12 @@ log = logging.getLogger("vlmgrpo")
 
 
 def setup_logging() -> None:
+    if log.handlers:
+        return
+    # One copy of each message per run, not one per process.
+    if os.environ.get("RANK", "0") != "0":
+        log.setLevel(logging.ERROR)
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("vlmgrpo: %(levelname)s: %(message)s"))
     log.addHandler(handler)
