@@ -6,6 +6,7 @@ is allowed; `check` runs them all so a user sees every mistake at once.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -52,6 +53,10 @@ def _check_facts(matrix: Matrix) -> list[Problem]:
         if cuda.os not in matrix.os:
             problems.append(matrix.problem(("cuda", minor, "os"), f"unknown os {cuda.os!r}; "
                                            f"allowed: {', '.join(matrix.os)}", "known-os"))
+        for index, arch in enumerate(cuda.archs):
+            if not re.fullmatch(r"\d+\.\d+", arch):
+                problems.append(matrix.problem(("cuda", minor, "archs", index), f"{arch!r} is not a compute "
+                                               "capability such as \"8.0\"", "cuda-arch"))
         if not cuda.version.startswith(minor + "."):
             problems.append(matrix.problem(("cuda", minor, "version"), f"version {cuda.version} is not a "
                                            f"{minor}.x release", "cuda-version"))

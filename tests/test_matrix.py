@@ -1,0 +1,93 @@
+"""Loading matrix.yaml and every validation rule, each with a matrix broken on purpose."""
+
+import pytest
+
+from imagegen import matrix as matrix_module
+from imagegen.errors import MatrixError
+
+from tests.helpers import edited, image_named, problems_of, rules_broken, specs
+
+
+def test_real_matrix_resolves_to_every_image():
+    names = [spec.name for spec in specs()]
+    assert "cpu" in names
+    cudas = {spec.cuda_minor for spec in specs() if spec.cuda_minor}
+    assert {"11.8", "12.1", "12.4", "12.6", "12.8", "13.0"} <= cudas
+
+
+def test_errors_name_file_line_and_key():
+    text = "repository: r\nos: {}\ncuda: {}\ntorch: {}\nimages: []\ncolour: blue\n"
+    with pytest.raises(MatrixError) as caught:
+        matrix_module.parse(text, "m.yaml")
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.key, problem.rule) == ("m.yaml", 6, "colour", "unknown-key")
+    assert "allowed keys: repository" in problem.message
+
+
+def test_yaml_syntax_error_has_a_line():
+    with pytest.raises(MatrixError) as caught:
+        matrix_module.parse("repository: r\nimages: [\n", "m.yaml")
+    assert caught.value.problems[0].rule == "yaml"
+
+
+def test_unquoted_version_read_as_a_number_is_explained():
+    problems = problems_of(edited(lambda d: image_named(d, "cpu").update(python=3.10)))
+    assert [p.rule for p in problems] == ["type"]
+    assert "quote it" in problems[0].message and problems[0].key == "images[7].python"
+
+
+@pytest.mark.parametrize("edit, rule", [
+    (lambda d: image_named(d, "cpu").update(gpus=8), "unknown-key"),
+    (lambda d: d["cuda"]["12.4"].pop("archs"), "required-key"),
+    (lambda d: d["cuda"]["12.4"].update(cudnn="nine"), "type"),
+    (lambda d: image_named(d, "cpu").update(flavor="tiny"), "choice"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(cuda="9.9"), "known-cuda"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(torch="3.0.0"), "known-torch"),
+    (lambda d: image_named(d, "cu126-torch2.7").update(torch="2.5.1", transformers="4.57.6",
+                                                       flash_attn="none"), "torch-cuda-build"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(python="3.8"), "python-in-torch-range"),
+    (lambda d: image_named(d, "cpu").update(python="3.12"), "python-source"),
+    (lambda d: image_named(d, "cu128-torch2.8").update(flash_attn="2.6.3"), "flash-attn-wheel"),
+    (lambda d: image_named(d, "cu128-torch2.8").update(flash_attn="9.9.9"), "flash-attn-wheel"),
+    (lambda d: image_named(d, "cu130-torch2.11").update(flavor="runtime"), "flash-attn-source-needs-devel"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(torchvision="0.20.1"), "torchvision-matches-torch"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(transformers="5.3.0"), "known-bad"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(transformers="5.1.0"), "known-bad"),
+    (lambda d: image_named(d, "cu121-torch2.5").update(transformers="5.24.0"), "transformers-torch"),
+    (lambda d: image_named(d, "cpu").update(name="cu124-torch2.6"), "unique-name"),
+    (lambda d: d["images"].append(dict(image_named(d, "cpu"), name="cpu-again")), "unique-tag"),
+    (lambda d: d.update(latest="nope"), "known-image"),
+    (lambda d: image_named(d, "cpu").update(transformers="5"), "exact-version"),
+    (lambda d: image_named(d, "cpu").pop("os"), "known-os"),
+    (lambda d: image_named(d, "cpu").pop("base"), "base-image"),
+    (lambda d: d["torch"]["2.6.0"].update(python="three"), "python-range"),
+    (lambda d: d["torch"]["2.6.0"].update(pypi_build="10.0"), "pypi-build"),
+    (lambda d: d["cuda"]["12.4"].update(version="12.5.0"), "cuda-version"),
+])
+def test_each_rule_rejects_its_bad_matrix(edit, rule):
+    assert rule in rules_broken(edited(edit))
+
+
+def test_transformers_5_1_reports_both_known_bad_entries_with_reasons():
+    problems = problems_of(edited(lambda d: image_named(d, "cu124-torch2.6").update(transformers="5.1.0")))
+    reasons = [p.message for p in problems if p.rule == "known-bad"]
+    assert len(reasons) == 2 and any("deepspeed extra" in r for r in reasons)
+
+
+def test_a_source_build_opts_out_of_the_wheel_rule():
+    data = edited(lambda d: image_named(d, "cu128-torch2.8").update(
+        flash_attn={"version": "2.6.3", "build": "source"}))
+    assert problems_of(data) == []
+
+
+def test_inherited_key_points_at_defaults():
+    problems = problems_of(edited(lambda d: d["defaults"].update(transformers="5.3.0")))
+    assert problems and all(p.key == "defaults.transformers" for p in problems)
+    assert any("inherited by image cu124-torch2.6" in p.message for p in problems)
+
+
+def test_all_problems_are_reported_at_once():
+    def break_twice(d):
+        image_named(d, "cpu").update(python="3.12")
+        image_named(d, "cu124-torch2.6").update(torchvision="0.1.0")
+    assert {"python-source", "torchvision-matches-torch"} <= rules_broken(edited(break_twice))
