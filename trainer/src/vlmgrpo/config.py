@@ -314,8 +314,10 @@ def dump_config(config: TrainConfig) -> str:
     from trl import GRPOConfig
 
     values = config.flat()
-    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.init and f.name not in values}
-    for key, value in defaults.items():
+    for f in dataclasses.fields(GRPOConfig):
+        if not f.init or f.name in values:
+            continue
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if value is not dataclasses.MISSING:
-            values[key] = value.value if isinstance(value, enum.Enum) else value
+            values[f.name] = value.value if isinstance(value, enum.Enum) else value
     return yaml.safe_dump(values, sort_keys=False, default_flow_style=None)

@@ -1,0 +1,43 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parent
+
+# The image runs as an arbitrary uid with a HOME it cannot write: the trainer must not need one.
+# /dev/null is not a directory, so nothing can be created under it even as root.
+ENV = dict(os.environ, HOME="/dev/null", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+           HF_HOME=os.environ.get("HF_HOME", "/tmp/vlmgrpo-test-hf-home"), PYTHONUNBUFFERED="1")
+
+
+def vlmgrpo(*args, timeout=300, check=False, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo", *map(str, args)], capture_output=True, text=True,
+                            timeout=timeout, env=ENV, **kwargs)
+    if check and result.returncode:
+        raise AssertionError(f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """The tiny model and dataset, made once per session."""
+    from vlmgrpo.tiny import make_tiny
+
+    return make_tiny(tmp_path_factory.mktemp("tiny"), rows=8)
+
+
+def train_args(tiny, output, *extra):
+    """A small, fast run; the dense shaping reward (tests only) makes gradients non-zero for a random policy."""
+    return ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+            "--output", output, "--num-generations", "4", "--batch-size", "4", "--max-completion-length", "12",
+            "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
+            "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:distinct_tokens]", *extra]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -1,0 +1,106 @@
+import subprocess
+import sys
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import ENV
+from vlmgrpo.cli import main
+from vlmgrpo.config import SECTIONS, grpo_field_types, load_config, section_field_types
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["train", *args])
+
+
+def test_our_keys_do_not_shadow_grpo_config_fields():
+    assert not set(section_field_types()) & set(grpo_field_types())
+
+
+def test_recipe_defaults_follow_vlm_r1():
+    config = load_config(None, {})
+    assert config.grpo["num_generations"] == 8 and config.grpo["beta"] == 0.04
+    assert config.grpo["learning_rate"] == 1e-6 and config.grpo["gradient_checkpointing"] is True
+    assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
+
+
+def test_file_then_flags_then_set(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model_name_or_path: m\nmax_steps: 5\nbeta: 0.1\nlr_scheduler_type: cosine\n")
+    result = invoke("--config", str(path), "--max-steps", "7", "--set", "warmup_steps=3", "--set", "top_p=0.9",
+                    "--print-config")
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)
+    assert printed["max_steps"] == 7 and printed["beta"] == 0.1 and printed["warmup_steps"] == 3
+    assert printed["lr_scheduler_type"] == "cosine" and printed["top_p"] == 0.9
+    assert set(grpo_field_types()) <= set(printed)  # every GRPOConfig field is listed and settable
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("lerning_rate: 0.1\n", "unknown key 'lerning_rate' (did you mean learning_rate"),
+    ("learning_rate: fast\n", "key 'learning_rate': 'fast' is not valid, expected float"),
+    ("lr_scheduler_type: wavy\n", "key 'lr_scheduler_type': 'wavy' is not valid, expected one of linear, cosine"),
+    ("gradient_checkpointing: maybe\n", "expected bool"),
+    ("attn_implementation: flash3\n", "key 'attn_implementation': 'flash3' is not one of: auto, flash_attention_2"),
+    ("box_space: pixels\n", "key 'box_space': 'pixels' is not one of: absolute, norm1000"),
+    ("- a list\n", "expected a mapping"),
+])
+def test_bad_config_one_line_exit_2(tmp_path, content, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    result = invoke("--config", str(path), "--dry-run")
+    assert result.exit_code == 2
+    assert expected in result.output and str(path) in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_bad_set_value_names_the_command_line():
+    result = invoke("--set", "num_generations=many", "--print-config")
+    assert result.exit_code == 2 and "command line: key 'num_generations'" in result.output
+
+
+def test_batch_not_divisible_by_generations_is_explained(tmp_path):
+    result = invoke("--model", "m", "--data", "x.jsonl", "--batch-size", "3", "--num-generations", "8",
+                    "--set", "gradient_accumulation_steps=1", "--nproc-per-node", "2", "--dry-run")
+    assert result.exit_code == 2
+    assert "global batch 6 (per-device batch 3 x 2 processes x 1 steps per generation)" in result.output
+    assert "num_generations 8" in result.output
+
+
+def test_unknown_deepspeed_preset():
+    result = invoke("--model", "m", "--data", "x.jsonl", "--deepspeed", "zero9", "--dry-run")
+    assert result.exit_code == 2 and "neither a preset (zero2, zero3, zero3_offload)" in result.output
+
+
+def test_deepspeed_presets_ship_in_the_package():
+    from vlmgrpo.launch import resolve_deepspeed
+
+    for preset, stage in (("zero2", 2), ("zero3", 3), ("zero3_offload", 3)):
+        import json
+
+        assert json.load(open(resolve_deepspeed(preset)))["zero_optimization"]["stage"] == stage
+
+
+def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model_name_or_path: m\nnum_generation: 4\n")
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo", "train", "--config", str(path)],
+                            capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith(f"error: {path}: unknown key 'num_generation'")
+
+
+def test_torchrun_command_and_shm_hint(monkeypatch):
+    from vlmgrpo import launch
+    from vlmgrpo.config import RunConfig
+
+    run = RunConfig(nproc_per_node=8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=1234)
+    command = launch.torchrun_command(run, ["train", "--config", "x.yaml"])
+    assert command[1:3] == ["-m", "torch.distributed.run"]
+    assert "--nproc-per-node=8" in command and "--node-rank=1" in command and command[-3:] == [
+        "train", "--config", "x.yaml"]
+    monkeypatch.setattr(launch, "shm_bytes", lambda path="/dev/shm": 64 << 20)
+    assert "--shm-size=16g" in launch.check_shm(run) and "--ipc=host" in launch.check_shm(run)
+    assert launch.check_shm(RunConfig()) is None
