@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from packaging.requirements import Requirement
+
 from . import rules, tags
 from .errors import MatrixError
 from .matrix import ImageEntry, Matrix
@@ -15,6 +17,14 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
 FLASH_ATTN_WHEEL = ("https://github.com/Dao-AILab/flash-attention/releases/download/v{version}/"
                     "flash_attn-{version}+cu{cu}torch{torch}cxx11abi{abi}-cp{py}-cp{py}-linux_x86_64.whl")
 FLASH_ATTN_MIN_ARCH = (8, 0)  # flash-attn 2 runs on Ampere and newer
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """The trainer distribution baked into every image."""
+
+    version: str
+    requirements: tuple[Requirement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,12 +85,12 @@ class ImageSpec:
         }
 
 
-def resolve(matrix: Matrix, trainer_version: str) -> list[ImageSpec]:
+def resolve(matrix: Matrix, trainer: Trainer) -> list[ImageSpec]:
     """Every image of the matrix, or MatrixError listing every problem found."""
-    problems = rules.check(matrix)
+    problems = rules.check(matrix, trainer.requirements)
     if problems:
         raise MatrixError(problems)
-    specs = [_resolve_image(matrix, image, trainer_version) for image in matrix.images]
+    specs = [_resolve_image(matrix, image, trainer.version) for image in matrix.images]
     named = tags.assign(specs, matrix.latest)
     duplicates = tags.duplicate_tags(named)
     if duplicates:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .errors import Problem
@@ -18,10 +20,11 @@ from .matrix import ImageEntry, Matrix
 STACK = ("transformers", "trl", "accelerate", "peft")
 
 
-def check(matrix: Matrix) -> list[Problem]:
+def check(matrix: Matrix, trainer_requirements: tuple[Requirement, ...] = ()) -> list[Problem]:
     problems = _check_facts(matrix)
     for image in matrix.images:
-        problems += _check_image(matrix, image)
+        image_problems = _check_image(matrix, image)
+        problems += image_problems or _check_trainer_fits(matrix, image, trainer_requirements)
     problems += _check_unique_names(matrix)
     return problems
 
@@ -202,6 +205,18 @@ def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
             problems.append(matrix.problem(_at(image, "transformers"), f"transformers {image.transformers} with "
                                            f"deepspeed is known bad: {bad.reason}; allowed: transformers outside "
                                            f"{bad.transformers}", "known-bad"))
+    return problems
+
+
+def _check_trainer_fits(matrix: Matrix, image: ImageEntry, requirements: tuple[Requirement, ...]) -> list[Problem]:
+    """The trainer is installed last, under the image's pins: its requirements must accept them."""
+    pinned = {"torch": image.torch, **{name: getattr(image, name) for name in STACK}}
+    problems = []
+    for requirement in requirements:
+        version = pinned.get(canonicalize_name(requirement.name))
+        if version and not requirement.specifier.contains(version, prereleases=True):
+            problems.append(matrix.problem(_at(image, requirement.name), f"the trainer requires {requirement}, "
+                                           f"the image pins {version}", "trainer-requirements"))
     return problems
 
 

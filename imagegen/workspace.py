@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from . import matrix as matrix_module
 from . import plan
 from .errors import UserError
@@ -27,17 +29,18 @@ class Workspace:
     def load(self) -> tuple[matrix_module.Matrix, list[plan.ImageSpec]]:
         """The matrix and every image it resolves to; raises MatrixError on any problem."""
         loaded = matrix_module.read(self.matrix)
-        return loaded, plan.resolve(loaded, trainer_version(self.trainer))
+        return loaded, plan.resolve(loaded, read_trainer(self.trainer))
 
 
-def trainer_version(trainer_dir: Path) -> str:
-    """The trainer distribution's version: the first part of every image's tag."""
+def read_trainer(trainer_dir: Path) -> plan.Trainer:
+    """The trainer's version (the first part of every tag) and what it requires of the image."""
     pyproject = trainer_dir / "pyproject.toml"
     try:
         with pyproject.open("rb") as handle:
-            return tomllib.load(handle)["project"]["version"]
+            project = tomllib.load(handle)["project"]
+        return plan.Trainer(project["version"], tuple(Requirement(r) for r in project.get("dependencies", ())))
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "
                         "Pass --trainer DIR") from None
-    except (KeyError, tomllib.TOMLDecodeError) as exc:
-        raise UserError(f"{pyproject}: cannot read [project] version: {exc}") from None
+    except (KeyError, tomllib.TOMLDecodeError, InvalidRequirement) as exc:
+        raise UserError(f"{pyproject}: cannot read [project] version and dependencies: {exc}") from None

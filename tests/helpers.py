@@ -13,7 +13,7 @@ from imagegen.errors import MatrixError
 
 REPO = Path(__file__).resolve().parent.parent
 MATRIX_PATH = REPO / "matrix.yaml"
-TRAINER_VERSION = "0.1.0"
+TRAINER = plan.Trainer("0.1.0")
 
 
 def real_matrix_data() -> dict:
@@ -28,7 +28,7 @@ def problems_of(data: dict) -> list:
     """The problems a matrix made of `data` has; [] when it resolves."""
     text = yaml.safe_dump(data, sort_keys=False)
     try:
-        plan.resolve(matrix_module.parse(text, "matrix.yaml"), TRAINER_VERSION)
+        plan.resolve(matrix_module.parse(text, "matrix.yaml"), TRAINER)
     except MatrixError as error:
         return error.problems
     return []
@@ -45,7 +45,7 @@ def edited(edit) -> dict:
 
 
 def specs():
-    return plan.resolve(matrix_module.read(MATRIX_PATH), TRAINER_VERSION)
+    return plan.resolve(matrix_module.read(MATRIX_PATH), TRAINER)
 
 
 def spec_named(name: str):

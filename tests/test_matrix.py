@@ -91,3 +91,18 @@ def test_all_problems_are_reported_at_once():
         image_named(d, "cpu").update(python="3.12")
         image_named(d, "cu124-torch2.6").update(torchvision="0.1.0")
     assert {"python-source", "torchvision-matches-torch"} <= rules_broken(edited(break_twice))
+
+
+def test_the_trainers_requirements_must_accept_each_images_pins():
+    from packaging.requirements import Requirement
+
+    from imagegen import matrix as matrix_module
+    from imagegen import plan
+    from tests.helpers import MATRIX_PATH
+
+    trainer = plan.Trainer("0.1.0", (Requirement("transformers>=5.0"), Requirement("trl>=1.0")))
+    with pytest.raises(MatrixError) as caught:
+        plan.resolve(matrix_module.read(MATRIX_PATH), trainer)
+    (problem,) = caught.value.problems
+    assert (problem.key, problem.rule) == ("images[1].transformers", "trainer-requirements")
+    assert problem.message == "the trainer requires transformers>=5.0, the image pins 4.57.6"
