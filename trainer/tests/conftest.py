@@ -36,7 +36,7 @@ def train_args(tiny, output, *extra):
     return ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
             "--output", output, "--num-generations", "4", "--batch-size", "4", "--max-completion-length", "12",
             "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
-            "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:distinct_tokens]", *extra]
+            "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:token_sum]", *extra]
 
 
 def read_jsonl(path):

@@ -69,10 +69,11 @@ def _trainer_class():
         completions_path: Optional[Path] = None
 
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-            super()._load_from_checkpoint(resume_from_checkpoint, model)
             target = self.accelerator.unwrap_model(model if model is not None else self.model)
             if self.is_deepspeed_enabled or self.is_fsdp_enabled or hasattr(target, "peft_config"):
-                return  # those formats are restored by their own loaders
+                # Their own formats (DeepSpeed engine state, FSDP shards, PEFT adapters) load by their own keys.
+                super()._load_from_checkpoint(resume_from_checkpoint, model)
+                return
             count = restore_weights(target, resume_from_checkpoint)
             log.info("restored %d weight tensors from %s", count, resume_from_checkpoint)
 

@@ -1,0 +1,205 @@
+"""End-to-end GRPO runs on the tiny model, through the real CLI in child processes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ENV, REPO, read_jsonl, train_args, vlmgrpo
+
+
+def tensors(path) -> dict:
+    return load_file(str(Path(path) / "model.safetensors"))
+
+
+def assert_same(a: dict, b: dict):
+    assert a.keys() == b.keys()
+    different = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+@pytest.fixture(scope="module")
+def trained(tiny, tmp_path_factory):
+    """3 steps, checkpoints at 2 and 3."""
+    output = tmp_path_factory.mktemp("run") / "out"
+    result = vlmgrpo(*train_args(tiny, output, "--max-steps", "3", "--save-steps", "2"), check=True)
+    return output, result
+
+
+def test_train_writes_metrics_and_changes_weights(tiny, trained):
+    output, result = trained
+    metrics = read_jsonl(output / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    first = metrics[0]
+    assert set(first["rewards"]) == {"iou", "format", "token_sum"}
+    for key in ("reward_std", "kl", "completion_length", "step_time", "learning_rate"):
+        assert key in first
+    assert first["rewards"]["token_sum"] > 0 and first["reward_std"] > 0
+    assert sum(line.startswith("step ") for line in result.stdout.splitlines()) == 3
+    initial, final = tensors(tiny["model"]), tensors(output)
+    changed = [name for name in initial if not torch.equal(initial[name], final[name])]
+    assert len(changed) > len(initial) // 2, f"only {len(changed)} of {len(initial)} tensors changed"
+    assert (output / "checkpoint-2" / "optimizer.pt").is_file() and (output / "checkpoint-2" / "scheduler.pt").is_file()
+    assert (output / "vlmgrpo_config.yaml").is_file()
+
+
+def test_trainer_resume_alone_would_lose_the_weights(trained):
+    """transformers#43701 on the installed version: checkpoint keys do not match the in-memory model's keys,
+    so Trainer's load_state_dict(strict=False) restores (almost) nothing. This is why checkpoint.py exists."""
+    from transformers import AutoModelForImageTextToText
+
+    output, _ = trained
+    model = AutoModelForImageTextToText.from_pretrained(str(output / "checkpoint-2"))
+    result = model.load_state_dict(tensors(output / "checkpoint-2"), strict=False)
+    if not result.unexpected_keys:
+        pytest.skip("this transformers version saves checkpoints with the in-memory key names")
+    assert any("visual" in key for key in result.unexpected_keys)
+
+
+def checkpoint_in_model_keys(checkpoint) -> dict:
+    """The checkpoint's tensors under the in-memory Qwen2.5-VL names (the rename is spelled out here on purpose,
+    independent of the code under test)."""
+    renamed = {}
+    for name, tensor in tensors(checkpoint).items():
+        if name.startswith("visual."):
+            name = "model." + name
+        elif name.startswith("model.") and not name.startswith(("model.visual.", "model.language_model.")):
+            name = "model.language_model." + name[len("model."):]
+        renamed[name] = tensor
+    return renamed
+
+
+def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
+    """Resume in-process and snapshot the model at on_train_begin, i.e. after the checkpoint was loaded."""
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from vlmgrpo.config import load_config
+    from vlmgrpo.train import build_grpo_config, build_trainer, validate
+
+    args = train_args(tiny, output, "--max-steps", "3")[1:]
+    overrides = {}
+    for flag, value in zip(args[::2], args[1::2]):
+        key = {"--model": "model_name_or_path", "--data": "data", "--image-root": "image_root",
+               "--output": "output_dir", "--num-generations": "num_generations",
+               "--batch-size": "per_device_train_batch_size", "--max-completion-length": "max_completion_length",
+               "--max-steps": "max_steps"}.get(flag)
+        if key:
+            overrides[key] = [value] if key == "data" else (int(value) if str(value).isdigit() else str(value))
+    config = load_config(None, overrides)
+    trainer = build_trainer(config, validate(config), build_grpo_config(config))
+    if not fixed:  # what plain transformers/TRL would do
+        trainer._load_from_checkpoint = lambda path, model=None: GRPOTrainer._load_from_checkpoint(trainer, path, model)
+    snapshot = {}
+
+    class Snapshot(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            snapshot.update({k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
+            control.should_training_stop = True
+
+    trainer.add_callback(Snapshot())
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    return snapshot
+
+
+def test_resume_restores_the_checkpoint_weights(tiny, trained, tmp_path):
+    """The transformers#43701 proof: after resume, every tensor equals the checkpoint's safetensors."""
+    output, _ = trained
+    checkpoint = output / "checkpoint-2"
+    saved = checkpoint_in_model_keys(checkpoint)
+    restored = weights_when_training_starts(tiny, checkpoint, tmp_path / "a", fixed=True)
+    restored.pop("lm_head.weight", None) if "lm_head.weight" not in saved else None
+    assert_same({k: restored[k] for k in saved}, saved)
+    assert set(restored) == set(saved)
+    # Without our restore, the vision tower and language model keep the base weights.
+    unfixed = weights_when_training_starts(tiny, checkpoint, tmp_path / "b", fixed=False)
+    base = checkpoint_in_model_keys(tiny["model"])
+    assert torch.equal(unfixed["model.visual.patch_embed.proj.weight"], base["model.visual.patch_embed.proj.weight"])
+    assert not torch.equal(unfixed["model.visual.patch_embed.proj.weight"],
+                           saved["model.visual.patch_embed.proj.weight"])
+
+
+def test_resume_auto_continues_at_the_next_step(tiny, trained, tmp_path):
+    output, _ = trained
+    target = tmp_path / "out"
+    target.mkdir()
+    shutil.copytree(output / "checkpoint-2", target / "checkpoint-2")
+    result = vlmgrpo(*train_args(tiny, target, "--max-steps", "3", "--resume", "auto"), check=True)
+    assert [m["step"] for m in read_jsonl(target / "metrics.jsonl")] == [3]
+    assert "step 3/3" in result.stdout
+    state = json.loads((target / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    # The optimizer, scheduler and RNG state came back too: the continued run matches the uninterrupted one.
+    assert_same(tensors(target), tensors(output))
+
+
+def test_resume_auto_without_checkpoint_starts_fresh(tiny, tmp_path):
+    result = vlmgrpo(*train_args(tiny, tmp_path / "fresh", "--max-steps", "1", "--resume", "auto"), check=True)
+    assert "no checkpoint under" in result.stderr and "step 1/1" in result.stdout
+
+
+def test_sigterm_writes_a_checkpoint_that_resume_auto_continues(tiny, tmp_path):
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "vlmgrpo", *map(str, train_args(tiny, output, "--max-steps", "200",
+                                                                        "--save-steps", "1000"))]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    for line in process.stdout:
+        if line.startswith("step 1/"):
+            process.send_signal(signal.SIGTERM)
+            break
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr[-3000:]
+    checkpoints = sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert checkpoints, stderr[-3000:]
+    step = int(checkpoints[-1].name.split("-")[1])
+    assert 1 <= step < 200
+    assert (checkpoints[-1] / "optimizer.pt").is_file()
+    assert not (output / "model.safetensors").exists()  # not finished, so no final model
+    result = vlmgrpo(*train_args(tiny, output, "--max-steps", str(step + 1), "--resume", "auto"), check=True)
+    assert f"step {step + 1}/{step + 1}" in result.stdout
+    assert read_jsonl(output / "metrics.jsonl")[-1]["step"] == step + 1
+
+
+def test_two_process_torchrun_on_cpu(tiny, tmp_path):
+    output = tmp_path / "out"
+    result = vlmgrpo(*train_args(tiny, output, "--max-steps", "2", "--batch-size", "2", "--nproc-per-node", "2",
+                                 "--master-port", "29517"), check=True, timeout=300)
+    assert "torch.distributed.run" in result.stderr
+    assert [m["step"] for m in read_jsonl(output / "metrics.jsonl")] == [1, 2]
+    args = torch.load(output / "training_args.bin", weights_only=False)
+    assert args.world_size == 2
+    assert (output / "model.safetensors").is_file()
+
+
+def test_lora_saves_the_adapter_and_merged_model(tiny, tmp_path):
+    output = tmp_path / "out"
+    vlmgrpo(*train_args(tiny, output, "--max-steps", "1", "--set", "use_lora=true", "--set", "lora_r=4",
+                        "--set", "merge_lora=true", "--set", "dump_completions=true"), check=True)
+    assert (output / "adapter_model.safetensors").is_file()
+    adapter = load_file(str(output / "adapter_model.safetensors"))
+    assert adapter and not any("visual" in name for name in adapter)
+    assert (output / "merged" / "model.safetensors").is_file()
+    dumped = read_jsonl(output / "completions.jsonl")
+    assert len(dumped) == 4 and {"step", "row", "completion", "rewards"} <= set(dumped[0])
+
+
+def test_rec_tiny_example_trains_on_cpu_in_under_a_minute(tmp_path):
+    work = tmp_path / "examples"
+    work.mkdir()
+    shutil.copy(REPO / "examples" / "rec_tiny.yaml", work)
+    vlmgrpo("make-tiny", "--out", work / "tiny", check=True)
+    started = time.monotonic()
+    result = vlmgrpo("train", "--config", work / "rec_tiny.yaml", "--output", tmp_path / "out", check=True)
+    seconds = time.monotonic() - started
+    print(f"rec_tiny: {seconds:.1f} s")
+    assert "step 8/8" in result.stdout
+    assert "GRPO is not learning" in result.stderr  # random policy: rewards stay 0, the watchdog says so
+    assert seconds < 60
