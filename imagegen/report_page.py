@@ -38,7 +38,7 @@ class Reports:
     builds: dict[str, BuildResult]
     tests: dict[str, TestResult]
     pushes: dict[str, PushResult]
-    sources: dict[str, Path]  # stage -> the report file read
+    sources: dict[str, list[Path]]  # stage -> the report files read
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,23 @@ class Cell:
 # --- reading the reports ----------------------------------------------------------------------------------------
 
 
-def read_reports(build: Path, test: Path, push: Path) -> Reports:
-    stages = (("build", build, _build_result), ("test", test, _test_result), ("push", push, _push_result))
-    found = {kind: _read_report(path, kind, parse) for kind, path, parse in stages if path.exists()}
-    return Reports(builds=found.get("build", {}), tests=found.get("test", {}), pushes=found.get("push", {}),
-                   sources={kind: path for kind, path, _ in stages if kind in found})
+KINDS = ("build", "test", "push")
+
+
+def report_files(directory: Path | None, build: Path, test: Path, push: Path) -> dict[str, list[Path]]:
+    """The given report files, or every KIND.json under a directory (one per CI job, say)."""
+    if directory is None:
+        return {"build": [build], "test": [test], "push": [push]}
+    return {kind: sorted(directory.rglob(f"{kind}.json")) for kind in KINDS}
+
+
+def read_reports(files: dict[str, list[Path]]) -> Reports:
+    parsers = {"build": _build_result, "test": _test_result, "push": _push_result}
+    found = {kind: [path for path in files[kind] if path.exists()] for kind in KINDS}
+    results = {kind: {name: result for path in found[kind] for name, result in
+                      _read_report(path, kind, parsers[kind]).items()} for kind in KINDS}
+    return Reports(builds=results["build"], tests=results["test"], pushes=results["push"],
+                   sources={kind: paths for kind, paths in found.items() if paths})
 
 
 def _read_report(path: Path, kind: str, parse) -> dict:
@@ -347,7 +359,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def page_notes(matrix_path: Path, reports: Reports, page_rows: list[Row], unmatched: list[str]) -> list[str]:
-    read = ", ".join(f"{kind}: {path}" for kind, path in reports.sources.items()) or "none"
+    read = "; ".join(f"{kind}: {', '.join(map(str, paths))}" for kind, paths in reports.sources.items()) or "none"
     notes = [f"Matrix: {matrix_path}", f"Reports read: {read}", *stage_totals(page_rows)]
     if unmatched:
         notes.append("Reports also mention images not in the matrix: " + ", ".join(unmatched))
@@ -372,24 +384,27 @@ def write_pages(out: Path, matrix_path: Path, repository: str, specs: list[Image
               show_default=True, help="Test report; missing: the test cells say \"not run\".")
 @click.option("--push", "push_report", type=click.Path(path_type=Path), default=Path("reports/push.json"),
               show_default=True, help="Push report; missing: the push cells say \"not run\".")
+@click.option("--from", "reports_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Read every build.json, test.json and push.json under this directory instead.")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="Directory for index.md and index.html.")
 @click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=Workspace.matrix,
               show_default=True, help="The compatibility matrix: a row per image.")
 @click.option("--trainer", "trainer_dir", type=click.Path(path_type=Path), default=Workspace.trainer,
               help="The trainer distribution (its version is part of every tag).")
-def report_command(build_report, test_report, push_report, out, matrix_path, trainer_dir):
+def report_command(build_report, test_report, push_report, reports_dir, out, matrix_path, trainer_dir):
     """Write OUT/index.md and OUT/index.html: a row per image, its versions, build, tests and push.
 
-    Reads whichever reports exist; a stage without a report shows "not run". Log links are
-    relative to OUT, so keep reports/ beside the page when moving it. Exits 2 when a report
-    or the matrix cannot be read.
+    Reads whichever reports exist; a stage without a report shows "not run". --from DIR
+    reads the reports of many jobs at once (a CI run's downloaded artifacts). Log links are
+    relative to OUT, so keep the reports beside the page when moving it. Exits 2 when a
+    report or the matrix cannot be read.
     """
     # Errors are handled here rather than with cli.py's decorator: cli.py imports this module
     # to register the command, and importing back from it would make import order matter.
     try:
         matrix, specs = Workspace(matrix=matrix_path, trainer=trainer_dir).load()
-        reports = read_reports(build_report, test_report, push_report)
+        reports = read_reports(report_files(reports_dir, build_report, test_report, push_report))
         write_pages(out, matrix_path, matrix.repository, specs, reports)
     except MatrixError as error:
         for problem in error.problems:

@@ -38,11 +38,11 @@ def results(logs: Path) -> tuple[list, list, list]:
     tests = [
         ImageTestResult("cu124-torch2.6", "repo:tag", "passed", gpu_runtime=False,
                         gpu_reason="docker has no nvidia runtime",
-                   checks=[Check("version.torch", "pass", "2.6.0"),
-                           Check("gpu.cuda_available", "skip", GPU_SKIP_REASON)]),
+                        checks=[Check("version.torch", "pass", "2.6.0"),
+                                Check("gpu.cuda_available", "skip", GPU_SKIP_REASON)]),
         ImageTestResult("cpu", "repo:cpu", "failed",
-                   checks=[Check("version.torch", "fail", "expected 2.14.1, found 2.14.0"),
-                           Check("train.tiny_grpo", "pass", "")]),
+                        checks=[Check("version.torch", "fail", "expected 2.14.1, found 2.14.0"),
+                                Check("train.tiny_grpo", "pass", "")]),
     ]
     pushes = [
         PushResult("cu124-torch2.6", "ghcr.io", "imagegen/vlm-grpo", "pushed", PUSHED_DIGEST,
@@ -190,3 +190,19 @@ def test_the_html_page_renders_in_a_real_browser(page, tmp_path):
         colours = picture.convert("RGB").getcolors(maxcolors=1_000_000)
     # A blank or unstyled page has a handful of colours; the coloured table has hundreds (antialiased text).
     assert len(colours) > 200
+
+
+def test_from_reads_the_reports_of_every_job(tmp_path):
+    """CI runs one job per image, each writing reports/IMAGE/*.json; the page gathers them all."""
+    downloaded = tmp_path / "reports"
+    builds, tests, pushes = results(downloaded / "cu124-torch2.6" / "logs")
+    write_json(downloaded / "cu124-torch2.6" / "build.json", "build", builds[:1])
+    write_json(downloaded / "cu124-torch2.6" / "push.json", "push", pushes[:1])
+    write_json(downloaded / "cpu" / "build.json", "build", builds[2:])
+    write_json(downloaded / "cpu" / "test.json", "test", tests[1:])
+    out = tmp_path / "page"
+    result = CliRunner().invoke(report_command, ["--from", str(downloaded), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    markdown = (out / "index.md").read_text()
+    assert "sha256:9f8e9f8e9f8e" in markdown and "4.1 GB" in markdown and "expected 2.14.1" in markdown
+    assert "href=\"../reports/cu124-torch2.6/logs/cu124-torch2.6.log\"" in (out / "index.html").read_text()
