@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from . import listing
+from . import listing, pipeline
 from . import render as render_module
 from . import rules
 from .errors import MatrixError, UserError
@@ -145,10 +145,149 @@ def render(cuda, torch_version, python, images, all_images, out, base_image, apt
         click.echo(f"{out / spec.name}: {spec.ref()} FROM {base_image or spec.base_image}")
 
 
+def build_options(command):
+    options = [
+        click.option("--base-image", help="Build FROM this image instead of the matrix's base: a mirror, a "
+                     "digest (nvidia/cuda@sha256:...) or a locally made image."),
+        click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror."),
+        click.option("--ca-bundle", type=click.Path(path_type=Path), help="PEM bundle pip trusts inside the "
+                     "build, for TLS-intercepting proxies; mounted as a secret, never in a layer. Default: the "
+                     "file named by SSL_CERT_FILE, REQUESTS_CA_BUNDLE or PIP_CERT."),
+        click.option("--pip-index-url", metavar="URL", help="pip's index inside the build (a mirror)."),
+        click.option("--pip-extra-index-url", metavar="URL", multiple=True, help="Extra pip index (repeatable)."),
+        click.option("--wheelhouse", type=click.Path(path_type=Path), help="Directory of wheels pip prefers; "
+                     "mounted into the pip steps, never copied into a layer."),
+        click.option("--docker", "docker_binary", metavar="PATH", help="The docker client to build with "
+                     "(default: $IMAGEGEN_DOCKER, else the first that builds with BuildKit)."),
+        click.option("--builder", metavar="NAME", help="A buildx builder, e.g. a remote BuildKit."),
+        click.option("--context-dir", type=click.Path(path_type=Path), default=Path("build/contexts"),
+                     show_default=True, help="Where the build contexts are rendered."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def report_option(kind: str):
+    return click.option("--report", "report_path", type=click.Path(path_type=Path),
+                        default=Path(f"reports/{kind}.json"), show_default=True,
+                        help=f"Write the {kind} results here as JSON.")
+
+
+def test_options(command):
+    options = [
+        click.option("--require-gpu", is_flag=True, help="Fail, instead of skip, the GPU checks when the "
+                     "engine cannot hand out GPUs."),
+        click.option("--skip-train", is_flag=True, help="Leave out the two-step GRPO run of the selftest."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@main.command()
+@selection_options
+@build_options
+@click.option("--keep-going", is_flag=True, help="Go on with the other images after one fails.")
+@click.option("--test", "run_tests", is_flag=True, help="Test each image right after it is built.")
+@test_options
+@click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
+@click.option("--registry", metavar="HOST[/NAMESPACE]", help="Where --push publishes.")
+@click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
+@report_option("build")
+@workspace_options
+@reports_user_errors
+def build(cuda, torch_version, python, images, all_images, base_image, apt_mirror, ca_bundle, pip_index_url,
+          pip_extra_index_url, wheelhouse, docker_binary, builder, context_dir, keep_going, run_tests,
+          require_gpu, skip_train, run_push, registry, force, report_path, matrix_path, templates, trainer_dir):
+    """Build the selected images with BuildKit, layer by layer, then summarise.
+
+    Each image is three layers (base, framework, trainer), each FROM the one before; a
+    layer several images share is built once. With --test and --push, each image is
+    tested, then pushed only if its tests passed. Exits 1 when any image failed.
+
+    \b
+    Examples:
+      imagegen build --cuda 12.4
+      imagegen build --image cpu --base-image local/debian:bookworm --wheelhouse wheels/
+      imagegen build --cuda 12.4 --push --registry ghcr.io/acme
+    """
+    selection = _selection(cuda, torch_version, python, images, all_images)
+    if selection.empty:
+        raise UserError("choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    if run_push and not registry:
+        raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
+    workspace, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    run = pipeline.Run(
+        workspace=workspace, specs=specs, render_options=render_module.RenderOptions(base_image, apt_mirror),
+        pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
+        docker_binary=docker_binary, builder=builder, context_dir=context_dir, keep_going=keep_going,
+        test=run_tests or run_push, require_gpu=require_gpu, skip_train=skip_train,
+        registry=registry if run_push else None, force=force, report_path=report_path)
+    sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
+
+
+@main.command("test")
+@click.argument("image_ref", required=False, metavar="[IMAGE]")
+@selection_options
+@test_options
+@report_option("test")
+@workspace_options
+@reports_user_errors
+def test_command(image_ref, cuda, torch_version, python, images, all_images, require_gpu, skip_train, report_path,
+                 matrix_path, templates, trainer_dir):
+    """Check images from the inside and report each check as pass, fail or skip.
+
+    IMAGE is any image reference (its labels say what it should hold); without it, the
+    selected images of the matrix are tested under their version tags. GPU checks run
+    when the engine can hand out GPUs and are skipped, with the reason, when it cannot.
+    Exits 1 when any check failed.
+    """
+    selection = _selection(cuda, torch_version, python, images, all_images)
+    if image_ref:
+        specs = []
+    else:
+        _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    sys.exit(pipeline.test_images(image_ref, specs, require_gpu, skip_train, report_path,
+                                  echo=lambda line: click.echo(line, err=True)))
+
+
+@main.command()
+@selection_options
+@click.option("--registry", metavar="HOST[/NAMESPACE]", required=True, help="Where to publish.")
+@click.option("--skip-tests", is_flag=True, help="Push without a passing test result (not recommended).")
+@click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
+@click.option("--test-report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
+              show_default=True, help="The test results that allow a push.")
+@report_option("push")
+@workspace_options
+@reports_user_errors
+def push(cuda, torch_version, python, images, all_images, registry, skip_tests, force, test_report, report_path,
+         matrix_path, templates, trainer_dir):
+    """Push the selected images whose tests passed, under every tag.
+
+    Version tags are immutable: when the registry already holds one with another image,
+    the push is refused unless --force. Moving aliases (cu12.4, latest, the image's name)
+    are updated. Exits 1 when any image was not pushed.
+    """
+    selection = _selection(cuda, torch_version, python, images, all_images)
+    if selection.empty:
+        raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
+                                  echo=lambda line: click.echo(line, err=True)))
+
+
 def render_all(workspace: Workspace, specs: list[ImageSpec], options: render_module.RenderOptions):
     env = render_module.environment(workspace.templates)
     trainer = render_module.trainer_files(workspace.trainer)
     return [context for spec in specs for context in render_module.render_image(spec, env, trainer, options)]
+
+
+# Imported last: report_page is a module of its own, registered here like the other commands.
+from .report_page import report_command  # noqa: E402
+
+main.add_command(report_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

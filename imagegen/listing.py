@@ -24,8 +24,13 @@ COLUMNS = (
 
 def table(specs: list[ImageSpec]) -> str:
     rows = [[name for name, _ in COLUMNS]] + [[cell(spec) for _, cell in COLUMNS] for spec in specs]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(aligned(rows))
+
+
+def aligned(rows: list) -> list[str]:
+    """Rows of text cells as lines with aligned columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
 def as_json(specs: list[ImageSpec]) -> str:

@@ -23,6 +23,7 @@ class LayerResult:
     duration_s: float = 0.0
     cached_steps: int = 0
     total_steps: int = 0
+    image_id: str | None = None
 
 
 @dataclass

@@ -1,0 +1,183 @@
+"""Build rendered images layer by layer through a BuildKit docker client.
+
+Each layer is built FROM the previous layer's image, tagged with its content-hash ref, so
+a layer that several images share (one CUDA base under two torch versions) is built once
+per run and comes from BuildKit's cache in later runs. Proxy and air-gap settings reach
+the RUN steps as BuildKit secrets and bind mounts, never as files in a layer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import containers
+from .docker_cli import BuildClient
+from .errors import UserError
+from .plan import ImageSpec
+from .render import WHEELHOUSE, LayerContext
+from .reports import BuildResult, LayerResult
+
+CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
+CA_BUNDLE_TARGET = "/run/secrets/ca-bundle.crt"  # where templates mount the "ca-bundle" secret
+
+
+@dataclass(frozen=True)
+class PipSettings:
+    """How pip inside the build reaches packages: handed over as a pip.conf secret."""
+
+    ca_bundle: Path | None = None
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+
+    def pip_conf(self) -> str:
+        lines = ["[global]"]
+        if self.index_url:
+            lines.append(f"index-url = {self.index_url}")
+        if self.extra_index_urls:
+            lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
+        if self.wheelhouse:
+            lines.append("find-links = /wheelhouse")
+        if self.ca_bundle:
+            lines.append(f"cert = {CA_BUNDLE_TARGET}")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def empty(self) -> bool:
+        return not (self.ca_bundle or self.index_url or self.extra_index_urls or self.wheelhouse)
+
+
+def detect_ca_bundle() -> Path | None:
+    """The CA bundle the host trusts, as the usual variables name it."""
+    for variable in CA_BUNDLE_VARS:
+        value = os.environ.get(variable)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def check_pip_settings(settings: PipSettings) -> None:
+    if settings.ca_bundle and not settings.ca_bundle.is_file():
+        raise UserError(f"--ca-bundle {settings.ca_bundle}: no such file; pass the PEM bundle your proxy's CA is in")
+    if settings.wheelhouse and not settings.wheelhouse.is_dir():
+        raise UserError(f"--wheelhouse {settings.wheelhouse}: not a directory of wheels")
+
+
+class Builder:
+    """Builds images in order, remembering the layers this run already built."""
+
+    def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path,
+                 echo: Callable[[str], None]):
+        self.client = client
+        self.settings = settings
+        self.log_dir = log_dir
+        self.echo = echo
+        self.built_layers: dict[str, LayerResult] = {}
+        self.failed_layers: dict[str, tuple[str | None, list[str]]] = {}  # ref -> (failed step, log tail)
+
+    def build(self, spec: ImageSpec, contexts: list[LayerContext], context_root: Path,
+              labels: dict[str, str]) -> BuildResult:
+        result = BuildResult(image=spec.name, ref=spec.ref(), status="built",
+                             log_file=str(self.log_dir / f"{spec.name}.log"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(result.log_file, "w") as log_file, self._secrets() as secrets:
+            for context in contexts:
+                final = context is contexts[-1]
+                layer = self._build_layer(spec, context, context_root / spec.name / context.layer, secrets,
+                                          log_file, final, labels if final else {})
+                result.layers.append(layer)
+                result.duration_s += layer.duration_s
+                if layer.status == "failed":
+                    return self._failed(result, context)
+            result.image_id = result.layers[-1].image_id
+        result.size_bytes = containers.image_facts(result.image_id)["size"]
+        return result
+
+    def _failed(self, result: BuildResult, context: LayerContext) -> BuildResult:
+        result.status = "failed"
+        result.failed_layer = context.layer
+        result.failed_step, result.log_tail = self.failed_layers[context.ref]
+        return result
+
+    def _build_layer(self, spec: ImageSpec, context: LayerContext, directory: Path, secrets: dict[str, Path],
+                     log_file, final: bool, labels: dict[str, str]) -> LayerResult:
+        if context.ref in self.built_layers and not final:
+            return LayerResult(context.layer, context.ref, "reused", image_id=self.built_layers[context.ref].image_id)
+        if context.ref in self.failed_layers:
+            return LayerResult(context.layer, context.ref, "failed")
+        prefix = f"[{spec.name} {context.layer}] "
+
+        def log(line: str) -> None:
+            log_file.write(line + "\n")
+            self.echo(prefix + line)
+
+        self._fill_wheelhouse(directory)
+        tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
+        self.echo(f"{prefix}building {tags[-1] if final else context.ref} with {self.client.why}")
+        outcome = self.client.build(directory, None, tags, {}, labels, secrets, log)
+        layer = LayerResult(context.layer, context.ref, "built" if outcome.ok else "failed", outcome.duration_s,
+                            outcome.cached_steps, outcome.total_steps, outcome.image_id)
+        if outcome.ok:
+            self.built_layers[context.ref] = layer
+        else:
+            self.failed_layers[context.ref] = (outcome.failed_step, outcome.log_tail)
+        return layer
+
+    def _fill_wheelhouse(self, directory: Path) -> None:
+        """Link the wheels into the context's wheelhouse, which the pip steps mount read-only."""
+        target = directory / WHEELHOUSE
+        if not self.settings.wheelhouse or not target.is_dir():
+            return
+        for wheel in sorted(self.settings.wheelhouse.glob("*.whl")):
+            destination = target / wheel.name
+            if destination.exists():
+                continue
+            try:
+                os.link(wheel, destination)
+            except OSError:  # another filesystem: a copy costs disk, but works
+                shutil.copy2(wheel, destination)
+
+    def _secrets(self) -> "_PipSecrets":
+        return _PipSecrets(self.settings)
+
+
+class _PipSecrets:
+    """The pip.conf and CA bundle secrets for one image's builds, removed afterwards."""
+
+    def __init__(self, settings: PipSettings):
+        self.settings = settings
+        self.directory: str | None = None
+
+    def __enter__(self) -> dict[str, Path]:
+        if self.settings.empty:
+            return {}
+        self.directory = tempfile.mkdtemp(prefix="imagegen-secrets-")
+        pip_conf = Path(self.directory) / "pip.conf"
+        pip_conf.write_text(self.settings.pip_conf())
+        pip_conf.chmod(0o600)
+        secrets = {"pip.conf": pip_conf}
+        if self.settings.ca_bundle:
+            secrets["ca-bundle"] = self.settings.ca_bundle
+        return secrets
+
+    def __exit__(self, *exc) -> None:
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def source_revision(repo: Path) -> str | None:
+    """The git commit the images are built from, for org.opencontainers.image.revision."""
+    try:
+        result = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+

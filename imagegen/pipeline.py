@@ -1,0 +1,168 @@
+"""The build -> test -> push pipeline over selected images, with reports and a summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import containers, publish, reports, smoke
+from . import render as render_module
+from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, source_revision
+from .docker_cli import find_build_client
+from .errors import UserError
+from .listing import aligned
+from .plan import ImageSpec
+from .reports import BuildResult, Check, PushResult, TestResult
+from .workspace import Workspace
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Run:
+    workspace: Workspace
+    specs: list[ImageSpec]
+    render_options: render_module.RenderOptions
+    pip: PipSettings
+    docker_binary: str | None
+    builder: str | None
+    context_dir: Path
+    keep_going: bool
+    test: bool
+    require_gpu: bool
+    skip_train: bool
+    registry: str | None
+    force: bool
+    report_path: Path
+
+
+def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
+                 wheelhouse: Path | None) -> PipSettings:
+    settings = PipSettings(ca_bundle or detect_ca_bundle(), index_url, tuple(extra_index_urls),
+                           wheelhouse.resolve() if wheelhouse else None)
+    check_pip_settings(settings)
+    return settings
+
+
+def build_test_push(run: Run, echo: Echo) -> int:
+    """Build each image, then test and push it as asked; 0 when every image made it."""
+    client = find_build_client(run.docker_binary, run.builder)
+    echo(f"build client: {client.why}")
+    env = render_module.environment(run.workspace.templates)
+    trainer = render_module.trainer_files(run.workspace.trainer)
+    contexts = {spec.name: render_module.render_image(spec, env, trainer, run.render_options) for spec in run.specs}
+    render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
+    builder = Builder(client, run.pip, run.report_path.parent / "logs", echo)
+    revision = source_revision(run.workspace.matrix.parent)
+    built: list[BuildResult] = []
+    tested: list[TestResult] = []
+    pushed: list[PushResult] = []
+    for spec in run.specs:
+        if built and built[-1].status == "failed" and not run.keep_going:
+            built.append(BuildResult(spec.name, spec.ref(), "skipped"))
+            continue
+        labels = {**spec.labels, **({"org.opencontainers.image.revision": revision} if revision else {})}
+        result = builder.build(spec, contexts[spec.name], run.context_dir, labels)
+        built.append(result)
+        if result.status != "built":
+            continue
+        if run.test:
+            tested.append(_test_one(spec.ref(), spec, run.require_gpu, run.skip_train, echo))
+            if run.registry:
+                pushed.append(_push_tested(spec, result.image_id, tested[-1], run.registry, run.force, echo))
+    reports.write_json(run.report_path, "build", built)
+    if run.test:
+        reports.write_json(run.report_path.with_name("test.json"), "test", tested)
+    if run.registry:
+        reports.write_json(run.report_path.with_name("push.json"), "push", pushed)
+    echo(build_summary(built, tested, pushed))
+    failed = any(r.status != "built" for r in built) or any(not t.passed for t in tested) \
+        or any(p.status != "pushed" for p in pushed)
+    return 1 if failed else 0
+
+
+def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool, skip_train: bool,
+                report_path: Path, echo: Echo) -> int:
+    targets = [(image_ref, None)] if image_ref else [(spec.ref(), spec) for spec in specs]
+    results = [_test_one(ref, spec, require_gpu, skip_train, echo) for ref, spec in targets]
+    reports.write_json(report_path, "test", results)
+    echo(test_summary(results))
+    return 0 if all(result.passed for result in results) else 1
+
+
+def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: bool, test_report: Path,
+                report_path: Path, echo: Echo) -> int:
+    tests = {} if skip_tests else _read_tests(test_report)
+    client = containers.docker_client()
+    results = []
+    for spec in specs:
+        image_id = containers.image_facts(spec.ref(), client=client)["id"]
+        reason = None if skip_tests else publish.untested_reason(spec, image_id, tests)
+        results.append(publish.not_pushed(spec, registry, reason) if reason else publish.push(spec, image_id,
+                                                                                            registry, force))
+        echo(_push_line(results[-1]))
+    reports.write_json(report_path, "push", results)
+    return 0 if all(result.status == "pushed" for result in results) else 1
+
+
+def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: bool, echo: Echo) -> TestResult:
+    echo(f"testing {ref}")
+    result = smoke.test_image(ref, spec, require_gpu, skip_train)
+    for check in result.checks:
+        echo(f"  {check.status:4}  {check.name}: {check.detail}")
+    return result
+
+
+def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, registry: str, force: bool,
+                 echo: Echo) -> PushResult:
+    reason = publish.untested_reason(spec, image_id, {spec.name: test})
+    result = publish.not_pushed(spec, registry, reason) if reason else publish.push(spec, image_id, registry, force)
+    echo(_push_line(result))
+    return result
+
+
+def _read_tests(path: Path) -> dict[str, TestResult]:
+    try:
+        payload = reports.read_json(path)
+        return {entry["image"]: TestResult(**{**entry, "checks": [Check(**c) for c in entry["checks"]]})
+                for entry in payload["images"]}
+    except FileNotFoundError:
+        raise UserError(f"{path}: no test report; run `imagegen test` first, or pass --skip-tests") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{path}: not an imagegen test report ({error})") from None
+
+
+def _push_line(result: PushResult) -> str:
+    if result.status == "pushed":
+        tags = ", ".join(result.pushed_tags + [f"{t} (already there)" for t in result.already_published])
+        return f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
+    return f"not pushed {result.image}: {result.reason}"
+
+
+def build_summary(built: list[BuildResult], tested: list[TestResult], pushed: list[PushResult]) -> str:
+    tests = {t.image: t for t in tested}
+    pushes = {p.image: p for p in pushed}
+    rows = [("image", "tag", "build", "time", "size", "id", "test", "push")]
+    for result in built:
+        test = tests.get(result.image)
+        push = pushes.get(result.image)
+        rows.append((result.image, result.ref.rsplit(":", 1)[1], result.status, f"{result.duration_s:.0f}s",
+                     f"{result.size_bytes / 1e9:.2f}GB" if result.size_bytes else "-",
+                     (result.image_id or "-").replace("sha256:", "")[:12],
+                     test.status if test else "-", push.status if push else "-"))
+    lines = aligned(rows)
+    for result in built:
+        if result.status == "failed":
+            lines.append(f"\n{result.image} failed in layer {result.failed_layer} at: {result.failed_step}")
+            lines += [f"  | {line}" for line in result.log_tail[-10:]]
+            lines.append(f"  full log: {result.log_file}")
+    return "\n".join(lines)
+
+
+def test_summary(results: list[TestResult]) -> str:
+    rows = [("image", "status", "pass", "fail", "skip")]
+    for result in results:
+        counts = {status: sum(c.status == status for c in result.checks) for status in ("pass", "fail", "skip")}
+        rows.append((result.ref, result.status, str(counts["pass"]), str(counts["fail"]), str(counts["skip"])))
+    return "\n".join(aligned(rows))

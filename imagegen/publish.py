@@ -1,0 +1,50 @@
+"""Publish tested images: every tag to the registry, version tags never overwritten."""
+
+from __future__ import annotations
+
+from . import registry as registry_module
+from .errors import UserError
+from .plan import ImageSpec
+from .reports import PushResult, TestResult
+
+
+def repository_name(spec: ImageSpec) -> str:
+    """The image's name under the target registry: the last part of the matrix's repository."""
+    return spec.repository.rsplit("/", 1)[-1]
+
+
+def untested_reason(spec: ImageSpec, image_id: str, tests: dict[str, TestResult]) -> str | None:
+    """Why this exact image may not be pushed yet, or None when its tests passed."""
+    result = tests.get(spec.name)
+    if result is None:
+        return "no test result for this image; run `imagegen test` first or pass --skip-tests"
+    if result.image_id != image_id:
+        return (f"the tests ran on {result.image_id}, not on the image now tagged {spec.ref()} ({image_id}); "
+                "test the rebuilt image")
+    if not result.passed:
+        failed = [check.name for check in result.checks if check.status == "fail"]
+        return f"its tests failed ({', '.join(failed)}); version tags only go to images that passed"
+    return None
+
+
+def push(spec: ImageSpec, image_id: str, registry: str, force: bool) -> PushResult:
+    repository = repository_name(spec)
+    result = PushResult(image=spec.name, registry=registry, repository=repository, status="pushed")
+    try:
+        outcome = registry_module.push_image(image_id, registry, repository, [spec.version_tag],
+                                             list(spec.alias_tags), force)
+    except UserError as error:
+        result.status, result.reason = "failed", str(error)
+        return result
+    result.digest = outcome.digest
+    result.pushed_tags = list(outcome.pushed_tags)
+    result.already_published = list(outcome.already_published)
+    result.refused = [{"tag": tag, "reason": reason} for tag, reason in outcome.refused]
+    if outcome.refused:
+        result.status, result.reason = "refused", outcome.refused[0][1]
+    return result
+
+
+def not_pushed(spec: ImageSpec, registry: str, reason: str) -> PushResult:
+    return PushResult(image=spec.name, registry=registry, repository=repository_name(spec), status="not pushed",
+                      reason=reason)

@@ -1,0 +1,142 @@
+"""Check a built image from the inside: the versions it holds equal its tag, labels and
+matrix entry; it runs as a non-root user; its commands answer; and `vlmgrpo selftest`
+(the check program baked into the image) passes, with the GPU checks run where the
+engine can hand out GPUs and skipped, with the reason, where it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from . import containers
+from .plan import ImageSpec
+from .reports import FAIL, PASS, SKIP, Check, TestResult
+from .tags import LABEL_PREFIX
+
+# Label keys (after io.imagegen.) and the `vlmgrpo info` keys that report the same thing.
+INFO_KEY_OF_LABEL = {
+    "python": "python", "torch": "torch", "torch.cuda": "torch_cuda", "cudnn": "cudnn", "nccl": "nccl",
+    "torchvision": "torchvision", "flash-attn": "flash_attn", "deepspeed": "deepspeed",
+    "transformers": "transformers", "trl": "trl", "accelerate": "accelerate", "peft": "peft",
+    "trainer": "vlmgrpo",
+}
+SELFTEST_TIMEOUT_S = 1800
+
+
+def test_image(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: bool,
+               client=None) -> TestResult:
+    """Every check on one image; a failure is a result, not an exception."""
+    client = client or containers.docker_client()
+    started = time.monotonic()
+    facts = containers.image_facts(ref, client=client)
+    gpu, gpu_reason = containers.gpu_runtime_available(client)
+    labels = {k[len(LABEL_PREFIX) + 1:]: v for k, v in facts["labels"].items() if k.startswith(LABEL_PREFIX + ".")}
+    checks = [_labels_match_spec(facts["labels"], spec), _runs_as_non_root(facts["user"])]
+    info, info_check = _info(ref, client)
+    checks.append(info_check)
+    if info is not None:
+        checks += _versions_match_labels(info["versions"], labels)
+        checks.append(_tag_matches_inside(facts, info["versions"]))
+    checks.append(_answers(ref, ["train", "--help"], "command.train_help", client))
+    checks.append(_gpu_runtime_check(gpu, gpu_reason, require_gpu))
+    checks += _selftest(ref, gpu, require_gpu, skip_train, client)
+    failed = any(check.status == FAIL for check in checks)
+    return TestResult(image=spec.name if spec else labels.get("image", ref), ref=ref,
+                      status="failed" if failed else "passed", image_id=facts["id"], gpu_runtime=gpu,
+                      gpu_reason=gpu_reason, duration_s=round(time.monotonic() - started, 1), checks=checks)
+
+
+def _labels_match_spec(labels: dict[str, str], spec: ImageSpec | None) -> Check:
+    if spec is None:
+        return Check("labels.match_matrix", SKIP, "no matrix entry given; the image's own labels are the reference")
+    differing = [f"{key}={labels.get(key)!r} (matrix: {value!r})" for key, value in spec.labels.items()
+                 if labels.get(key) != value]
+    if differing:
+        return Check("labels.match_matrix", FAIL, "; ".join(differing))
+    return Check("labels.match_matrix", PASS, f"{len(spec.labels)} labels equal the matrix entry")
+
+
+def _runs_as_non_root(user: str) -> Check:
+    if user.split(":")[0] in ("", "0", "root"):
+        return Check("user.nonroot", FAIL, f"the image's USER is {user or 'unset'} (root)")
+    return Check("user.nonroot", PASS, f"USER {user}")
+
+
+def _info(ref: str, client) -> tuple[dict | None, Check]:
+    run = containers.run_in_image(ref, ["info"], gpu=False, timeout_s=300, client=client)
+    try:
+        info = json.loads(run.stdout)
+    except json.JSONDecodeError:
+        return None, Check("command.info", FAIL, f"exit {run.exit_code}, no JSON: {_tail(run.stdout + run.stderr)}")
+    return info, Check("command.info", PASS, "prints versions and hardware as JSON")
+
+
+def _versions_match_labels(versions: dict, labels: dict[str, str]) -> list[Check]:
+    checks = []
+    for label, key in INFO_KEY_OF_LABEL.items():
+        if label not in labels:
+            continue
+        inside = versions.get(key)
+        wanted = labels[label]
+        same = _same_version(label, inside, wanted)
+        detail = f"inside {inside or 'absent'}, label {wanted}"
+        checks.append(Check(f"inside.{label}", PASS if same else FAIL, detail))
+    return checks
+
+
+def _same_version(label: str, inside: str | None, wanted: str) -> bool:
+    """Inside reports may be shorter (cuDNN 9.1.0 for 9.1.0.70) or carry a local part (+cu124)."""
+    if wanted == "none":
+        return inside is None
+    if inside is None:
+        return False
+    inside = inside.split("+")[0]
+    parts = len(inside.split("."))
+    if label == "python":
+        return inside.split(".")[:2] == wanted.split(".")[:2]
+    return inside == wanted or (label in ("cudnn", "nccl") and wanted.split(".")[:parts] == inside.split("."))
+
+
+def _tag_matches_inside(facts: dict, versions: dict) -> Check:
+    """Every version tag is rebuilt from what the image reports; any difference means it lies."""
+    derived = (f"{versions.get('vlmgrpo')}-torch{(versions.get('torch') or '').split('+')[0]}"
+               f"-cu{(versions.get('torch_cuda') or '').replace('.', '')}"
+               f"-cudnn{(versions.get('cudnn') or '').split('.')[0]}"
+               f"-py{'.'.join((versions.get('python') or '').split('.')[:2])}")
+    version_tags = [facts["labels"].get("org.opencontainers.image.version", "")]
+    version_tags += [ref.rsplit(":", 1)[1] for ref in facts["tags"] if "-torch" in ref.rsplit(":", 1)[1]]
+    lying = [tag for tag in version_tags if tag != derived and not tag.startswith(derived + "-")]
+    if lying:
+        return Check("tag.matches_inside", FAIL, f"tag {lying[0]} but the image holds {derived}")
+    return Check("tag.matches_inside", PASS, f"{', '.join(sorted(set(version_tags)))} match the inside")
+
+
+def _answers(ref: str, args: list[str], name: str, client) -> Check:
+    run = containers.run_in_image(ref, args, gpu=False, timeout_s=300, client=client)
+    if run.exit_code == 0:
+        return Check(name, PASS, f"`{' '.join(args)}` exits 0")
+    return Check(name, FAIL, f"`{' '.join(args)}` exits {run.exit_code}: {_tail(run.stderr or run.stdout)}")
+
+
+def _gpu_runtime_check(gpu: bool, reason: str, require_gpu: bool) -> Check:
+    if gpu:
+        return Check("gpu.runtime", PASS, reason)
+    return Check("gpu.runtime", FAIL if require_gpu else SKIP, reason)
+
+
+def _selftest(ref: str, gpu: bool, require_gpu: bool, skip_train: bool, client) -> list[Check]:
+    args = ["selftest"] + (["--require-gpu"] if require_gpu else []) + (["--skip-train"] if skip_train else [])
+    run = containers.run_in_image(ref, args, gpu=gpu, timeout_s=SELFTEST_TIMEOUT_S, shm_size="2g", client=client)
+    try:
+        report = json.loads(run.stdout)
+        checks = [Check(f"selftest.{c['name']}", c["status"], c.get("detail", "")) for c in report["checks"]]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return [Check("selftest", FAIL, f"exit {run.exit_code}, no report: {_tail(run.stderr or run.stdout)}")]
+    if run.exit_code != 0 and not any(check.status == FAIL for check in checks):
+        checks.append(Check("selftest", FAIL, f"exit {run.exit_code} with no failing check"))
+    return checks
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:])
