@@ -144,8 +144,9 @@ def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> No
 @click.option("--out", required=True, help="Directory for model/ and data/.")
 @click.option("--rows", type=int, default=16, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-def make_tiny_command(out: str, rows: int, seed: int) -> None:
-    """A tiny random Qwen2.5-VL and a rectangle-grounding dataset, made locally."""
+@click.option("--family", type=click.Choice(["qwen2_5_vl", "qwen2_vl"]), default="qwen2_5_vl", show_default=True)
+def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
+    """A tiny random Qwen2.5-VL (or Qwen2-VL) and a rectangle-grounding dataset, made locally."""
     from .tiny import make_tiny
 
-    click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed)))
+    click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))

@@ -71,8 +71,11 @@ def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
     return wrapped
 
 
-def make_model_config(tokenizer):
-    from transformers import Qwen2_5_VLConfig
+FAMILIES = ("qwen2_5_vl", "qwen2_vl")
+
+
+def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     text_config = dict(
@@ -89,19 +92,15 @@ def make_model_config(tokenizer):
         eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )
-    vision_config = dict(
-        depth=2,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        out_hidden_size=64,
-        fullatt_block_indexes=[1],
-        patch_size=14,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        window_size=112,
-    )
-    return Qwen2_5_VLConfig(
+    patches = dict(patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    if family == "qwen2_vl":
+        config_class = Qwen2VLConfig
+        vision_config = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, **patches)
+    else:
+        config_class = Qwen2_5_VLConfig
+        vision_config = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                             fullatt_block_indexes=[1], window_size=112, **patches)
+    return config_class(
         text_config=text_config,
         vision_config=vision_config,
         image_token_id=ids["<|image_pad|>"],
@@ -114,14 +113,15 @@ def make_model_config(tokenizer):
     )
 
 
-def make_model(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write a random tiny Qwen2.5-VL with tokenizer, processor and chat template to out_dir."""
+def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl") -> Path:
+    """Write a random tiny Qwen2.5-VL (or Qwen2-VL) with tokenizer, processor and chat template to out_dir."""
     import torch
     from transformers import (
+        AutoModelForImageTextToText,
         GenerationConfig,
-        Qwen2_5_VLForConditionalGeneration,
         Qwen2_5_VLProcessor,
         Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
         Qwen2VLVideoProcessor,
     )
 
@@ -130,14 +130,15 @@ def make_model(out_dir: str | Path, seed: int = 0) -> Path:
     tokenizer = make_tokenizer(out_dir, seed=seed)
     tokenizer.chat_template = chat_template()
     torch.manual_seed(seed)
-    config = make_model_config(tokenizer)
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+    config = make_model_config(tokenizer, family)
+    model = AutoModelForImageTextToText.from_config(config).to(torch.float32)
     model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=True
     )
     model.save_pretrained(out_dir)
     pixel_limits = {"min_pixels": 28 * 28, "max_pixels": 112 * 112}
-    processor = Qwen2_5_VLProcessor(
+    processor_class = Qwen2VLProcessor if family == "qwen2_vl" else Qwen2_5_VLProcessor
+    processor = processor_class(
         image_processor=Qwen2VLImageProcessor(**pixel_limits),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(**pixel_limits),
@@ -181,9 +182,9 @@ def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> 
     return data_file
 
 
-def make_tiny(out_dir: str | Path, rows: int = 16, seed: int = 0) -> dict[str, str]:
+def make_tiny(out_dir: str | Path, rows: int = 16, seed: int = 0, family: str = "qwen2_5_vl") -> dict[str, str]:
     """Model in OUT/model, images in OUT/data/images, rows in OUT/data/rec.jsonl."""
     out_dir = Path(out_dir)
-    model_dir = make_model(out_dir / "model", seed=seed)
+    model_dir = make_model(out_dir / "model", seed=seed, family=family)
     data_file = make_images_and_rows(out_dir / "data", rows=rows, seed=seed)
     return {"model": str(model_dir), "data": str(data_file), "image_root": str(data_file.parent / "images")}

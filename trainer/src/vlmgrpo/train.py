@@ -107,6 +107,7 @@ def build_trainer(config: TrainConfig, data: LoadedData, grpo_config):
     processor = load_processor(config.model)
     model = load_model(config.model)
     space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
+    log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
     rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor), config.reward.iou_threshold)
     output = Path(grpo_config.output_dir)
     trainer_class = _trainer_class()

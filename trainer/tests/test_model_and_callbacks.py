@@ -1,0 +1,100 @@
+import torch
+import pytest
+from safetensors.torch import load_file
+
+from conftest import TESTS, read_jsonl, vlmgrpo
+from vlmgrpo.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
+from vlmgrpo.errors import ConfigError
+from vlmgrpo.model import answer_box_space, choose_attention, choose_dtype
+from vlmgrpo.rewards import build_rewards
+
+
+class State:
+    is_world_process_zero = True
+    global_step = 1
+    max_steps = 10
+
+
+def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
+    from vlmgrpo.tiny import make_tiny
+
+    tiny = make_tiny(tmp_path / "tiny", rows=4, family="qwen2_vl")
+    output = tmp_path / "out"
+    vlmgrpo("train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+            "--output", output, "--max-steps", "2", "--num-generations", "4", "--batch-size", "4",
+            "--max-completion-length", "8", "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
+            "--set", "freeze_vision_tower=true",
+            "--set", f"reward_funcs=[format, {TESTS / 'shaping.py'}:token_sum]", check=True)
+    before = load_file(f"{tiny['model']}/model.safetensors")
+    after = load_file(str(output / "model.safetensors"))
+    vision = [name for name in before if name.startswith("visual.")]
+    language = [name for name in before if name.startswith("model.layers.")]
+    assert vision and language
+    assert all(torch.equal(before[name], after[name]) for name in vision)
+    assert any(not torch.equal(before[name], after[name]) for name in language)
+    assert len(read_jsonl(output / "metrics.jsonl")) == 2
+
+
+def test_cpu_defaults():
+    assert choose_attention("auto") == "sdpa"  # no GPU here
+    assert choose_attention("eager") == "eager"
+    assert choose_dtype("auto") == torch.float32
+    assert answer_box_space("auto", "qwen2_5_vl") == "resized"
+    assert answer_box_space("auto", "qwen2_vl") == "norm1000"
+
+
+def test_watchdog_warns_after_patience_and_names_what_to_check():
+    watchdog = ZeroRewardWatchdog(patience=3)
+    zero = {"reward": 0.0, "rewards/iou/mean": 0.0, "rewards/format/mean": 0.5, "frac_reward_zero_std": 1.0}
+    for _ in range(2):
+        watchdog.on_log(None, State(), None, logs=zero)
+    assert not watchdog.warnings
+    watchdog.on_log(None, State(), None, logs=zero)
+    assert len(watchdog.warnings) == 2
+    assert "reward 'iou' has been 0 for 3" in watchdog.warnings[0]
+    assert "box_space" in watchdog.warnings[0] and "answer format" in watchdog.warnings[0]
+    assert "zero reward std" in watchdog.warnings[1]
+    moving = {"reward": 0.3, "rewards/iou/mean": 0.3, "frac_reward_zero_std": 0.5}
+    watchdog.on_log(None, State(), None, logs=moving)
+    assert watchdog.zero_streak["iou"] == 0 and watchdog.flat_streak == 0
+
+
+def test_metrics_line_is_concise(tmp_path):
+    logger = MetricsLogger(tmp_path / "metrics.jsonl")
+    logs = {"reward": 0.5, "reward_std": 0.1, "rewards/iou/mean": 0.4, "rewards/format/mean": 1.0, "kl": 0.002,
+            "completions/mean_length": 80.0, "learning_rate": 1e-6, "loss": 0.01}
+    logger.on_log(None, State(), None, logs=logs)
+    record = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert record["rewards"] == {"iou": 0.4, "format": 1.0} and record["completion_length"] == 80.0
+    line = MetricsLogger.format_line(record, 10)
+    assert line.startswith("step 1/10 reward=0.5 std=0.1 [iou=0.4 format=1]") and "\n" not in line
+
+
+def test_graceful_stop_exit_codes():
+    stop = GracefulStop()
+    assert stop.exit_code == 0
+    stop.signal_number = 15
+    assert stop.exit_code == 143
+
+
+@pytest.mark.parametrize("name,message", [
+    ("nonexistent_module_xyz:f", "cannot import nonexistent_module_xyz"),
+    ("os:not_a_function", "os has no function not_a_function"),
+    ("just_a_name", "expected iou, format, or module:function"),
+])
+def test_bad_custom_reward_is_a_config_error(name, message):
+    with pytest.raises(ConfigError, match=message):
+        build_rewards([name], "absolute", None, None)
+
+
+def test_custom_reward_from_file_keeps_its_name():
+    (reward,) = build_rewards([f"{TESTS / 'shaping.py'}:token_sum"], "absolute", None, None)
+    assert reward.__name__ == "token_sum"
+    assert reward(prompts=[0], completions=[0], completion_ids=[[1, 2]]) == [0.03]
+
+
+def test_resume_path_that_is_not_a_checkpoint(tmp_path, tiny):
+    result = vlmgrpo("train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                     "--output", tmp_path / "o", "--resume", tmp_path, "--num-generations", "2", "--batch-size", "2")
+    assert result.returncode == 2 and "not a checkpoint directory" in result.stderr
+    assert "Traceback" not in result.stderr
