@@ -276,12 +276,12 @@ h1 { font-size: 20px; margin: 0 0 6px; }
 ul.notes { margin: 0 0 14px; padding-left: 18px; color: #444; }
 table { border-collapse: collapse; width: 100%; }
 th, td { border: 1px solid #d0d7de; padding: 4px 6px; vertical-align: top; text-align: left; }
-th { background: #f6f8fa; position: sticky; top: 0; }
+th { background: #f6f8fa; position: sticky; top: 0; font-size: 12px; }
 td.version { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 11px; }
 td.image { font-weight: 600; white-space: nowrap; }
 td.stage { overflow-wrap: anywhere; }
-td.build, td.push { min-width: 170px; max-width: 260px; }
-td.tests { min-width: 230px; max-width: 340px; }
+td.build, td.push { min-width: 150px; }
+td.tests { min-width: 200px; }
 td.ok { background: #dafbe1; } td.fail { background: #ffebe9; } td.skip { background: #fff8c5; }
 td.none { background: #f6f8fa; color: #6e7781; }
 .headline { font-weight: 600; }
@@ -296,7 +296,8 @@ pre.log { font-size: 10px; background: #fff; border: 1px solid #ffcecb; padding:
           white-space: pre-wrap; overflow-wrap: anywhere; }
 @media print {
   @page { size: landscape; margin: 8mm; }
-  body { margin: 0; font-size: 9px; }
+  /* Fourteen columns do not fit a landscape page at full size. */
+  body { margin: 0; zoom: 0.7; }
   th { position: static; }
   * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
 }
