@@ -93,7 +93,7 @@ def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
 def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
     """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
     from .config import dump_config, load_config
-    from .launch import check_shm, needs_launch, torchrun_command
+    from .launch import check_shm, needs_launch, run_torchrun, torchrun_command
     from .train import run_training, validate
 
     try:
@@ -109,10 +109,8 @@ def train(config_path: Optional[str], print_config: bool, dry_run: bool, **optio
         if hint:
             log.warning(hint)
         if needs_launch(config.run):
-            command = torchrun_command(config.run, sys.argv[1:])
-            log.info("launching %s", " ".join(command))
-            sys.stdout.flush()
-            os.execv(command[0], command)
+            log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
+            sys.exit(run_torchrun(config.run, sys.argv[1:]))
         sys.exit(run_training(config, data))
     except UserError as error:
         fail(error)

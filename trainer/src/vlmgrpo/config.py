@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import enum
 import os
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,8 @@ class RunConfig:
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
+    # Seconds torchrun lets workers finish a step and checkpoint after SIGTERM before it kills them.
+    shutdown_timeout: int = 600
 
 
 SECTIONS = (ModelConfig, DataConfig, RewardConfig, RunConfig)
@@ -136,10 +139,12 @@ class TrainConfig:
 
 # --- type checking -----------------------------------------------------------------------------------------------
 
+_UNIONS = (typing.Union, types.UnionType)
+
 
 def _describe(hint) -> str:
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in _UNIONS:
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
@@ -153,7 +158,7 @@ def _describe(hint) -> str:
 def _matches(hint, value) -> bool:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in _UNIONS:
         enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
         # "SchedulerType | str" means a SchedulerType name, not any string.
         members = [a for a in args if not (a is str and enums)]

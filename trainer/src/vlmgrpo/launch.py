@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
 from importlib import resources
 from typing import Any, Optional
 
 from .config import RunConfig, TrainConfig
 from .errors import LaunchError
+
+log = logging.getLogger("vlmgrpo")
 
 PRESETS = ("zero2", "zero3", "zero3_offload")
 MIN_SHM_BYTES = 1 << 30  # NCCL and dataloader workers need more than Docker's default 64 MB
@@ -30,6 +35,14 @@ def needs_launch(run: RunConfig) -> bool:
     return not under_torchrun() and (run.nproc_per_node > 1 or run.nnodes > 1)
 
 
+def torchrun_environment(run: RunConfig) -> dict[str, str]:
+    """torchrun kills workers 30 s after forwarding SIGTERM by default, too soon to finish a step and save.
+    The variable (torch >= 2.9; older versions ignore it) gives them shutdown_timeout seconds instead."""
+    environment = dict(os.environ)
+    environment.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(run.shutdown_timeout))
+    return environment
+
+
 def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
@@ -40,6 +53,27 @@ def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
         f"--master-port={run.master_port}",
         "-m", "vlmgrpo", *argv,
     ]
+
+
+def run_torchrun(run: RunConfig, argv: list[str]) -> int:
+    """Run torchrun as a child and pass SIGTERM/SIGINT on, so a preempted run exits with 128 + signal like a
+    single-process one (torchrun itself would exit 1 with a traceback) after the workers have checkpointed."""
+    process = subprocess.Popen(torchrun_command(run, argv), env=torchrun_environment(run))
+    received: list[int] = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        process.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    code = process.wait()
+    if not received:
+        return code
+    log.warning("stopped by %s: the workers wrote a checkpoint at the end of their step (torchrun's "
+                "SignalException traceback above is expected); continue with --resume auto",
+                signal.Signals(received[0]).name)
+    return 128 + received[0]
 
 
 def resolve_deepspeed(value: Any) -> Any:
