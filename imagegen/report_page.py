@@ -94,6 +94,11 @@ def _read_report(path: Path, kind: str, parse) -> dict:
     return results
 
 
+# The report dataclasses annotate their fields with these (as strings: postponed annotations).
+SIMPLE_TYPES = {"str": (str,), "float": (int, float), "int": (int,), "bool": (bool,), "None": (type(None),),
+                "dict[str, str]": (dict,)}
+
+
 def _dataclass_from(cls, entry: dict, **nested):
     if not isinstance(entry, dict):
         raise TypeError(f"expected an object, got {type(entry).__name__}")
@@ -101,7 +106,22 @@ def _dataclass_from(cls, entry: dict, **nested):
     unknown = sorted(set(entry) - known)
     if unknown:
         raise TypeError(f"unknown field {', '.join(unknown)}")
+    for field_ in fields(cls):
+        if field_.name in entry:
+            _check_type(field_.name, str(field_.type), entry[field_.name])
     return cls(**{**entry, **{key: [make(item) for item in entry.get(key, [])] for key, make in nested.items()}})
+
+
+def _check_type(name: str, annotation: str, value) -> None:
+    """A wrong type would otherwise surface as a traceback while the page is formatted."""
+    if annotation.startswith("list["):
+        item_types = SIMPLE_TYPES.get(annotation[len("list["):-1], (object,))  # nested dataclasses: parsed later
+        if not isinstance(value, list) or not all(isinstance(item, item_types) for item in value):
+            raise TypeError(f"{name}: expected {annotation}, got {json.dumps(value)[:60]}")
+        return
+    accepted = tuple(kind for part in annotation.split("|") for kind in SIMPLE_TYPES.get(part.strip(), (object,)))
+    if not isinstance(value, accepted):
+        raise TypeError(f"{name}: expected {annotation}, got {json.dumps(value)[:60]}")
 
 
 def _build_result(entry: dict) -> BuildResult:

@@ -152,6 +152,10 @@ def test_a_malformed_report_is_one_line_and_exit_2(reports, tmp_path):
     ('{"kind": "push", "images": []}', "not a test report"),
     ('{"kind": "test", "images": [{"image": "x", "ref": "r", "status": "passed", "colour": 1}]}', "unknown field"),
     ('{"kind": "test", "images": [{"image": "x"}]}', "images[0] is not a test result"),
+    ('{"kind": "test", "images": [{"image": "x", "ref": "r", "status": "passed", "duration_s": "slow"}]}',
+     "duration_s: expected float"),
+    ('{"kind": "test", "images": [{"image": "x", "ref": "r", "status": "passed", "checks": [{"name": 1}]}]}',
+     "name: expected str"),
 ])
 def test_a_report_of_the_wrong_shape_is_one_line_and_exit_2(reports, tmp_path, payload, says):
     (reports / "test.json").write_text(payload)
