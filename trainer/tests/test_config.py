@@ -104,3 +104,8 @@ def test_torchrun_command_and_shm_hint(monkeypatch):
     monkeypatch.setattr(launch, "shm_bytes", lambda path="/dev/shm": 64 << 20)
     assert "--shm-size=16g" in launch.check_shm(run) and "--ipc=host" in launch.check_shm(run)
     assert launch.check_shm(RunConfig()) is None
+
+
+def test_reward_weights_must_match_reward_funcs():
+    result = invoke("--model", "m", "--data", "x.jsonl", "--set", "reward_weights=[1.0, 0.5, 2.0]", "--dry-run")
+    assert result.exit_code == 2 and "3 weights for 2 reward_funcs ['iou', 'format']" in result.output

@@ -53,17 +53,27 @@ def test_selftest_skip_train_on_cpu_with_matching_versions(tmp_path):
 
 
 @pytest.mark.parametrize("key,value", [("torch", "2.0.0"), ("python", "3.9"), ("transformers", "4.57.0"),
-                                       ("deepspeed", "0.19.8"), ("cudnn", "8.9.2.26")])
+                                       ("deepspeed", "0.19.8"), ("cudnn", "8.9.2.26"), ("flash_attn", "2.8.3")])
 def test_selftest_mismatch_fails_that_check(tmp_path, key, value):
+    from vlmgrpo.selftest import run_selftest
+
     expected = venv_expected()
     expected[key] = value
-    result, checks, _ = selftest(tmp_path, expected, "--skip-train")
-    assert result.returncode == 1
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps(expected))
+    checks = {c["name"]: c for c in run_selftest(str(path), skip_train=True)["checks"]}
     if key == "cudnn" and checks["version.cudnn"]["status"] == "skip":
         pytest.skip("cudnn cannot be queried on this host")
     assert checks[f"version.{key}"]["status"] == "fail" and value in checks[f"version.{key}"]["detail"]
     others = [c for n, c in checks.items() if n.startswith("version.") and n != f"version.{key}"]
     assert all(c["status"] == "pass" for c in others)
+
+
+def test_selftest_mismatch_exits_1(tmp_path):
+    expected = venv_expected()
+    expected["trl"] = "0.1.0"
+    result, checks, report = selftest(tmp_path, expected, "--skip-train")
+    assert result.returncode == 1 and checks["version.trl"]["status"] == "fail"
 
 
 def test_selftest_without_expected_file_skips_version_checks(tmp_path):

@@ -37,10 +37,11 @@ class MetricsLogger(TrainerCallback):
     def __init__(self, path: Path):
         self.path = path
         self.last_time = None
+        self.last_step = 0
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.last_time is None:
-            self.last_time = time.monotonic()
+            self.last_time, self.last_step = time.monotonic(), state.global_step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "reward" not in logs:
@@ -53,8 +54,10 @@ class MetricsLogger(TrainerCallback):
             for key, value in logs.items()
             if key.startswith("rewards/") and key.endswith("/mean")
         }
-        record["step_time"] = round(now - self.last_time, 4) if self.last_time else None
-        self.last_time = now
+        # Wall-clock seconds per optimizer step (generation, rewards and update), averaged over the logging interval.
+        steps = max(state.global_step - self.last_step, 1)
+        record["step_time"] = round((now - self.last_time) / steps, 4) if self.last_time else None
+        self.last_time, self.last_step = now, state.global_step
         with self.path.open("a") as stream:
             stream.write(json.dumps(record) + "\n")
         print(self.format_line(record, state.max_steps), flush=True)

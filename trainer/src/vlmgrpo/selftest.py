@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -203,8 +204,9 @@ def deepspeed_ops(expected: Optional[dict]) -> tuple[str, str]:
         wanted = (expected or {}).get("deepspeed")
         return (FAIL if wanted else SKIP), "deepspeed not installed"
     try:
-        result = subprocess.run([sys.executable, "-m", "deepspeed.env_report"], capture_output=True, text=True,
-                                timeout=300)
+        command = [shutil.which("ds_report")] if shutil.which("ds_report") else [
+            sys.executable, "-c", "from deepspeed.env_report import cli_main; cli_main()"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return FAIL, f"ds_report did not run: {exc}"
     ops = [" ".join(line.split()) for line in result.stdout.splitlines() if "[" in line and "]" in line

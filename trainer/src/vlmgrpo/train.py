@@ -25,6 +25,10 @@ def validate(config: TrainConfig) -> LoadedData:
     """Everything that can be checked without a model: config values, batch shape, every data row."""
     if not config.model.model_name_or_path:
         raise ConfigError(f"{config.source}: key 'model_name_or_path' is not set (or pass --model PATH)")
+    weights = config.grpo.get("reward_weights")
+    if weights is not None and len(weights) != len(config.reward.reward_funcs):
+        raise ConfigError(f"{config.source}: key 'reward_weights': {len(weights)} weights for "
+                          f"{len(config.reward.reward_funcs)} reward_funcs {config.reward.reward_funcs}")
     check_batch(config, world_size(config.run))
     config.grpo["deepspeed"] = resolve_deepspeed(config.grpo.get("deepspeed"))
     seed = config.grpo.get("data_seed") or config.grpo.get("seed", 42)
