@@ -185,16 +185,22 @@ def test_two_process_torchrun_on_cpu_trains_and_checkpoints_on_sigterm(tiny, tmp
     assert torch.load(checkpoint / "training_args.bin", weights_only=False).world_size == 2
 
 
-def test_lora_saves_the_adapter_and_merged_model(tiny, tmp_path):
+def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     output = tmp_path / "out"
-    vlmgrpo(*train_args(tiny, output, "--max-steps", "1", "--set", "use_lora=true", "--set", "lora_r=4",
-                        "--set", "merge_lora=true", "--set", "dump_completions=true"), check=True)
-    assert (output / "adapter_model.safetensors").is_file()
+    lora = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "learning_rate=0.01"]
+    vlmgrpo(*train_args(tiny, output, "--max-steps", "2", "--save-steps", "1", *lora, "--set", "merge_lora=true",
+                        "--set", "dump_completions=true"), check=True)
     adapter = load_file(str(output / "adapter_model.safetensors"))
-    assert adapter and not any("visual" in name for name in adapter)
+    assert adapter and not any("visual" in name for name in adapter)  # the vision tower stays out of LoRA
     assert (output / "merged" / "model.safetensors").is_file()
     dumped = read_jsonl(output / "completions.jsonl")
-    assert len(dumped) == 4 and {"step", "row", "completion", "rewards"} <= set(dumped[0])
+    assert len(dumped) == 8 and {"step", "row", "completion", "rewards"} <= set(dumped[0])
+    assert {d["step"] for d in dumped} == {1, 2}
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(output / "checkpoint-1", resumed / "checkpoint-1")
+    vlmgrpo(*train_args(tiny, resumed, "--max-steps", "2", "--resume", "auto", *lora), check=True)
+    assert_same(load_file(str(resumed / "adapter_model.safetensors")), adapter)
 
 
 def test_rec_tiny_example_trains_on_cpu_in_under_a_minute(tmp_path):

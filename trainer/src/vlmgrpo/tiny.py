@@ -57,6 +57,7 @@ def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
         vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(_corpus(random.Random(seed)), trainer=trainer)
     wrapped = PreTrainedTokenizerFast(
