@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from conftest import ENV
 from vlmgrpo.cli import main
-from vlmgrpo.config import SECTIONS, grpo_field_types, load_config, section_field_types
+from vlmgrpo.config import grpo_field_types, load_config, section_field_types
 
 
 def invoke(*args):

@@ -1,9 +1,9 @@
 """End-to-end GRPO runs on the tiny model, through the real CLI in child processes."""
 
 import json
-import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -157,6 +157,12 @@ def test_sigterm_writes_a_checkpoint_that_resume_auto_continues(tiny, tmp_path):
     assert read_jsonl(output / "metrics.jsonl")[-1]["step"] == step + 1
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_until_step_then_signal(command, step: int):
     """SIGTERM once the given step is logged; stderr goes to a file so a chatty child cannot block on a full pipe."""
     with tempfile.TemporaryFile(mode="w+") as errors:
@@ -174,7 +180,7 @@ def test_two_process_torchrun_on_cpu_trains_and_checkpoints_on_sigterm(tiny, tmp
     output = tmp_path / "out"
     command = [sys.executable, "-m", "vlmgrpo", *map(str, train_args(
         tiny, output, "--max-steps", "200", "--save-steps", "1000", "--batch-size", "2", "--nproc-per-node", "2",
-        "--master-port", "29517"))]
+        "--master-port", free_port()))]
     code, stderr = run_until_step_then_signal(command, step=2)
     assert code == 143, stderr[-3000:]
     assert "torch.distributed.run" in stderr and "continue with --resume auto" in stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from pathlib import Path
 from typing import Optional
 
 from .errors import ConfigError
@@ -66,7 +65,3 @@ def restore_weights(model, checkpoint: str) -> int:
     del saved
     return len(target_state)
 
-
-def checkpoint_step(checkpoint: str) -> int:
-    match = _CHECKPOINT.match(Path(checkpoint).name)
-    return int(match.group(1)) if match else -1
