@@ -109,3 +109,12 @@ def test_torchrun_command_and_shm_hint(monkeypatch):
 def test_reward_weights_must_match_reward_funcs():
     result = invoke("--model", "m", "--data", "x.jsonl", "--set", "reward_weights=[1.0, 0.5, 2.0]", "--dry-run")
     assert result.exit_code == 2 and "3 weights for 2 reward_funcs ['iou', 'format']" in result.output
+
+
+def test_deepspeed_without_the_package_is_a_clear_error():
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed here")
+    result = invoke("--model", "m", "--data", "x.jsonl", "--deepspeed", "zero3", "--dry-run")
+    assert result.exit_code == 2 and "deepspeed package is not installed" in result.output

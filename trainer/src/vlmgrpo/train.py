@@ -13,7 +13,7 @@ from .callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
 from .checkpoint import resolve_resume, restore_weights
 from .config import TrainConfig
 from .data import LoadedData, load_data, to_hf_dataset
-from .errors import ConfigError
+from .errors import ConfigError, LaunchError
 from .launch import check_batch, resolve_deepspeed, world_size
 from .rewards import build_rewards, completion_text
 
@@ -29,7 +29,11 @@ def validate(config: TrainConfig) -> LoadedData:
         raise ConfigError(f"{config.source}: key 'reward_weights': {len(weights)} weights for "
                           f"{len(config.reward.reward_funcs)} reward_funcs {config.reward.reward_funcs}")
     check_batch(config, world_size(config.run))
-    config.grpo["deepspeed"] = resolve_deepspeed(config.grpo.get("deepspeed"))
+    if config.grpo.get("deepspeed"):
+        resolve_deepspeed(config.grpo["deepspeed"])  # a missing or broken JSON fails here, before any model
+        if importlib.util.find_spec("deepspeed") is None:
+            raise LaunchError(f"deepspeed {config.grpo['deepspeed']} requested but the deepspeed package is not "
+                              "installed; use an image with DeepSpeed or drop --deepspeed")
     seed = config.grpo.get("data_seed") or config.grpo.get("seed", 42)
     return load_data(config.data.data, config.data.image_root, config.data.box_space, seed=seed)
 
@@ -38,6 +42,7 @@ def resolve_grpo_kwargs(grpo: dict[str, Any]) -> dict[str, Any]:
     from .model import cuda_available
 
     kwargs = dict(grpo)
+    kwargs["deepspeed"] = resolve_deepspeed(kwargs.get("deepspeed"))
     if kwargs.get("bf16") == "auto":
         import torch
 
