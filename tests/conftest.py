@@ -1,0 +1,43 @@
+"""Fixtures shared by the real-engine tests: the engine, a local base, a loopback registry,
+and the cpu image, built once per session through `imagegen build` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docker_env import (  # noqa: F401  (fixtures are found by name)
+    build_client, ca_bundle, docker_client, local_base_image, registry, throwaway_tag)
+from tests.helpers import REPO
+
+WHEELHOUSE = REPO / ".cache" / "wheelhouse"
+CPU_BUILD_ARGS = ["--image", "cpu", "--base-image", "local/debian:bookworm", "--wheelhouse", str(WHEELHOUSE)]
+
+
+def imagegen(*args, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "imagegen", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def ensure_wheelhouse() -> Path:
+    """The torch wheels the cpu image installs from; .ci/setup fills it, this repairs it."""
+    if not list(WHEELHOUSE.glob("torch-2.14.1-*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(WHEELHOUSE),
+                        "torch==2.14.1", "torchvision==0.29.1"], check=True)
+    return WHEELHOUSE
+
+
+@pytest.fixture(scope="session")
+def cpu_image(local_base_image, tmp_path_factory) -> dict:
+    """The cpu image as `imagegen build` makes it: its ref, image id and build report entry."""
+    ensure_wheelhouse()
+    work = tmp_path_factory.mktemp("cpu-build")
+    result = imagegen("build", *CPU_BUILD_ARGS, "--context-dir", str(work / "contexts"),
+                      "--report", str(work / "build.json"))
+    assert result.returncode == 0, result.stderr[-5000:]
+    (entry,) = json.loads((work / "build.json").read_text())["images"]
+    return {"ref": entry["ref"], "id": entry["image_id"], "report": entry, "work": work}

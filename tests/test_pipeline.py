@@ -1,0 +1,152 @@
+"""build -> test -> push on the real engine and a real registry, with the cpu image built
+FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from imagegen import containers
+
+from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
+from tests.helpers import MATRIX_PATH, REPO
+
+
+def read_report(path):
+    return json.loads(path.read_text())["images"]
+
+
+def test_build_reports_every_layer_size_and_id(cpu_image):
+    report = cpu_image["report"]
+    assert report["status"] == "built" and report["image_id"].startswith("sha256:")
+    assert [layer["layer"] for layer in report["layers"]] == ["base", "framework", "trainer"]
+    assert report["size_bytes"] > 1e9
+    assert report["ref"].endswith(":0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12")
+
+
+def test_a_second_build_comes_entirely_from_cache(cpu_image, tmp_path):
+    result = imagegen("build", *CPU_BUILD_ARGS, "--context-dir", str(tmp_path / "contexts"),
+                      "--report", str(tmp_path / "build.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = read_report(tmp_path / "build.json")
+    assert report["image_id"] == cpu_image["id"]
+    for layer in report["layers"]:
+        assert layer["total_steps"] > 0 and layer["cached_steps"] == layer["total_steps"], layer
+
+
+def test_no_ca_bundle_pip_conf_or_wheel_is_in_any_layer(cpu_image, ca_bundle, local_base_image):
+    base_layers = len(containers.layer_file_paths(local_base_image))
+    ours = [path for layer in containers.layer_file_paths(cpu_image["id"])[base_layers:] for path in layer.paths]
+    assert any(path.startswith("/opt/venv/lib/python3.11/site-packages/torch/") for path in ours)
+    wheels = {wheel.name for wheel in WHEELHOUSE.glob("*.whl")}
+    leaked = [path for path in ours if path.rsplit("/", 1)[-1] in wheels or "ca-bundle" in path
+              or path.startswith(("/wheelhouse/", "/run/secrets/", "/root/.cache/pip/", "/var/cache/apt/archives/",
+                                  "/var/lib/apt/lists/")) or path == "/etc/pip.conf"]
+    assert leaked == []
+    history = " ".join(layer["created_by"] for layer in containers.image_facts(cpu_image["id"])["layers"])
+    assert "BEGIN CERTIFICATE" not in history and str(ca_bundle) not in history
+
+
+def test_the_image_passes_its_checks_with_the_gpu_ones_skipped(cpu_image, tmp_path):
+    result = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = read_report(tmp_path / "test.json")
+    checks = {check["name"]: check for check in report["checks"]}
+    assert report["image_id"] == cpu_image["id"] and report["gpu_runtime"] is False
+    assert checks["gpu.runtime"]["status"] == "skip" and "no GPU runtime" in checks["gpu.runtime"]["detail"]
+    assert checks["selftest.gpu.bf16_matmul"]["status"] == "skip"
+    for name in ("tag.matches_inside", "labels.match_matrix", "inside.torch", "inside.cudnn", "user.nonroot",
+                 "selftest.version.nccl", "command.train_help"):
+        assert checks[name]["status"] == "pass", checks[name]
+
+
+def test_require_gpu_turns_the_skips_into_failures(cpu_image, tmp_path):
+    result = imagegen("test", cpu_image["ref"], "--require-gpu", "--skip-train",
+                      "--report", str(tmp_path / "test.json"))
+    assert result.returncode == 1
+    (report,) = read_report(tmp_path / "test.json")
+    failed = {check["name"] for check in report["checks"] if check["status"] == "fail"}
+    assert {"gpu.runtime", "selftest.gpu.cuda_available"} <= failed
+
+
+def broken_matrix(tmp_path):
+    """The real matrix plus an image whose transformers version does not exist."""
+    data = yaml.safe_load(MATRIX_PATH.read_text())
+    data["os"]["debian12b"] = {"python": "3.11"}  # gives the broken image a tag of its own
+    cpu = next(image for image in data["images"] if image["name"] == "cpu")
+    data["images"].insert(0, {**cpu, "name": "broken", "os": "debian12b", "transformers": "99.0.0"})
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("keep_going", [True, False])
+def test_a_broken_image_fails_and_keep_going_builds_the_rest(cpu_image, tmp_path, keep_going):
+    matrix = broken_matrix(tmp_path)
+    result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"),
+                      "--image", "broken", *CPU_BUILD_ARGS, *(["--keep-going"] if keep_going else []),
+                      "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
+    assert result.returncode == 1
+    broken, cpu = read_report(tmp_path / "build.json")
+    assert (broken["status"], broken["failed_layer"]) == ("failed", "framework")
+    assert "pip install" in broken["failed_step"] and "requirements.txt" in broken["failed_step"]
+    assert any("transformers==99.0.0" in line for line in broken["log_tail"])
+    assert "broken failed in layer framework" in result.stderr
+    assert cpu["status"] == ("built" if keep_going else "skipped")
+
+
+def test_push_publishes_a_tested_image_and_pulls_back_by_digest(cpu_image, registry, docker_client, tmp_path):
+    tested = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    result = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(tmp_path / "test.json"),
+                      "--report", str(tmp_path / "push.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = read_report(tmp_path / "push.json")
+    assert report["status"] == "pushed" and report["digest"].startswith("sha256:")
+    assert set(report["pushed_tags"]) == {"0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12", "cpu"}
+    pulled = docker_client.images.pull(f"{registry}/vlm-grpo@{report['digest']}")
+    assert pulled.id == read_report(tmp_path / "test.json")[0]["image_id"]
+
+    again = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(tmp_path / "test.json"),
+                     "--report", str(tmp_path / "push2.json"))
+    assert again.returncode == 0
+    (second,) = read_report(tmp_path / "push2.json")
+    assert second["already_published"] == ["0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12"]
+
+
+def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, registry, docker_client,
+                                                                   local_base_image, tmp_path):
+    namespace = f"{registry}/someone"
+    version_tag = cpu_image["ref"].rsplit(":", 1)[1]
+    other = docker_client.images.get(local_base_image)
+    other.tag(f"{namespace}/vlm-grpo", version_tag)
+    for line in docker_client.images.push(f"{namespace}/vlm-grpo", version_tag, stream=True, decode=True):
+        assert "error" not in line, line
+    result = imagegen("push", "--image", "cpu", "--registry", namespace, "--skip-tests",
+                      "--report", str(tmp_path / "push.json"))
+    assert result.returncode == 1
+    (report,) = read_report(tmp_path / "push.json")
+    assert report["status"] == "refused" and report["pushed_tags"] == []
+    assert "immutable" in report["reason"] and "--force" in report["reason"]
+
+
+def test_push_refuses_an_untested_image(cpu_image, registry, tmp_path):
+    empty = tmp_path / "test.json"
+    empty.write_text(json.dumps({"kind": "test", "images": []}))
+    result = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(empty),
+                      "--report", str(tmp_path / "push.json"))
+    assert result.returncode == 1
+    (report,) = read_report(tmp_path / "push.json")
+    assert report["status"] == "not pushed" and "no test result" in report["reason"]
+
+
+def test_build_without_a_selection_is_one_clear_error():
+    result = imagegen("build")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr == "error: choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all\n"
+
+
+def test_a_missing_ca_bundle_is_one_clear_error(tmp_path):
+    result = imagegen("build", "--image", "cpu", "--ca-bundle", str(tmp_path / "nope.pem"))
+    assert result.returncode == 1 and result.stderr.startswith("error: --ca-bundle") and "Traceback" not in result.stderr
