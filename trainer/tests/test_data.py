@@ -139,3 +139,11 @@ def test_dry_run_lists_every_error_and_exits_2(tmp_path, images):
                                        "--dry-run"])
     assert result.exit_code == 2
     assert f"{data}:1: image not found" in result.output and f"{data}:2: cannot parse a box" in result.output
+
+
+def test_dataset_transform_pickles_for_loader_workers(tmp_path, images):
+    import pickle
+
+    data = write_jsonl(tmp_path / "d.jsonl", [conv_row()])
+    dataset = to_hf_dataset(load_data([str(data)], str(images), "absolute").samples, "{question}")
+    assert pickle.loads(pickle.dumps(dataset))[0]["images"][0].size == (200, 100)

@@ -111,3 +111,14 @@ def test_selftest_tiny_grpo_runs(tmp_path):
     result, checks, _ = selftest(tmp_path, venv_expected())
     assert checks["train.tiny_grpo"]["status"] == "pass", checks["train.tiny_grpo"]["detail"]
     print(checks["train.tiny_grpo"]["detail"])
+
+
+def test_selftest_key_missing_from_expected_file_is_skipped(tmp_path):
+    from vlmgrpo.selftest import run_selftest
+
+    expected = venv_expected()
+    del expected["peft"]
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps(expected))
+    checks = {c["name"]: c for c in run_selftest(str(path), skip_train=True)["checks"]}
+    assert checks["version.peft"]["status"] == "skip"

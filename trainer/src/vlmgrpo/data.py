@@ -11,6 +11,7 @@ Boxes are stored in original-image pixels of the first image whatever space the 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -349,7 +350,8 @@ def to_hf_dataset(samples: list[Sample], question_template: str):
         for s in samples
     ]
     dataset = Dataset.from_list(rows)
-    return dataset.with_transform(lambda batch: _materialize(batch, question_template))
+    # partial, not a lambda: data loader workers may need to pickle the transform.
+    return dataset.with_transform(functools.partial(_materialize, question_template=question_template))
 
 
 def _materialize(batch: dict[str, list], question_template: str) -> dict[str, list]:

@@ -118,7 +118,9 @@ def version_checks(expected: Optional[dict], reason: Optional[str]) -> list[dict
     if expected is None or reason:
         status = SKIP if expected is None else FAIL
         return [check(f"version.{key}", status, reason) for key in VERSION_KEYS]
-    return [version_check(key, expected[key]) for key in VERSION_KEYS if key in expected]
+    return [version_check(key, expected[key]) if key in expected
+            else check(f"version.{key}", SKIP, f"{key} not listed in the expected-versions file")
+            for key in VERSION_KEYS]
 
 
 def user_check() -> dict[str, str]:
