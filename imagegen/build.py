@@ -20,7 +20,7 @@ from . import containers
 from .docker_cli import BuildClient
 from .errors import UserError
 from .plan import ImageSpec
-from .render import WHEELHOUSE, LayerContext
+from .render import WHEELHOUSE, LayerContext, write_files
 from .reports import BuildResult, LayerResult
 
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
@@ -69,28 +69,38 @@ def check_pip_settings(settings: PipSettings) -> None:
         raise UserError(f"--wheelhouse {settings.wheelhouse}: not a directory of wheels")
 
 
+def staging_root() -> Path:
+    """Where build contexts are staged, at the same path every run.
+
+    BuildKit keeps a copy of each context directory it was sent, keyed by the directory's
+    path, and later sends only what changed. A stable path per layer keeps that to one
+    copy of the wheelhouse per layer, instead of a new multi-GB copy per build.
+    """
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "imagegen" / "contexts"
+
+
 class Builder:
     """Builds images in order, remembering the layers this run already built."""
 
     def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path,
-                 echo: Callable[[str], None]):
+                 echo: Callable[[str], None], staging: Path | None = None):
         self.client = client
         self.settings = settings
         self.log_dir = log_dir
         self.echo = echo
+        self.staging = staging or staging_root()
         self.built_layers: dict[str, LayerResult] = {}
         self.failed_layers: dict[str, tuple[str | None, list[str]]] = {}  # ref -> (failed step, log tail)
 
-    def build(self, spec: ImageSpec, contexts: list[LayerContext], context_root: Path,
-              labels: dict[str, str]) -> BuildResult:
+    def build(self, spec: ImageSpec, contexts: list[LayerContext], labels: dict[str, str]) -> BuildResult:
         result = BuildResult(image=spec.name, ref=spec.ref(), status="built",
                              log_file=str(self.log_dir / f"{spec.name}.log"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(result.log_file, "w") as log_file, self._secrets() as secrets:
             for context in contexts:
                 final = context is contexts[-1]
-                layer = self._build_layer(spec, context, context_root / spec.name / context.layer, secrets,
-                                          log_file, final, labels if final else {})
+                layer = self._build_layer(spec, context, secrets, log_file, final, labels if final else {})
                 result.layers.append(layer)
                 result.duration_s += layer.duration_s
                 if layer.status == "failed":
@@ -105,7 +115,7 @@ class Builder:
         result.failed_step, result.log_tail = self.failed_layers[context.ref]
         return result
 
-    def _build_layer(self, spec: ImageSpec, context: LayerContext, directory: Path, secrets: dict[str, Path],
+    def _build_layer(self, spec: ImageSpec, context: LayerContext, secrets: dict[str, Path],
                      log_file, final: bool, labels: dict[str, str]) -> LayerResult:
         if context.ref in self.built_layers and not final:
             return LayerResult(context.layer, context.ref, "reused", image_id=self.built_layers[context.ref].image_id)
@@ -117,7 +127,7 @@ class Builder:
             log_file.write(line + "\n")
             self.echo(prefix + line)
 
-        self._fill_wheelhouse(directory)
+        directory = self._stage(context)
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
         self.echo(f"{prefix}building {tags[-1] if final else context.ref} with {self.client.why}")
         outcome = self.client.build(directory, None, tags, {}, labels, secrets, log)
@@ -129,13 +139,26 @@ class Builder:
             self.failed_layers[context.ref] = (outcome.failed_step, outcome.log_tail)
         return layer
 
-    def _fill_wheelhouse(self, directory: Path) -> None:
-        """Link the wheels into the context's wheelhouse, which the pip steps mount read-only."""
-        target = directory / WHEELHOUSE
-        if not self.settings.wheelhouse or not target.is_dir():
-            return
-        for wheel in sorted(self.settings.wheelhouse.glob("*.whl")):
-            destination = target / wheel.name
+    def _stage(self, context: LayerContext) -> Path:
+        """The layer's context at its stable path: the rendered files, plus the wheelhouse
+        that the pip steps mount read-only."""
+        directory = self.staging / context.layer
+        directory.mkdir(parents=True, exist_ok=True)
+        for entry in directory.iterdir():
+            if entry.name != WHEELHOUSE:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        write_files(directory, context.files)
+        self._sync_wheelhouse(directory / WHEELHOUSE)
+        return directory
+
+    def _sync_wheelhouse(self, target: Path) -> None:
+        target.mkdir(exist_ok=True)
+        wheels = {w.name: w for w in self.settings.wheelhouse.glob("*.whl")} if self.settings.wheelhouse else {}
+        for stale in target.iterdir():
+            if stale.name not in wheels:
+                stale.unlink()
+        for name, wheel in sorted(wheels.items()):
+            destination = target / name
             if destination.exists():
                 continue
             try:

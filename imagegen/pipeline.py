@@ -63,7 +63,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
             built.append(BuildResult(spec.name, spec.ref(), "skipped"))
             continue
         labels = {**spec.labels, **({"org.opencontainers.image.revision": revision} if revision else {})}
-        result = builder.build(spec, contexts[spec.name], run.context_dir, labels)
+        result = builder.build(spec, contexts[spec.name], labels)
         built.append(result)
         if result.status != "built":
             continue

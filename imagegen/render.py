@@ -22,6 +22,7 @@ LAYERS = ("base", "framework", "trainer")
 LAYER_REPOSITORY = "imagegen-layer"
 RENDER_MARKER = ".imagegen-render"
 WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty in a render
+EXECUTABLES = {"entrypoint.sh"}
 TRAINER_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy_cache"}
 
 
@@ -146,18 +147,22 @@ def _write_tree(root: Path, contexts: list[LayerContext], specs: list[ImageSpec]
     (root / RENDER_MARKER).write_text("rendered by imagegen; replaced whole by the next render\n")
     for context in contexts:
         directory = root / context.image / context.layer
-        for path, data in context.files.items():
-            target = directory / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            if path == "entrypoint.sh":
-                target.chmod(0o755)
+        write_files(directory, context.files)
         if f"source={WHEELHOUSE}" in context.dockerfile:
             (directory / WHEELHOUSE).mkdir(exist_ok=True)
     for spec in specs:
         layers = {c.layer: c.ref for c in contexts if c.image == spec.name}
         description = {"spec": asdict(spec), "layers": layers}
         (root / spec.name / "image.json").write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+
+
+def write_files(directory: Path, files: dict[str, bytes]) -> None:
+    for path, data in files.items():
+        target = directory / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        if path in EXECUTABLES:
+            target.chmod(0o755)
 
 
 def _swap_into_place(staging: Path, out: Path) -> None:

@@ -35,6 +35,7 @@ def host_dirs(tmp_path_factory):
                   data=[{**recipe["data"][0], "path": "/data/tiny/data/rec.jsonl",
                          "image_root": "/data/tiny/data/images"}])
     (data / "rec_tiny.yaml").write_text(yaml.safe_dump(recipe))
+    subprocess.run(["chmod", "-R", "a+rX", str(data)], check=True)  # readable by the uid that trains
     out.mkdir()
     uid, gid = map(int, USER.split(":"))
     os.chown(out, uid, gid)
