@@ -76,16 +76,13 @@ def test_selftest_mismatch_exits_1(tmp_path):
     assert result.returncode == 1 and checks["version.trl"]["status"] == "fail"
 
 
-def test_selftest_without_expected_file_skips_version_checks(tmp_path):
-    result = vlmgrpo("selftest", "--expected", tmp_path / "absent.json", "--skip-train")
-    checks = json.loads(result.stdout)["checks"]
-    versions = [c for c in checks if c["name"].startswith("version.")]
-    assert versions and all(c["status"] == "skip" and "absent.json" in c["detail"] for c in versions)
-
-
-def test_selftest_require_gpu_fails_without_one(tmp_path):
-    result, checks, _ = selftest(tmp_path, venv_expected(), "--skip-train", "--require-gpu")
+def test_selftest_without_expected_file_and_require_gpu(tmp_path):
+    """No expected file: version checks skip with the path; --require-gpu without a GPU: GPU checks fail, exit 1."""
+    result = vlmgrpo("selftest", "--expected", tmp_path / "absent.json", "--skip-train", "--require-gpu")
     assert result.returncode == 1
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    versions = [c for name, c in checks.items() if name.startswith("version.")]
+    assert len(versions) == 12 and all(c["status"] == "skip" and "absent.json" in c["detail"] for c in versions)
     assert all(checks[name]["status"] == "fail" and "no GPU visible" in checks[name]["detail"] for name in GPU_CHECKS)
 
 
