@@ -7,19 +7,19 @@ from dataclasses import asdict
 
 from .plan import ImageSpec
 
-COLUMNS = (
-    ("image", lambda s: s.name),
-    ("cuda", lambda s: s.cuda or "-"),
-    ("torch", lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}"),
-    ("python", lambda s: s.python),
-    ("cudnn", lambda s: s.cudnn),
-    ("nccl", lambda s: s.nccl),
-    ("flash-attn", lambda s: (s.flash_attn or "-") + (" (source)" if s.flash_attn_source_build else "")),
-    ("deepspeed", lambda s: s.deepspeed or "-"),
+# What users check, one column each; the table and the report page show the same.
+COMPONENTS = (
+    ("CUDA", lambda s: s.cuda or "none"),
+    ("torch", lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}" + ("" if s.torch_index_url else " (PyPI)")),
+    ("Python", lambda s: s.python),
+    ("cuDNN", lambda s: s.cudnn),
+    ("NCCL", lambda s: s.nccl),
+    ("flash-attn", lambda s: (s.flash_attn or "none") + (" (source)" if s.flash_attn_source_build else "")),
+    ("DeepSpeed", lambda s: s.deepspeed or "none"),
     ("transformers", lambda s: s.transformers),
-    ("trl", lambda s: s.trl),
-    ("tag", lambda s: s.version_tag),
+    ("TRL", lambda s: s.trl),
 )
+COLUMNS = (("image", lambda s: s.name), *COMPONENTS, ("tag", lambda s: s.version_tag))
 
 
 def table(specs: list[ImageSpec]) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import docker
 import docker.errors
 
+from .containers import docker_client
 from .errors import UserError
 
 MANIFEST_MEDIA_TYPES = (
@@ -76,7 +77,7 @@ def push_image(
     When a version tag is refused nothing is pushed, aliases included: an alias must not
     move to an image that did not get its version published.
     """
-    client = client or _docker_client()
+    client = client or docker_client()
     image = _local_image(client, image_id_or_ref)
     outcome = PushOutcome(digest=None)
     to_push: list[str] = []
@@ -133,15 +134,6 @@ def _push_tag(client: docker.DockerClient, image, registry: str, repository: str
     if digest is None:
         raise RegistryError(f"push of {remote_repo}:{tag} reported success but the registry does not list it")
     return digest
-
-
-def _docker_client() -> docker.DockerClient:
-    try:
-        client = docker.from_env()
-        client.ping()
-        return client
-    except docker.errors.DockerException as err:
-        raise RegistryError(f"no Docker daemon answers ({err}); start dockerd or set DOCKER_HOST") from None
 
 
 def _local_image(client: docker.DockerClient, image_id_or_ref: str):

@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from .errors import MatrixError, UserError
+from .listing import COMPONENTS
 from .plan import ImageSpec
 from .reports import FAIL, PASS, SKIP, BuildResult, Check, LayerResult, PushResult, TestResult
 from .workspace import Workspace
@@ -139,17 +140,6 @@ def _push_result(entry: dict) -> PushResult:
 # --- what each cell says ---------------------------------------------------------------------------------------
 
 
-COMPONENTS = (
-    ("CUDA", lambda s: s.cuda or "none"),
-    ("torch", lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}" + ("" if s.torch_index_url else " (PyPI)")),
-    ("Python", lambda s: s.python),
-    ("cuDNN", lambda s: s.cudnn),
-    ("NCCL", lambda s: s.nccl),
-    ("flash-attn", lambda s: (s.flash_attn or "none") + (" (source)" if s.flash_attn_source_build else "")),
-    ("DeepSpeed", lambda s: s.deepspeed or "none"),
-    ("transformers", lambda s: s.transformers),
-    ("TRL", lambda s: s.trl),
-)
 STAGES = ("Build", "Tests", "Push")
 
 

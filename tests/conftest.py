@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker_env import (  # noqa: F401  (fixtures are found by name)
-    build_client, ca_bundle, docker_client, local_base_image, registry, throwaway_tag)
 from tests.helpers import REPO
+
+pytest_plugins = ["tests.docker_env"]  # the engine, base image, registry and CA fixtures
 
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 CPU_BUILD_ARGS = ["--image", "cpu", "--base-image", "local/debian:bookworm", "--wheelhouse", str(WHEELHOUSE)]

@@ -12,7 +12,6 @@ from imagegen.containers import (
     layer_file_paths,
     run_in_image,
 )
-from tests.docker_env import build_client, docker_client, local_base_image, throwaway_tag  # noqa: F401
 
 
 @pytest.fixture

@@ -9,14 +9,6 @@ import pytest
 
 from imagegen.containers import exported_file_paths, image_facts, layer_file_paths
 from imagegen.docker_cli import BuildClientError, find_build_client
-from tests.docker_env import (  # noqa: F401
-    build_client,
-    ca_bundle,
-    docker_client,
-    local_base_image,
-    throwaway_tag,
-)
-
 SECRET_VALUE = "s3cret-value-never-in-a-layer"
 
 

@@ -2,7 +2,6 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import json
-import shutil
 
 import pytest
 import yaml

@@ -8,7 +8,7 @@ import docker.errors
 import pytest
 
 from imagegen.registry import RegistryError, push_image, remote_digest
-from tests.docker_env import build_client, docker_client, registry, throwaway_tag, unique_name  # noqa: F401
+from tests.docker_env import unique_name
 
 
 @pytest.fixture
