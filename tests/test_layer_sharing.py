@@ -1,0 +1,36 @@
+"""A layer several images share is built once per run, on the real engine."""
+
+import docker.errors
+
+from imagegen.build import Builder, PipSettings
+from imagegen.render import LayerContext
+
+from tests.helpers import spec_named
+
+
+def layer(image, name, parent, body):
+    dockerfile = f"FROM {parent}\nRUN echo {body} > /{name}.txt\n".encode()
+    return LayerContext(image, name, {"Dockerfile": dockerfile}, f"imagegen-test-layer/{name}:{body}", parent)
+
+
+def test_a_shared_base_layer_is_built_once_and_reused(build_client, local_base_image, docker_client, tmp_path):
+    shared = layer("first", "base", local_base_image, "shared-base")
+    first = spec_named("cu128-torch2.7")
+    second = spec_named("cu128-torch2.8")
+    builder = Builder(build_client, PipSettings(), tmp_path / "logs", echo=lambda line: None,
+                      staging=tmp_path / "staging")
+    try:
+        one = builder.build(first, [shared, layer("first", "trainer", shared.ref, "first-top")], first.labels)
+        two = builder.build(second, [shared, layer("second", "trainer", shared.ref, "second-top")], second.labels)
+        assert [(l.layer, l.status) for l in one.layers] == [("base", "built"), ("trainer", "built")]
+        assert [(l.layer, l.status) for l in two.layers] == [("base", "reused"), ("trainer", "built")]
+        assert two.layers[0].image_id == one.layers[0].image_id
+        assert docker_client.images.get(two.image_id).labels["io.imagegen.image"] == "cu128-torch2.8"
+    finally:
+        for ref in (shared.ref, first.ref(), second.ref(), *(first.ref(t) for t in first.alias_tags),
+                    *(second.ref(t) for t in second.alias_tags), "imagegen-test-layer/trainer:first-top",
+                    "imagegen-test-layer/trainer:second-top"):
+            try:
+                docker_client.images.remove(ref, force=True)
+            except docker.errors.ImageNotFound:
+                pass
