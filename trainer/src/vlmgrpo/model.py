@@ -59,9 +59,18 @@ def load_processor(config: ModelConfig):
     if config.max_pixels is not None:
         kwargs["max_pixels"] = config.max_pixels
     processor = AutoProcessor.from_pretrained(config.model_name_or_path, **kwargs)
+    _apply_pixel_bounds(processor.image_processor, config)
     # Generation batches are left padded so every completion starts at the same position.
     processor.tokenizer.padding_side = "left"
     return processor
+
+
+def _apply_pixel_bounds(image_processor, config: ModelConfig) -> None:
+    """transformers 4.x keeps min/max_pixels as attributes but resizes by `size`: set both."""
+    bounds = {"shortest_edge": config.min_pixels, "longest_edge": config.max_pixels}
+    bounds = {edge: value for edge, value in bounds.items() if value is not None}
+    if bounds and isinstance(getattr(image_processor, "size", None), dict):
+        image_processor.size = {**image_processor.size, **bounds}
 
 
 def load_model(config: ModelConfig):

@@ -48,7 +48,7 @@ def _corpus(rng: random.Random, lines: int = 2000) -> list[str]:
 
 def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import Qwen2TokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -60,7 +60,7 @@ def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
         show_progress=False,
     )
     tokenizer.train_from_iterator(_corpus(random.Random(seed)), trainer=trainer)
-    wrapped = PreTrainedTokenizerFast(
+    wrapped = Qwen2TokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
@@ -89,6 +89,9 @@ def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
         max_position_embeddings=4096,
         # head_dim 16: the three M-RoPE sections (time, height, width) must sum to head_dim / 2.
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+        # transformers 4.x reads M-RoPE from these instead (the cu121 image carries 4.57).
+        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        rope_theta=1000000.0,
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
