@@ -104,7 +104,11 @@ def _tag_matches_inside(facts: dict, versions: dict) -> Check:
                f"-cu{(versions.get('torch_cuda') or '').replace('.', '')}"
                f"-cudnn{(versions.get('cudnn') or '').split('.')[0]}"
                f"-py{'.'.join((versions.get('python') or '').split('.')[:2])}")
-    version_tags = [facts["labels"].get("org.opencontainers.image.version", "")]
+    label = facts["labels"].get("org.opencontainers.image.version")
+    if not label:
+        return Check("tag.matches_inside", FAIL, "no org.opencontainers.image.version label: not an imagegen "
+                     f"image, or its labels were stripped; the image holds {derived}")
+    version_tags = [label]
     version_tags += [ref.rsplit(":", 1)[1] for ref in facts["tags"] if "-torch" in ref.rsplit(":", 1)[1]]
     lying = [tag for tag in version_tags if tag != derived and not tag.startswith(derived + "-")]
     if lying:
