@@ -1,0 +1,55 @@
+"""The comparisons `imagegen test` makes between what an image reports and its tag and labels."""
+
+import pytest
+
+from imagegen import smoke
+
+INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
+          "python": "3.11.9", "nccl": "2.21.5"}
+TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11"
+
+
+@pytest.mark.parametrize("label, inside, wanted, same", [
+    ("torch", "2.6.0+cu124", "2.6.0", True),
+    ("torch", "2.6.1", "2.6.0", False),
+    ("cudnn", "9.1.0", "9.1.0.70", True),
+    ("cudnn", "9.5.1", "9.1.0.70", False),
+    ("python", "3.11.9", "3.11", True),
+    ("python", "3.12.1", "3.11", False),
+    ("flash-attn", None, "none", True),
+    ("flash-attn", "2.8.3", "none", False),
+    ("deepspeed", None, "0.19.8", False),
+])
+def test_versions_inside_against_labels(label, inside, wanted, same):
+    assert smoke._same_version(label, inside, wanted) is same
+
+
+def facts(label, tags=()):
+    return {"labels": {"org.opencontainers.image.version": label} if label else {},
+            "tags": [f"repo:{tag}" for tag in tags]}
+
+
+def test_a_tag_rebuilt_from_the_inside_passes():
+    assert smoke._tag_matches_inside(facts(TAG, [TAG, "cu12.4"]), INSIDE).status == "pass"
+    assert smoke._tag_matches_inside(facts(TAG + "-runtime"), INSIDE).status == "pass"
+
+
+def test_a_tag_that_lies_about_torch_fails():
+    check = smoke._tag_matches_inside(facts("0.1.0-torch2.7.1-cu124-cudnn9-py3.11"), INSIDE)
+    assert check.status == "fail" and "holds 0.1.0-torch2.6.0-cu124-cudnn9-py3.11" in check.detail
+
+
+def test_a_second_version_tag_that_lies_fails_too():
+    check = smoke._tag_matches_inside(facts(TAG, [TAG, "0.1.0-torch2.6.0-cu126-cudnn9-py3.11"]), INSIDE)
+    assert check.status == "fail" and "cu126" in check.detail
+
+
+def test_an_image_without_labels_fails_with_the_reason():
+    check = smoke._tag_matches_inside(facts(None), INSIDE)
+    assert check.status == "fail" and "no org.opencontainers.image.version label" in check.detail
+
+
+@pytest.mark.parametrize("user, status", [("", "fail"), ("root", "fail"), ("0:0", "fail"), ("1000:1000", "pass"),
+                                          ("trainer", "pass")])
+def test_the_image_user_must_not_be_root(user, status):
+    assert smoke._runs_as_non_root(user).status == status
