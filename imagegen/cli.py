@@ -138,8 +138,9 @@ def render(cuda, torch_version, python, images, all_images, out, base_image, apt
     """
     selection = _selection(cuda, torch_version, python, images, all_images)
     workspace, specs = load_selected(matrix_path, templates, trainer_dir, selection)
-    contexts = render_all(workspace, specs, render_module.RenderOptions(base_image, apt_mirror))
-    render_module.write(out, contexts, specs)
+    contexts = render_module.render_specs(workspace.templates, workspace.trainer, specs,
+                                          render_module.RenderOptions(base_image, apt_mirror))
+    render_module.write(out, [c for layers in contexts.values() for c in layers], specs)
     for spec in specs:
         click.echo(f"{out / spec.name}: {spec.ref()} FROM {base_image or spec.base_image}")
 
@@ -275,12 +276,6 @@ def push(cuda, torch_version, python, images, all_images, registry, skip_tests, 
     _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
     sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
                                   echo=lambda line: click.echo(line, err=True)))
-
-
-def render_all(workspace: Workspace, specs: list[ImageSpec], options: render_module.RenderOptions):
-    env = render_module.environment(workspace.templates)
-    trainer = render_module.trainer_files(workspace.trainer)
-    return [context for spec in specs for context in render_module.render_image(spec, env, trainer, options)]
 
 
 # Imported last: report_page is a module of its own, registered here like the other commands.

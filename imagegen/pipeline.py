@@ -49,9 +49,8 @@ def build_test_push(run: Run, echo: Echo) -> int:
     """Build each image, then test and push it as asked; 0 when every image made it."""
     client = find_build_client(run.docker_binary, run.builder)
     echo(f"build client: {client.why}")
-    env = render_module.environment(run.workspace.templates)
-    trainer = render_module.trainer_files(run.workspace.trainer)
-    contexts = {spec.name: render_module.render_image(spec, env, trainer, run.render_options) for spec in run.specs}
+    contexts = render_module.render_specs(run.workspace.templates, run.workspace.trainer, run.specs,
+                                          run.render_options)
     render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
     builder = Builder(client, run.pip, run.report_path.parent / "logs", echo)
     revision = source_revision(run.workspace.matrix.parent)

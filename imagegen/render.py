@@ -69,6 +69,14 @@ def render_image(spec: ImageSpec, env: jinja2.Environment, trainer_files: dict[s
     return [base, framework, trainer]
 
 
+def render_specs(templates: Path, trainer_dir: Path, specs: list[ImageSpec],
+                 options: RenderOptions = RenderOptions()) -> dict[str, list[LayerContext]]:
+    """Every spec's layers, by image name, with the trainer source read once."""
+    env = environment(templates)
+    trainer = trainer_files(trainer_dir)
+    return {spec.name: render_image(spec, env, trainer, options) for spec in specs}
+
+
 def _layer(spec: ImageSpec, layer: str, parent: str, env: jinja2.Environment, files: dict[str, bytes],
            **variables) -> LayerContext:
     try:
