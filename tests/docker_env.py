@@ -146,6 +146,8 @@ def registry(tmp_path_factory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        # Pushed images are gigabytes; pytest keeps its last temp dirs, so drop the blobs now.
+        shutil.rmtree(workdir / "storage", ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
