@@ -1,0 +1,46 @@
+"""What every benchmark section shares: paths, the docker client, timing, Markdown tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WHEELHOUSE = REPO / ".cache" / "wheelhouse"
+BASE_IMAGE = "local/debian:bookworm"
+DOCKER = "/usr/bin/docker"  # the BuildKit-capable client (see imagegen.docker_cli)
+IMAGEGEN = [sys.executable, "-m", "imagegen"]
+
+
+def run(argv: list[str], log: Path | None = None, **kwargs) -> float:
+    """Run argv to completion (output to log, if given); its wall time in seconds. Fails loudly."""
+    started = time.monotonic()
+    if log is None:
+        subprocess.run(argv, check=True, cwd=REPO, capture_output=True, text=True, **kwargs)
+    else:
+        with open(log, "w") as stream:
+            result = subprocess.run(argv, cwd=REPO, stdout=stream, stderr=subprocess.STDOUT, **kwargs)
+        if result.returncode != 0:
+            tail = log.read_text(errors="replace").splitlines()[-30:]
+            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}); log {log}:\n" + "\n".join(tail))
+    return time.monotonic() - started
+
+
+def docker(*args: str) -> str:
+    return subprocess.run([DOCKER, *args], check=True, capture_output=True, text=True).stdout
+
+
+def table(header: tuple[str, ...], rows: list[tuple]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def gb(size_bytes: float) -> str:
+    return f"{size_bytes / 1e9:.2f} GB"
+
+
+def goal(met: bool) -> str:
+    return "met" if met else "**missed**"
