@@ -145,10 +145,11 @@ class Builder:
         directory = self.staging / context.layer
         directory.mkdir(parents=True, exist_ok=True)
         for entry in directory.iterdir():
-            if entry.name != WHEELHOUSE:
+            if entry.name != WHEELHOUSE or f"source={WHEELHOUSE}" not in context.dockerfile:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         write_files(directory, context.files)
-        self._sync_wheelhouse(directory / WHEELHOUSE)
+        if f"source={WHEELHOUSE}" in context.dockerfile:
+            self._sync_wheelhouse(directory / WHEELHOUSE)
         return directory
 
     def _sync_wheelhouse(self, target: Path) -> None:

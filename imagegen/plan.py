@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from . import rules, tags
 from .errors import MatrixError
@@ -25,6 +26,7 @@ class Trainer:
 
     version: str
     requirements: tuple[Requirement, ...] = ()
+    build_requirements: tuple[Requirement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class ImageSpec:
     accelerate: str
     peft: str
     trainer_version: str
+    trainer_requirements: tuple[str, ...]  # what the framework layer installs for the trainer
     repository: str
     version_tag: str = ""
     alias_tags: tuple[str, ...] = ()
@@ -90,7 +93,7 @@ def resolve(matrix: Matrix, trainer: Trainer) -> list[ImageSpec]:
     problems = rules.check(matrix, trainer.requirements)
     if problems:
         raise MatrixError(problems)
-    specs = [_resolve_image(matrix, image, trainer.version) for image in matrix.images]
+    specs = [_resolve_image(matrix, image, trainer) for image in matrix.images]
     named = tags.assign(specs, matrix.latest)
     duplicates = tags.duplicate_tags(named)
     if duplicates:
@@ -105,7 +108,7 @@ def _index(matrix: Matrix, name: str) -> int:
     return next(image.index for image in matrix.images if image.name == name)
 
 
-def _resolve_image(matrix: Matrix, image: ImageEntry, trainer_version: str) -> ImageSpec:
+def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> ImageSpec:
     torch = matrix.torch[image.torch]
     torch_cuda = rules.torch_cuda(matrix, image)
     build = torch.builds[torch_cuda]
@@ -139,9 +142,21 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer_version: str) -> I
         trl=image.trl,
         accelerate=image.accelerate,
         peft=image.peft,
-        trainer_version=trainer_version,
+        trainer_version=trainer.version,
+        trainer_requirements=_trainer_requirements(trainer),
         repository=matrix.repository,
     )
+
+
+def _trainer_requirements(trainer: Trainer) -> tuple[str, ...]:
+    """The trainer's dependencies and build tools, less the packages every image pins itself.
+
+    The framework layer installs them, so the trainer layer installs the trainer alone,
+    offline, and a change to the trainer's code rebuilds nothing below it.
+    """
+    pinned = {"torch", "torchvision", "transformers", "trl", "accelerate", "peft", "deepspeed", "flash-attn"}
+    wanted = [*trainer.requirements, *trainer.build_requirements]
+    return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
 
 
 def _flash_attn_wheel(matrix: Matrix, image: ImageEntry, torch_cuda: str) -> str | None:

@@ -37,8 +37,11 @@ def read_trainer(trainer_dir: Path) -> plan.Trainer:
     pyproject = trainer_dir / "pyproject.toml"
     try:
         with pyproject.open("rb") as handle:
-            project = tomllib.load(handle)["project"]
-        return plan.Trainer(project["version"], tuple(Requirement(r) for r in project.get("dependencies", ())))
+            document = tomllib.load(handle)
+        project = document["project"]
+        build = document.get("build-system", {}).get("requires", ())
+        return plan.Trainer(project["version"], tuple(Requirement(r) for r in project.get("dependencies", ())),
+                            tuple(Requirement(r) for r in build))
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "
                         "Pass --trainer DIR") from None

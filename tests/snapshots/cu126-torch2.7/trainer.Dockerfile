@@ -1,14 +1,11 @@
 # imagegen trainer layer for cu126-torch2.7: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:be8d2d9db1900212
+FROM imagegen-layer/framework:aa41915e0c8b78ea
 
-# The source is mounted, not copied: only the installed package lands in the layer.
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
-    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    --mount=type=bind,source=trainer,target=/src/trainer,rw \
-    pip install -c /etc/imagegen/constraints.txt /src/trainer
+# The framework layer installed the trainer's dependencies and build tools, so this step
+# needs no index. The source is mounted, not copied: only the installed package lands here.
+RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
+    pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer
 
 COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
 
