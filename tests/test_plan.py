@@ -89,3 +89,16 @@ def test_no_match_lists_what_exists():
 def test_unknown_image_name_lists_the_names():
     with pytest.raises(UserError, match="no image named nope; images: cu118-torch2.6"):
         choose(specs(), Selection(images=("nope",)))
+
+
+def test_the_framework_layer_gets_the_trainers_dependencies_but_not_the_pinned_ones():
+    from packaging.requirements import Requirement
+
+    from imagegen import matrix as matrix_module
+    from imagegen import plan
+    from tests.helpers import MATRIX_PATH
+
+    trainer = plan.Trainer("0.1.0", (Requirement("transformers>=4.57"), Requirement("click>=8.0"),
+                                     Requirement("Pillow")), (Requirement("setuptools>=64"),))
+    spec = next(s for s in plan.resolve(matrix_module.read(MATRIX_PATH), trainer) if s.name == "cpu")
+    assert spec.trainer_requirements == ("Pillow", "click>=8.0", "setuptools>=64")
