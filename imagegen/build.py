@@ -8,13 +8,15 @@ the RUN steps as BuildKit secrets and bind mounts, never as files in a layer.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import containers
 from .docker_cli import BuildClient
@@ -127,10 +129,10 @@ class Builder:
             log_file.write(line + "\n")
             self.echo(prefix + line)
 
-        directory = self._stage(context)
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
         self.echo(f"{prefix}building {tags[-1] if final else context.ref} with {self.client.why}")
-        outcome = self.client.build(directory, None, tags, {}, labels, secrets, log)
+        with self._staged(context) as directory:
+            outcome = self.client.build(directory, None, tags, {}, labels, secrets, log)
         layer = LayerResult(context.layer, context.ref, "built" if outcome.ok else "failed", outcome.duration_s,
                             outcome.cached_steps, outcome.total_steps, outcome.image_id)
         if outcome.ok:
@@ -139,18 +141,21 @@ class Builder:
             self.failed_layers[context.ref] = (outcome.failed_step, outcome.log_tail)
         return layer
 
-    def _stage(self, context: LayerContext) -> Path:
+    @contextmanager
+    def _staged(self, context: LayerContext) -> Iterator[Path]:
         """The layer's context at its stable path: the rendered files, plus the wheelhouse
-        that the pip steps mount read-only."""
+        when its pip steps mount one. Locked, so two imagegen runs take turns."""
         directory = self.staging / context.layer
         directory.mkdir(parents=True, exist_ok=True)
-        for entry in directory.iterdir():
-            if entry.name != WHEELHOUSE or f"source={WHEELHOUSE}" not in context.dockerfile:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        write_files(directory, context.files)
-        if f"source={WHEELHOUSE}" in context.dockerfile:
-            self._sync_wheelhouse(directory / WHEELHOUSE)
-        return directory
+        with open(self.staging / f".{context.layer}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for entry in directory.iterdir():
+                if not (entry.name == WHEELHOUSE and context.mounts_wheelhouse):
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            write_files(directory, context.files)
+            if context.mounts_wheelhouse:
+                self._sync_wheelhouse(directory / WHEELHOUSE)
+            yield directory
 
     def _sync_wheelhouse(self, target: Path) -> None:
         target.mkdir(exist_ok=True)

@@ -47,6 +47,10 @@ class LayerContext:
     def dockerfile(self) -> str:
         return self.files["Dockerfile"].decode()
 
+    @property
+    def mounts_wheelhouse(self) -> bool:
+        return f"source={WHEELHOUSE}" in self.dockerfile
+
 
 def environment(templates: Path) -> jinja2.Environment:
     return jinja2.Environment(
@@ -157,7 +161,7 @@ def _write_tree(root: Path, contexts: list[LayerContext], specs: list[ImageSpec]
     for context in contexts:
         directory = root / context.image / context.layer
         write_files(directory, context.files)
-        if f"source={WHEELHOUSE}" in context.dockerfile:
+        if context.mounts_wheelhouse:
             (directory / WHEELHOUSE).mkdir(exist_ok=True)
     for spec in specs:
         layers = {c.layer: c.ref for c in contexts if c.image == spec.name}
