@@ -92,14 +92,12 @@ def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool
 
 def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: bool, test_report: Path,
                 report_path: Path, echo: Echo) -> int:
-    tests = {} if skip_tests else _read_tests(test_report)
+    tests = None if skip_tests else _read_tests(test_report)
     client = containers.docker_client()
     results = []
     for spec in specs:
         image_id = containers.image_facts(spec.ref(), client=client)["id"]
-        reason = None if skip_tests else publish.untested_reason(spec, image_id, tests)
-        results.append(publish.not_pushed(spec, registry, reason) if reason else publish.push(spec, image_id,
-                                                                                            registry, force))
+        results.append(publish.push_if_tested(spec, image_id, tests, registry, force))
         echo(_push_line(results[-1]))
     reports.write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
@@ -115,8 +113,7 @@ def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: b
 
 def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, registry: str, force: bool,
                  echo: Echo) -> PushResult:
-    reason = publish.untested_reason(spec, image_id, {spec.name: test})
-    result = publish.not_pushed(spec, registry, reason) if reason else publish.push(spec, image_id, registry, force)
+    result = publish.push_if_tested(spec, image_id, {spec.name: test}, registry, force)
     echo(_push_line(result))
     return result
 

@@ -45,6 +45,13 @@ def push(spec: ImageSpec, image_id: str, registry: str, force: bool) -> PushResu
     return result
 
 
+def push_if_tested(spec: ImageSpec, image_id: str, tests: dict[str, TestResult] | None, registry: str,
+                   force: bool) -> PushResult:
+    """Push the image when its tests passed on this exact image id; tests=None skips the gate."""
+    reason = None if tests is None else untested_reason(spec, image_id, tests)
+    return not_pushed(spec, registry, reason) if reason else push(spec, image_id, registry, force)
+
+
 def not_pushed(spec: ImageSpec, registry: str, reason: str) -> PushResult:
     return PushResult(image=spec.name, registry=registry, repository=repository_name(spec), status="not pushed",
                       reason=reason)

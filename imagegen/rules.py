@@ -87,7 +87,8 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
         return problems + [matrix.problem(_at(image, "torch"), f"torch {image.torch} is not in the torch "
                                           f"section; known: {', '.join(matrix.torch)}", "known-torch")]
     problems += _check_torch_build(matrix, image)
-    if image.python not in (_specifier(torch.python) or SpecifierSet()) and _specifier(torch.python):
+    pythons = _specifier(torch.python)  # an unparseable range is reported by _check_facts
+    if pythons is not None and image.python not in pythons:
         problems.append(matrix.problem(_at(image, "python"), f"torch {torch.version} has wheels for Python "
                                        f"{torch.python}, not {image.python}", "python-in-torch-range"))
     problems += _check_python_source(matrix, image)
