@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
+from .components import COMPONENTS
 from .plan import ImageSpec
 
+# How a component's cell reads where the bare version would hide something users check.
+CELL = {
+    "torch": lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}" + ("" if s.torch_index_url else " (PyPI)"),
+    "flash_attn": lambda s: (s.flash_attn or "none") + (" (source)" if s.flash_attn_source_build else ""),
+}
+
+
+def _cell(key: str):
+    return CELL.get(key, lambda spec: getattr(spec, key) or "none")
+
+
 # What users check, one column each; the table and the report page show the same.
-COMPONENTS = (
-    ("CUDA", lambda s: s.cuda or "none"),
-    ("torch", lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}" + ("" if s.torch_index_url else " (PyPI)")),
-    ("Python", lambda s: s.python),
-    ("cuDNN", lambda s: s.cudnn),
-    ("NCCL", lambda s: s.nccl),
-    ("flash-attn", lambda s: (s.flash_attn or "none") + (" (source)" if s.flash_attn_source_build else "")),
-    ("DeepSpeed", lambda s: s.deepspeed or "none"),
-    ("transformers", lambda s: s.transformers),
-    ("TRL", lambda s: s.trl),
-)
-COLUMNS = (("image", lambda s: s.name), *COMPONENTS, ("tag", lambda s: s.version_tag))
+VERSION_COLUMNS = (("CUDA", lambda s: s.cuda or "none"),
+                   *((c.title, _cell(c.key)) for c in COMPONENTS if c.column))
+COLUMNS = (("image", lambda s: s.name), *VERSION_COLUMNS,
+           ("tag", lambda s: s.version_tag or "(no lock)"))
 
 
 def table(specs: list[ImageSpec]) -> str:
@@ -34,7 +37,7 @@ def aligned(rows: list) -> list[str]:
 
 
 def as_json(specs: list[ImageSpec]) -> str:
-    return json.dumps([asdict(spec) for spec in specs], indent=2)
+    return json.dumps([spec.as_dict() for spec in specs], indent=2)
 
 
 def github(specs: list[ImageSpec]) -> str:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import html
 import json
 import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import click
 
+from . import atomic
 from .errors import MatrixError, UserError
-from .listing import COMPONENTS
+from .listing import VERSION_COLUMNS
 from .plan import ImageSpec
 from .reports import FAIL, PASS, SKIP, BuildResult, Check, LayerResult, PushResult, TestResult
 from .workspace import Workspace
@@ -242,11 +242,11 @@ def stage_totals(page_rows: list[Row]) -> list[str]:
 
 
 def markdown(title: str, page_rows: list[Row], notes: list[str]) -> str:
-    header = ["Image", *(name for name, _ in COMPONENTS), *STAGES, "Log"]
+    header = ["Image", *(name for name, _ in VERSION_COLUMNS), *STAGES, "Log"]
     lines = [f"# {_md(title)}", "", *(f"- {_md(note)}" for note in notes), "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in page_rows:
-        cells = [f"**{_md(row.spec.name)}**", *(_md(value(row.spec)) for _, value in COMPONENTS),
+        cells = [f"**{_md(row.spec.name)}**", *(_md(value(row.spec)) for _, value in VERSION_COLUMNS),
                  *(_md_cell(cell) for cell in row.stages),
                  f"[log]({_md_link(row.log)})" if row.log else "-"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -315,7 +315,7 @@ pre.log { font-size: 10px; background: #fff; border: 1px solid #ffcecb; padding:
 
 
 def html_page(title: str, page_rows: list[Row], notes: list[str]) -> str:
-    header = ["Image", *(name for name, _ in COMPONENTS), *STAGES, "Log"]
+    header = ["Image", *(name for name, _ in VERSION_COLUMNS), *STAGES, "Log"]
     head = "".join(f"<th>{html.escape(name)}</th>" for name in header)
     body = "\n".join(_html_row(row) for row in page_rows)
     note_items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
@@ -326,7 +326,7 @@ def html_page(title: str, page_rows: list[Row], notes: list[str]) -> str:
 
 
 def _html_row(row: Row) -> str:
-    versions = "".join(f"<td class=\"version\">{html.escape(value(row.spec))}</td>" for _, value in COMPONENTS)
+    versions = "".join(f"<td class=\"version\">{html.escape(value(row.spec))}</td>" for _, value in VERSION_COLUMNS)
     stages = "".join(_html_stage(stage.lower(), cell) for stage, cell in zip(STAGES, row.stages))
     log = f"<a href=\"{html.escape(row.log)}\">log</a>" if row.log else "-"
     return (f"<tr><td class=\"image\" title=\"{html.escape(row.spec.ref())}\">{html.escape(row.spec.name)}</td>"
@@ -356,19 +356,6 @@ def _html_check(check: Check) -> str:
 # --- writing ----------------------------------------------------------------------------------------------------
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """A reader (a browser, an artifact upload) never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def page_notes(matrix_path: Path, reports: Reports, page_rows: list[Row], unmatched: list[str]) -> list[str]:
     read = "; ".join(f"{kind}: {', '.join(map(str, paths))}" for kind, paths in reports.sources.items()) or "none"
     notes = [f"Matrix: {matrix_path}", f"Reports read: {read}", *stage_totals(page_rows)]
@@ -381,8 +368,8 @@ def write_pages(out: Path, matrix_path: Path, repository: str, specs: list[Image
     page_rows = rows(specs, reports, out)
     notes = page_notes(matrix_path, reports, page_rows, unmatched_images(specs, reports))
     title = f"imagegen report: {repository}"
-    write_atomically(out / "index.md", markdown(title, page_rows, notes))
-    write_atomically(out / "index.html", html_page(title, page_rows, notes))
+    atomic.write_text(out / "index.md", markdown(title, page_rows, notes))
+    atomic.write_text(out / "index.html", html_page(title, page_rows, notes))
 
 
 # --- the command ------------------------------------------------------------------------------------------------

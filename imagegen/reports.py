@@ -7,10 +7,10 @@ uploads them, and a user reads them instead of logs. Field names are a contract.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from . import atomic
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -39,6 +39,7 @@ class BuildResult:
     log_tail: list[str] = field(default_factory=list)
     log_file: str | None = None
     layers: list[LayerResult] = field(default_factory=list)
+    hint: str = ""  # what to do about a failure imagegen recognises
 
 
 @dataclass
@@ -78,18 +79,9 @@ class PushResult:
 
 
 def write_json(path: Path, kind: str, results: list) -> None:
-    """Write {"kind": ..., "images": [...]} atomically: a temp file renamed into place."""
+    """Write {"kind": ..., "images": [...]} atomically."""
     payload = {"kind": kind, "images": [asdict(result) for result in results]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(payload, stream, indent=2)
-            stream.write("\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic.write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def read_json(path: Path) -> dict:

@@ -10,17 +10,13 @@ import json
 import time
 
 from . import containers
+from .components import COMPONENTS
 from .plan import ImageSpec
 from .reports import FAIL, PASS, SKIP, Check, TestResult
-from .tags import LABEL_PREFIX
+from .tags import DIGEST_CHARS, INPUTS_LABEL, LABEL_PREFIX, version_prefix
 
 # Label keys (after io.imagegen.) and the `vlmgrpo info` keys that report the same thing.
-INFO_KEY_OF_LABEL = {
-    "python": "python", "torch": "torch", "torch.cuda": "torch_cuda", "cudnn": "cudnn", "nccl": "nccl",
-    "torchvision": "torchvision", "flash-attn": "flash_attn", "deepspeed": "deepspeed",
-    "transformers": "transformers", "trl": "trl", "accelerate": "accelerate", "peft": "peft",
-    "trainer": "vlmgrpo",
-}
+INFO_KEY_OF_LABEL = {**{c.label: c.key for c in COMPONENTS}, "trainer": "vlmgrpo"}
 SELFTEST_TIMEOUT_S = 1800
 
 
@@ -99,20 +95,23 @@ def _same_version(label: str, inside: str | None, wanted: str) -> bool:
 
 
 def _tag_matches_inside(facts: dict, versions: dict) -> Check:
-    """Every version tag is rebuilt from what the image reports; any difference means it lies."""
-    derived = (f"{versions.get('vlmgrpo')}-torch{(versions.get('torch') or '').split('+')[0]}"
-               f"-cu{(versions.get('torch_cuda') or '').replace('.', '')}"
-               f"-cudnn{(versions.get('cudnn') or '').split('.')[0]}"
-               f"-py{'.'.join((versions.get('python') or '').split('.')[:2])}")
+    """Every version tag is rebuilt from what the image reports, and ends in the digest of the inputs
+    its label records; any difference means it lies."""
+    derived = version_prefix(versions.get("vlmgrpo"), versions)
     label = facts["labels"].get("org.opencontainers.image.version")
     if not label:
         return Check("tag.matches_inside", FAIL, "no org.opencontainers.image.version label: not an imagegen "
                      f"image, or its labels were stripped; the image holds {derived}")
     version_tags = [label]
     version_tags += [ref.rsplit(":", 1)[1] for ref in facts["tags"] if "-torch" in ref.rsplit(":", 1)[1]]
-    lying = [tag for tag in version_tags if tag != derived and not tag.startswith(derived + "-")]
+    lying = [tag for tag in version_tags if not tag.startswith(derived + "-")]
     if lying:
         return Check("tag.matches_inside", FAIL, f"tag {lying[0]} but the image holds {derived}")
+    inputs = facts["labels"].get(INPUTS_LABEL, "").removeprefix("sha256:")[:DIGEST_CHARS]
+    other = [tag for tag in version_tags if not inputs or not tag.endswith("-" + inputs)]
+    if other:
+        return Check("tag.matches_inside", FAIL, f"tag {other[0]} does not end in the digest of the inputs the "
+                     f"image was built from ({INPUTS_LABEL}={inputs or 'absent'})")
     return Check("tag.matches_inside", PASS, f"{', '.join(sorted(set(version_tags)))} match the inside")
 
 

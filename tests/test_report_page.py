@@ -87,7 +87,7 @@ def test_every_matrix_image_is_a_row_of_both_pages(page):
 def test_component_versions_are_shown(page):
     markdown = (page / "index.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| **cu124-torch2.6**"))
-    for version in ("12.4.1", "2.6.0+cu124", "3.11", "9.1.0.70", "2.21.5", "2.7.4.post1", "0.18.9", "5.24.0",
+    for version in ("12.4.1", "2.6.0+cu124 (PyPI)", "3.11", "9.1.0.70", "2.21.5", "2.7.4.post1", "0.18.9", "5.24.0",
                     "1.16.0"):
         assert f" {version} |" in row
 

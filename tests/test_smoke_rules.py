@@ -6,7 +6,8 @@ from imagegen import smoke
 
 INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
           "python": "3.11.9", "nccl": "2.21.5"}
-TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11"
+INPUTS = "sha256:3f2a9c1d4e5b" + "0" * 52
+TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b"
 
 
 @pytest.mark.parametrize("label, inside, wanted, same", [
@@ -24,24 +25,31 @@ def test_versions_inside_against_labels(label, inside, wanted, same):
     assert smoke._same_version(label, inside, wanted) is same
 
 
-def facts(label, tags=()):
-    return {"labels": {"org.opencontainers.image.version": label} if label else {},
-            "tags": [f"repo:{tag}" for tag in tags]}
+def facts(label, tags=(), inputs=INPUTS):
+    labels = {"org.opencontainers.image.version": label} if label else {}
+    return {"labels": {**labels, "io.imagegen.inputs": inputs}, "tags": [f"repo:{tag}" for tag in tags]}
 
 
 def test_a_tag_rebuilt_from_the_inside_passes():
     assert smoke._tag_matches_inside(facts(TAG, [TAG, "cu12.4"]), INSIDE).status == "pass"
-    assert smoke._tag_matches_inside(facts(TAG + "-runtime"), INSIDE).status == "pass"
+    runtime = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-runtime-3f2a9c1d4e5b"
+    assert smoke._tag_matches_inside(facts(runtime), INSIDE).status == "pass"
 
 
 def test_a_tag_that_lies_about_torch_fails():
-    check = smoke._tag_matches_inside(facts("0.1.0-torch2.7.1-cu124-cudnn9-py3.11"), INSIDE)
+    check = smoke._tag_matches_inside(facts("0.1.0-torch2.7.1-cu124-cudnn9-py3.11-3f2a9c1d4e5b"), INSIDE)
     assert check.status == "fail" and "holds 0.1.0-torch2.6.0-cu124-cudnn9-py3.11" in check.detail
 
 
 def test_a_second_version_tag_that_lies_fails_too():
-    check = smoke._tag_matches_inside(facts(TAG, [TAG, "0.1.0-torch2.6.0-cu126-cudnn9-py3.11"]), INSIDE)
+    check = smoke._tag_matches_inside(facts(TAG, [TAG, "0.1.0-torch2.6.0-cu126-cudnn9-py3.11-3f2a9c1d4e5b"]),
+                                      INSIDE)
     assert check.status == "fail" and "cu126" in check.detail
+
+
+def test_a_tag_whose_digest_is_not_the_images_inputs_fails():
+    check = smoke._tag_matches_inside(facts(TAG, inputs="sha256:" + "9" * 64), INSIDE)
+    assert check.status == "fail" and "does not end in the digest of the inputs" in check.detail
 
 
 def test_an_image_without_labels_fails_with_the_reason():

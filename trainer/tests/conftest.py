@@ -15,9 +15,9 @@ ENV = dict(os.environ, HOME="/dev/null", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLIN
            HF_HOME=os.environ.get("HF_HOME", "/tmp/vlmgrpo-test-hf-home"), PYTHONUNBUFFERED="1")
 
 
-def vlmgrpo(*args, timeout=300, check=False, **kwargs) -> subprocess.CompletedProcess:
+def vlmgrpo(*args, timeout=300, check=False, env=None, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "vlmgrpo", *map(str, args)], capture_output=True, text=True,
-                            timeout=timeout, env=ENV, **kwargs)
+                            timeout=timeout, env=env or ENV, **kwargs)
     if check and result.returncode:
         raise AssertionError(f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}")
     return result

@@ -3,45 +3,65 @@ import os
 
 import pytest
 
-from conftest import vlmgrpo
+from conftest import ENV, vlmgrpo
 from vlmgrpo.info import collect_info
 
 GPU_CHECKS = ["gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn",
               "gpu.deepspeed_ops"]
 
 
-def venv_expected() -> dict:
-    """The versions of this environment, in imagegen's expected.json shape."""
+# imagegen writes expected.json from its table of components: each one's version, and the
+# distribution it is read from. This environment's versions, in that shape.
+DISTRIBUTIONS = {"torch": "torch", "torchvision": "torchvision", "flash_attn": "flash-attn", "deepspeed": "deepspeed",
+                 "transformers": "transformers", "trl": "trl", "accelerate": "accelerate", "peft": "peft"}
+VERSION_KEYS = ("python", "torch", "torch_cuda", "cudnn", "nccl", *list(DISTRIBUTIONS)[1:])
+
+
+def venv_versions() -> dict:
+    from vlmgrpo.info import installed_version
+
     versions = collect_info()["versions"]
-    expected = {key: versions[key] for key in ("torch", "torch_cuda", "cudnn", "nccl", "torchvision", "flash_attn",
-                                               "deepspeed", "transformers", "trl", "accelerate", "peft")}
-    expected["python"] = ".".join(versions["python"].split(".")[:2])
-    expected["torch"] = expected["torch"].split("+")[0]
-    expected["gpu_count"] = None
-    return expected
+    found = {key: versions.get(key) for key in ("torch_cuda", "cudnn", "nccl")}
+    found.update({key: installed_version(name) for key, name in DISTRIBUTIONS.items()})
+    found["python"] = ".".join(versions["python"].split(".")[:2])
+    found["torch"] = found["torch"].split("+")[0]
+    return found
 
 
-def selftest(tmp_path, expected: dict, *flags):
+def expected_file(versions: dict) -> dict:
+    return {"versions": versions, "distributions": DISTRIBUTIONS, "gpu_count": None}
+
+
+def selftest(tmp_path, versions: dict, *flags):
     path = tmp_path / "expected.json"
-    path.write_text(json.dumps(expected))
+    path.write_text(json.dumps(expected_file(versions)))
     result = vlmgrpo("selftest", "--expected", path, *flags)
     return result, {c["name"]: c for c in json.loads(result.stdout)["checks"]}, json.loads(result.stdout)
 
 
 def test_info_prints_versions_and_hardware_as_json():
+    """Outside an image: the runtime's versions and vlmgrpo's own requirements."""
     result = vlmgrpo("info", check=True)
     info = json.loads(result.stdout)
-    assert {"python", "torch", "torch_cuda", "cudnn", "nccl", "torchvision", "flash_attn", "deepspeed",
-            "transformers", "trl", "accelerate", "peft"} <= set(info["versions"])
-    assert info["versions"]["flash_attn"] is None or isinstance(info["versions"]["flash_attn"], str)
+    assert {"python", "torch", "torch_cuda", "cudnn", "nccl", "transformers", "trl", "accelerate", "peft",
+            "vlmgrpo"} <= set(info["versions"])
     assert info["hardware"]["cpu_count"] >= 1 and info["hardware"]["memory_bytes"] > 0
     assert isinstance(info["hardware"]["gpus"], list)
 
 
+def test_info_reports_the_components_an_images_expected_file_names(tmp_path):
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps({"versions": {"flash_attn": "2.8.3", "pillow": "1.0"},
+                                "distributions": {"flash_attn": "flash-attn", "pillow": "pillow"}}))
+    versions = json.loads(vlmgrpo("info", check=True, env={**ENV, "IMAGEGEN_EXPECTED": str(path)}).stdout)["versions"]
+    assert versions["flash_attn"] is None and versions["pillow"] == __import__("PIL").__version__
+
+
 def test_selftest_skip_train_on_cpu_with_matching_versions(tmp_path):
-    result, checks, report = selftest(tmp_path, venv_expected(), "--skip-train")
+    result, checks, report = selftest(tmp_path, venv_versions(), "--skip-train")
     versions = [name for name in checks if name.startswith("version.")]
-    assert len(versions) == 12 and all(checks[name]["status"] == "pass" for name in versions), checks
+    assert sorted(versions) == sorted(f"version.{key}" for key in VERSION_KEYS)
+    assert all(checks[name]["status"] == "pass" for name in versions), checks
     for name in GPU_CHECKS:
         assert checks[name] == {"name": name, "status": "skip", "detail": "no GPU visible"}
     assert checks["train.tiny_grpo"]["status"] == "skip"
@@ -57,10 +77,10 @@ def test_selftest_skip_train_on_cpu_with_matching_versions(tmp_path):
 def test_selftest_mismatch_fails_that_check(tmp_path, key, value):
     from vlmgrpo.selftest import run_selftest
 
-    expected = venv_expected()
-    expected[key] = value
+    versions = venv_versions()
+    versions[key] = value
     path = tmp_path / "expected.json"
-    path.write_text(json.dumps(expected))
+    path.write_text(json.dumps(expected_file(versions)))
     checks = {c["name"]: c for c in run_selftest(str(path), skip_train=True)["checks"]}
     if key == "cudnn" and checks["version.cudnn"]["status"] == "skip":
         pytest.skip("cudnn cannot be queried on this host")
@@ -70,24 +90,24 @@ def test_selftest_mismatch_fails_that_check(tmp_path, key, value):
 
 
 def test_selftest_mismatch_exits_1(tmp_path):
-    expected = venv_expected()
-    expected["trl"] = "0.1.0"
-    result, checks, report = selftest(tmp_path, expected, "--skip-train")
+    versions = venv_versions()
+    versions["trl"] = "0.1.0"
+    result, checks, report = selftest(tmp_path, versions, "--skip-train")
     assert result.returncode == 1 and checks["version.trl"]["status"] == "fail"
 
 
 def test_selftest_without_expected_file_and_require_gpu(tmp_path):
-    """No expected file: version checks skip with the path; --require-gpu without a GPU: GPU checks fail, exit 1."""
+    """No expected file: the version check skips with the path; --require-gpu without a GPU: GPU checks fail."""
     result = vlmgrpo("selftest", "--expected", tmp_path / "absent.json", "--skip-train", "--require-gpu")
     assert result.returncode == 1
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
-    versions = [c for name, c in checks.items() if name.startswith("version.")]
-    assert len(versions) == 12 and all(c["status"] == "skip" and "absent.json" in c["detail"] for c in versions)
+    assert checks["version"]["status"] == "skip" and "absent.json" in checks["version"]["detail"]
+    assert not [name for name in checks if name.startswith("version.")]
     assert all(checks[name]["status"] == "fail" and "no GPU visible" in checks[name]["detail"] for name in GPU_CHECKS)
 
 
 def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):
-    from vlmgrpo.selftest import expected_path
+    from vlmgrpo.info import expected_path
 
     monkeypatch.setenv("IMAGEGEN_EXPECTED", str(tmp_path / "e.json"))
     assert expected_path(None) == str(tmp_path / "e.json")
@@ -105,17 +125,28 @@ def test_version_comparison_rules():
 
 
 def test_selftest_tiny_grpo_runs(tmp_path):
-    result, checks, _ = selftest(tmp_path, venv_expected())
+    result, checks, _ = selftest(tmp_path, venv_versions())
     assert checks["train.tiny_grpo"]["status"] == "pass", checks["train.tiny_grpo"]["detail"]
     print(checks["train.tiny_grpo"]["detail"])
 
 
-def test_selftest_key_missing_from_expected_file_is_skipped(tmp_path):
+def test_selftest_checks_what_the_expected_file_names_and_nothing_else(tmp_path):
     from vlmgrpo.selftest import run_selftest
 
-    expected = venv_expected()
-    del expected["peft"]
+    versions = venv_versions()
+    del versions["peft"]
+    versions["pillow"] = "0.0.1"
     path = tmp_path / "expected.json"
-    path.write_text(json.dumps(expected))
+    path.write_text(json.dumps({**expected_file(versions), "distributions": {**DISTRIBUTIONS, "pillow": "pillow"}}))
     checks = {c["name"]: c for c in run_selftest(str(path), skip_train=True)["checks"]}
-    assert checks["version.peft"]["status"] == "skip"
+    assert "version.peft" not in checks
+    assert checks["version.pillow"]["status"] == "fail" and "expected 0.0.1" in checks["version.pillow"]["detail"]
+
+
+def test_an_expected_file_in_the_old_shape_is_one_failing_check(tmp_path):
+    from vlmgrpo.selftest import run_selftest
+
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps({"torch": "2.6.0"}))
+    checks = {c["name"]: c for c in run_selftest(str(path), skip_train=True)["checks"]}
+    assert checks["version"]["status"] == "fail" and "does not hold imagegen's" in checks["version"]["detail"]

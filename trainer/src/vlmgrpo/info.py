@@ -1,31 +1,53 @@
-"""`vlmgrpo info`: library versions and hardware, as the image's users and `imagegen test` see them."""
+"""`vlmgrpo info`: library versions and hardware, as the image's users and `imagegen test` see them.
+
+Which libraries: in an imagegen image, the components its expected.json names (imagegen's one
+table of components); elsewhere, vlmgrpo's own requirements.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Optional
 
-# Distribution names as pip knows them; flash-attn has been published under both spellings.
-LIBRARIES = {
-    "torchvision": ("torchvision",),
-    "flash_attn": ("flash_attn", "flash-attn"),
-    "deepspeed": ("deepspeed",),
-    "transformers": ("transformers",),
-    "trl": ("trl",),
-    "accelerate": ("accelerate",),
-    "peft": ("peft",),
-}
+from packaging.requirements import Requirement
+
+DEFAULT_EXPECTED = "/etc/imagegen/expected.json"
 
 
-def installed_version(*names: str) -> Optional[str]:
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+def installed_version(name: str) -> Optional[str]:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def expected_path(option: Optional[str]) -> str:
+    return option or os.environ.get("IMAGEGEN_EXPECTED") or DEFAULT_EXPECTED
+
+
+def read_expected(path: str) -> tuple[Optional[dict], Optional[str]]:
+    """(expected, reason when version checks cannot run)."""
+    if not os.path.isfile(path):
+        return None, f"no expected-versions file at {path}"
+    try:
+        expected = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return {}, f"cannot read {path}: {exc}"
+    if not isinstance(expected, dict) or not isinstance(expected.get("versions"), dict):
+        return {}, f"{path} does not hold imagegen's {{\"versions\": {{...}}, \"distributions\": {{...}}}}"
+    return expected, None
+
+
+def distributions(expected: Optional[dict]) -> dict[str, str]:
+    """Component key -> the distribution installed for it."""
+    if expected and isinstance(expected.get("distributions"), dict):
+        return expected["distributions"]
+    own = [Requirement(text) for text in metadata.requires("vlmgrpo") or ()]
+    return {r.name.lower().replace("-", "_"): r.name for r in own if not r.marker}
 
 
 def cudnn_version() -> tuple[Optional[int], Optional[str]]:
@@ -109,8 +131,10 @@ def gpus() -> list[dict[str, Any]]:
 
 
 def collect_info() -> dict[str, Any]:
+    expected, _ = read_expected(expected_path(None))
     versions = {"python": platform.python_version(), **torch_versions()}
-    versions.update({key: installed_version(*names) for key, names in LIBRARIES.items()})
+    versions.update({key: installed_version(name) for key, name in distributions(expected).items()
+                     if key not in versions})
     versions["vlmgrpo"] = installed_version("vlmgrpo")
     return {
         "versions": versions,

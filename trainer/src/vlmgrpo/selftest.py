@@ -17,11 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .info import LIBRARIES, cudnn_parts, cudnn_version, installed_version, nccl_version
+from .info import cudnn_parts, cudnn_version, expected_path, installed_version, nccl_version, read_expected
 
-DEFAULT_EXPECTED = "/etc/imagegen/expected.json"
-VERSION_KEYS = ("python", "torch", "torch_cuda", "cudnn", "nccl", "torchvision", "flash_attn", "deepspeed",
-                "transformers", "trl", "accelerate", "peft")
 NO_GPU = "no GPU visible"
 FLASH_TOLERANCE = 2e-2  # bf16 attention: differences come from summation order and bf16 rounding
 TRAIN_TIMEOUT_S = 900
@@ -31,23 +28,6 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 
 def check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"name": name, "status": status, "detail": detail}
-
-
-def expected_path(option: Optional[str]) -> str:
-    return option or os.environ.get("IMAGEGEN_EXPECTED") or DEFAULT_EXPECTED
-
-
-def read_expected(path: str) -> tuple[Optional[dict], Optional[str]]:
-    """(expected, reason when version checks cannot run)."""
-    if not os.path.isfile(path):
-        return None, f"no expected-versions file at {path}"
-    try:
-        expected = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        return {}, f"cannot read {path}: {exc}"
-    if not isinstance(expected, dict):
-        return {}, f"{path} does not hold a JSON object"
-    return expected, None
 
 
 # --- versions -----------------------------------------------------------------------------------------------------
@@ -66,9 +46,7 @@ def first_parts(value: str, count: int) -> tuple[int, ...]:
     return tuple(int(part) for part in str(value).split(".")[:count])
 
 
-def installed_of(key: str) -> Optional[str]:
-    if key == "torch":
-        return installed_version("torch")
+def installed_of(key: str, distribution: Optional[str]) -> Optional[str]:
     if key == "torch_cuda":
         try:
             import torch
@@ -76,10 +54,10 @@ def installed_of(key: str) -> Optional[str]:
             return torch.version.cuda
         except ImportError:
             return None
-    return installed_version(*LIBRARIES[key])
+    return installed_version(distribution) if distribution else None
 
 
-def version_check(key: str, expected: Any) -> dict[str, str]:
+def version_check(key: str, expected: Any, distribution: Optional[str]) -> dict[str, str]:
     name = f"version.{key}"
     if key == "python":
         actual = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -87,7 +65,9 @@ def version_check(key: str, expected: Any) -> dict[str, str]:
         return check(name, PASS if ok else FAIL, f"python {actual}, expected {expected}")
     if key in ("cudnn", "nccl"):
         return library_version_check(key, expected)
-    actual = installed_of(key)
+    if distribution is None and key != "torch_cuda":
+        return check(name, FAIL, f"the expected file names no distribution for {key}")
+    actual = installed_of(key, distribution)
     if expected is None:
         if actual is None:
             return check(name, PASS, f"{key} absent, as expected")
@@ -115,12 +95,15 @@ def library_version_check(key: str, expected: Any) -> dict[str, str]:
 
 
 def version_checks(expected: Optional[dict], reason: Optional[str]) -> list[dict[str, str]]:
+    """One check per component the expected file names: imagegen's table decides which."""
     if expected is None or reason:
-        status = SKIP if expected is None else FAIL
-        return [check(f"version.{key}", status, reason) for key in VERSION_KEYS]
-    return [version_check(key, expected[key]) if key in expected
-            else check(f"version.{key}", SKIP, f"{key} not listed in the expected-versions file")
-            for key in VERSION_KEYS]
+        return [check("version", SKIP if expected is None else FAIL, reason)]
+    distributions = expected.get("distributions") or {}
+    return [version_check(key, wanted, distributions.get(key)) for key, wanted in expected["versions"].items()]
+
+
+def expected_version(expected: Optional[dict], key: str) -> Any:
+    return ((expected or {}).get("versions") or {}).get(key)
 
 
 def user_check() -> dict[str, str]:
@@ -191,7 +174,7 @@ def flash_attn_check(expected: Optional[dict]) -> tuple[str, str]:
     try:
         from flash_attn import flash_attn_func
     except ImportError as exc:
-        wanted = (expected or {}).get("flash_attn")
+        wanted = expected_version(expected, "flash_attn")
         return (FAIL if wanted else SKIP), f"flash_attn not importable: {exc}"
     q, k, v = (torch.randn(2, 256, 8, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = flash_attn_func(q, k, v, causal=True)
@@ -202,7 +185,7 @@ def flash_attn_check(expected: Optional[dict]) -> tuple[str, str]:
 
 def deepspeed_ops(expected: Optional[dict]) -> tuple[str, str]:
     if installed_version("deepspeed") is None:
-        wanted = (expected or {}).get("deepspeed")
+        wanted = expected_version(expected, "deepspeed")
         return (FAIL if wanted else SKIP), "deepspeed not installed"
     try:
         command = [shutil.which("ds_report")] if shutil.which("ds_report") else [
