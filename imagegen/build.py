@@ -9,6 +9,8 @@ the RUN steps as BuildKit secrets and bind mounts, never as files in a layer.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import containers
+from . import atomic, containers
 from .docker_cli import BuildClient
 from .errors import UserError
 from .plan import ImageSpec
@@ -26,6 +28,8 @@ from .render import WHEELHOUSE, LayerContext, write_files
 from .reports import BuildResult, LayerResult
 
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
+WHEELHOUSE_PAGE = "index.html"
+DISTRIBUTION_SUFFIXES = (".whl", ".tar.gz", ".zip")
 CA_BUNDLE_TARGET = "/run/secrets/ca-bundle.crt"  # where templates mount the "ca-bundle" secret
 
 
@@ -45,7 +49,9 @@ class PipSettings:
         if self.extra_index_urls:
             lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
         if self.wheelhouse:
-            lines.append("find-links = /wheelhouse")
+            # A page of links with their sha256: in hash-checking mode pip prefers a file whose hash
+            # it knows, so a bare directory would lose to the index's copy of the same file.
+            lines.append(f"find-links = /wheelhouse/{WHEELHOUSE_PAGE}")
         if self.ca_bundle:
             lines.append(f"cert = {CA_BUNDLE_TARGET}")
         return "\n".join(lines) + "\n"
@@ -86,8 +92,9 @@ class Builder:
     """Builds images in order, remembering the layers this run already built."""
 
     def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path,
-                 echo: Callable[[str], None], staging: Path | None = None):
+                 echo: Callable[[str], None], staging: Path | None = None, no_cache: bool = False):
         self.client = client
+        self.no_cache = no_cache
         self.settings = settings
         self.log_dir = log_dir
         self.echo = echo
@@ -115,6 +122,8 @@ class Builder:
         result.status = "failed"
         result.failed_layer = context.layer
         result.failed_step, result.log_tail = self.failed_layers[context.ref]
+        if context.layer == "base":
+            result.hint = missing_base_hint(base_of(context.dockerfile), result.log_tail) or ""
         return result
 
     def _build_layer(self, spec: ImageSpec, context: LayerContext, secrets: dict[str, Path],
@@ -132,7 +141,7 @@ class Builder:
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
         self.echo(f"{prefix}building {tags[-1] if final else context.ref} with {self.client.why}")
         with self._staged(context) as directory:
-            outcome = self.client.build(directory, None, tags, {}, labels, secrets, log)
+            outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, no_cache=self.no_cache)
         layer = LayerResult(context.layer, context.ref, "built" if outcome.ok else "failed", outcome.duration_s,
                             outcome.cached_steps, outcome.total_steps, outcome.image_id)
         if outcome.ok:
@@ -159,9 +168,10 @@ class Builder:
 
     def _sync_wheelhouse(self, target: Path) -> None:
         target.mkdir(exist_ok=True)
-        wheels = {w.name: w for w in self.settings.wheelhouse.glob("*.whl")} if self.settings.wheelhouse else {}
+        wheels = {w.name: w for w in self.settings.wheelhouse.iterdir() if w.name.endswith(DISTRIBUTION_SUFFIXES)} \
+            if self.settings.wheelhouse else {}
         for stale in target.iterdir():
-            if stale.name not in wheels:
+            if stale.name not in wheels and stale.name != WHEELHOUSE_PAGE:
                 stale.unlink()
         for name, wheel in sorted(wheels.items()):
             destination = target / name
@@ -171,6 +181,12 @@ class Builder:
                 os.link(wheel, destination)
             except OSError:  # another filesystem: a copy costs disk, but works
                 shutil.copy2(wheel, destination)
+        hashes = _wheelhouse_hashes(target, self.staging / ".wheelhouse-hashes.json")
+        links = "".join(f'<a href="{name}#sha256={digest}">{name}</a>\n' for name, digest in sorted(hashes.items()))
+        page = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"
+        existing = target / WHEELHOUSE_PAGE
+        if not existing.is_file() or existing.read_text() != page:  # an unchanged page keeps its build cache
+            existing.write_text(page)
 
     def _secrets(self) -> "_PipSecrets":
         return _PipSecrets(self.settings)
@@ -198,6 +214,42 @@ class _PipSecrets:
     def __exit__(self, *exc) -> None:
         if self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def base_of(dockerfile: str) -> str:
+    return next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM "))
+
+
+def missing_base_hint(base: str, log_tail: list[str]) -> str | None:
+    """What to do when a base pinned by digest is gone from its registry (tags NVIDIA deleted)."""
+    if "@sha256:" not in base or not any(base in line and "not found" in line for line in log_tail):
+        return None
+    return (f"the base {base} is no longer in its registry: the registry dropped the digest the lock pins (its tag "
+            "was deleted or moved upstream). Pass --base-image with a mirror that keeps that digest, or run "
+            "`imagegen lock` for this image to pin what the tag holds now")
+
+
+def _wheelhouse_hashes(directory: Path, cache_path: Path) -> dict[str, str]:
+    """sha256 of every file in the wheelhouse; hashed once per file (name, size, mtime), not per build."""
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    hashes, kept = {}, {}
+    for path in directory.iterdir():
+        if not path.name.endswith(DISTRIBUTION_SUFFIXES):
+            continue
+        stat = path.stat()
+        key = f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in cache:
+            digest = hashlib.sha256()
+            with path.open("rb") as stream:
+                for block in iter(lambda: stream.read(1 << 20), b""):
+                    digest.update(block)
+            cache[key] = digest.hexdigest()
+        hashes[path.name] = kept[key] = cache[key]
+    atomic.write_text(cache_path, json.dumps(kept, indent=1, sort_keys=True))
+    return hashes
 
 
 def source_revision(repo: Path) -> str | None:

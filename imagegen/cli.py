@@ -8,17 +8,17 @@ from pathlib import Path
 
 import click
 
-from . import listing, pipeline
+from . import listing, pipeline, plan
 from . import render as render_module
 from . import rules
 from .errors import MatrixError, UserError
 from .plan import ImageSpec
 from .select import Selection, choose
-from .workspace import Workspace
+from .workspace import Workspace, require_locked
 
 
 def selection_options(command):
-    """--cuda, --torch, --python, --image and --all, combined with AND."""
+    """--cuda, --torch, --python, --image and --all, combined with AND, handed over as `selection`."""
     options = [
         click.option("--cuda", metavar="X.Y", help="Images on this CUDA; 12.4 matches 12.4.x."),
         click.option("--torch", "torch_version", metavar="X.Y", help="Images with this torch; 2.5 matches 2.5.x."),
@@ -26,27 +26,37 @@ def selection_options(command):
         click.option("--image", "images", metavar="NAME", multiple=True, help="The image of this name (repeatable)."),
         click.option("--all", "all_images", is_flag=True, help="Every image of the matrix."),
     ]
+
+    @functools.wraps(command)
+    def wrapper(*args, cuda, torch_version, python, images, all_images, **kwargs):
+        selection = Selection(cuda=cuda, torch=torch_version, python=python, images=tuple(images), all=all_images)
+        return command(*args, selection=selection, **kwargs)
+
     for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def _selection(cuda, torch_version, python, images, all_images) -> Selection:
-    return Selection(cuda=cuda, torch=torch_version, python=python, images=tuple(images), all=all_images)
+        wrapper = option(wrapper)
+    return wrapper
 
 
 def workspace_options(command):
+    """--matrix, --locks, --templates and --trainer, handed over as `workspace`."""
     options = [
         click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=Workspace.matrix,
                      show_default=True, help="The compatibility matrix."),
+        click.option("--locks", "locks_dir", type=click.Path(path_type=Path), help="Directory of the image "
+                     "locks (default: locks/ beside the matrix)."),
         click.option("--templates", type=click.Path(path_type=Path), default=Workspace.templates,
                      help="Directory of the layer templates."),
         click.option("--trainer", "trainer_dir", type=click.Path(path_type=Path), default=Workspace.trainer,
                      help="The trainer distribution baked into the images."),
     ]
+
+    @functools.wraps(command)
+    def wrapper(*args, matrix_path, locks_dir, templates, trainer_dir, **kwargs):
+        return command(*args, workspace=Workspace(matrix_path, templates, trainer_dir, locks_dir), **kwargs)
+
     for option in reversed(options):
-        command = option(command)
-    return command
+        wrapper = option(wrapper)
+    return wrapper
 
 
 def reports_user_errors(command):
@@ -61,17 +71,18 @@ def reports_user_errors(command):
                 click.echo(f"error: {problem}", err=True)
             sys.exit(error.exit_code)
         except UserError as error:
-            click.echo(f"error: {error}", err=True)
+            for line in str(error).splitlines():
+                click.echo(f"error: {line}", err=True)
             sys.exit(error.exit_code)
 
     return wrapper
 
 
-def load_selected(matrix_path: Path, templates: Path, trainer_dir: Path, selection: Selection,
-                  ) -> tuple[Workspace, list[ImageSpec]]:
-    workspace = Workspace(matrix_path, templates, trainer_dir)
+def load_selected(workspace: Workspace, selection: Selection, locked: bool = True) -> list[ImageSpec]:
+    """The selected images; with locked, only when each has a current lock."""
     _, specs = workspace.load()
-    return workspace, choose(specs, selection)
+    chosen = choose(specs, selection)
+    return require_locked(chosen) if locked else chosen
 
 
 @click.group()
@@ -95,17 +106,20 @@ def main():
 @main.command()
 @workspace_options
 @reports_user_errors
-def validate(matrix_path, templates, trainer_dir):
-    """Check matrix.yaml: keys and types, and that every image's versions fit together.
+def validate(workspace):
+    """Check matrix.yaml: keys and types, that every image's versions fit together, and that each
+    image has a current lock that agrees with the matrix's facts. Reads no network.
 
-    Each problem names the file, line and key, the rule broken and what is allowed.
-    Exits 2 when any problem is found.
+    Each problem names the file, line and key, the rule broken and what is allowed, and for a
+    missing or stale lock the command that refreshes it. Exits 2 when any problem is found.
     """
-    workspace = Workspace(matrix_path, templates, trainer_dir)
     loaded, specs = workspace.load()
-    for warning in rules.warnings(loaded):
+    problems = plan.lock_problems(loaded, specs)
+    if problems:
+        raise MatrixError(problems)
+    for warning in rules.warnings(loaded) + [f"{s.name}: {s.lock.base.note}" for s in specs if s.lock.base.note]:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"{matrix_path}: {len(specs)} images valid")
+    click.echo(f"{workspace.matrix}: {len(specs)} images valid, each locked")
 
 
 @main.command()
@@ -114,10 +128,13 @@ def validate(matrix_path, templates, trainer_dir):
               show_default=True, help="github prints a strategy.matrix include list for fromJSON.")
 @workspace_options
 @reports_user_errors
-def matrix(cuda, torch_version, python, images, all_images, output_format, matrix_path, templates, trainer_dir):
-    """List the images of the matrix with every component version and tag."""
-    selection = _selection(cuda, torch_version, python, images, all_images)
-    _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+def matrix(selection, output_format, workspace):
+    """List the images of the matrix with every component version and tag.
+
+    An image without a current lock has no version tag yet (its tag carries the digest of its
+    inputs, the lock among them); the table says so.
+    """
+    specs = load_selected(workspace, selection, locked=False)
     click.echo(listing.FORMATS[output_format](specs))
 
 
@@ -129,20 +146,19 @@ def matrix(cuda, torch_version, python, images, all_images, output_format, matri
 @click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror.")
 @workspace_options
 @reports_user_errors
-def render(cuda, torch_version, python, images, all_images, out, base_image, apt_mirror, matrix_path, templates,
-           trainer_dir):
+def render(selection, out, base_image, apt_mirror, workspace):
     """Write one build context per image and layer: OUT/IMAGE/LAYER/Dockerfile and its files.
 
-    Rendering the same inputs twice gives byte-identical output; a failed render leaves
-    the previous output untouched.
+    Each image needs a current lock: its framework layer installs exactly what the lock pins.
+    Rendering the same inputs twice gives byte-identical output; a failed render leaves the
+    previous output untouched.
     """
-    selection = _selection(cuda, torch_version, python, images, all_images)
-    workspace, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    specs = load_selected(workspace, selection)
     contexts = render_module.render_specs(workspace.templates, workspace.trainer, specs,
                                           render_module.RenderOptions(base_image, apt_mirror))
     render_module.write(out, [c for layers in contexts.values() for c in layers], specs)
     for spec in specs:
-        click.echo(f"{out / spec.name}: {spec.ref()} FROM {base_image or spec.base_image}")
+        click.echo(f"{out / spec.name}: {spec.ref()} FROM {base_image or spec.lock.base.pinned_ref}")
 
 
 def build_options(command):
@@ -162,6 +178,8 @@ def build_options(command):
         click.option("--builder", metavar="NAME", help="A buildx builder, e.g. a remote BuildKit."),
         click.option("--context-dir", type=click.Path(path_type=Path), default=Path("build/contexts"),
                      show_default=True, help="Where the build contexts are rendered."),
+        click.option("--no-cache", is_flag=True, help="Run every step again, as on a clean engine (the cache "
+                     "mounts of apt and pip stay). The inputs, and so the version tag, stay the same."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -197,9 +215,9 @@ def test_options(command):
 @report_option("build")
 @workspace_options
 @reports_user_errors
-def build(cuda, torch_version, python, images, all_images, base_image, apt_mirror, ca_bundle, pip_index_url,
-          pip_extra_index_url, wheelhouse, docker_binary, builder, context_dir, keep_going, run_tests,
-          require_gpu, skip_train, run_push, registry, force, report_path, matrix_path, templates, trainer_dir):
+def build(selection, base_image, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
+          docker_binary, builder, context_dir, no_cache, keep_going, run_tests, require_gpu, skip_train, run_push,
+          registry, force, report_path, workspace):
     """Build the selected images with BuildKit, layer by layer, then summarise.
 
     Each image is three layers (base, framework, trainer), each FROM the one before; a
@@ -212,16 +230,16 @@ def build(cuda, torch_version, python, images, all_images, base_image, apt_mirro
       imagegen build --image cpu --base-image local/debian:bookworm --wheelhouse wheels/
       imagegen build --cuda 12.4 --push --registry ghcr.io/acme
     """
-    selection = _selection(cuda, torch_version, python, images, all_images)
     if selection.empty:
         raise UserError("choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
     if run_push and not registry:
         raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
-    workspace, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    specs = load_selected(workspace, selection)
     run = pipeline.Run(
         workspace=workspace, specs=specs, render_options=render_module.RenderOptions(base_image, apt_mirror),
         pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
-        docker_binary=docker_binary, builder=builder, context_dir=context_dir, keep_going=keep_going,
+        docker_binary=docker_binary, builder=builder, context_dir=context_dir, no_cache=no_cache,
+        keep_going=keep_going,
         test=run_tests or run_push, require_gpu=require_gpu, skip_train=skip_train,
         registry=registry if run_push else None, force=force, report_path=report_path)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
@@ -234,8 +252,7 @@ def build(cuda, torch_version, python, images, all_images, base_image, apt_mirro
 @report_option("test")
 @workspace_options
 @reports_user_errors
-def test_command(image_ref, cuda, torch_version, python, images, all_images, require_gpu, skip_train, report_path,
-                 matrix_path, templates, trainer_dir):
+def test_command(image_ref, selection, require_gpu, skip_train, report_path, workspace):
     """Check images from the inside and report each check as pass, fail or skip.
 
     IMAGE is any image reference (its labels say what it should hold); without it, the
@@ -243,11 +260,7 @@ def test_command(image_ref, cuda, torch_version, python, images, all_images, req
     when the engine can hand out GPUs and are skipped, with the reason, when it cannot.
     Exits 1 when any check failed.
     """
-    selection = _selection(cuda, torch_version, python, images, all_images)
-    if image_ref:
-        specs = []
-    else:
-        _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    specs = [] if image_ref else load_selected(workspace, selection)
     sys.exit(pipeline.test_images(image_ref, specs, require_gpu, skip_train, report_path,
                                   echo=lambda line: click.echo(line, err=True)))
 
@@ -262,20 +275,93 @@ def test_command(image_ref, cuda, torch_version, python, images, all_images, req
 @report_option("push")
 @workspace_options
 @reports_user_errors
-def push(cuda, torch_version, python, images, all_images, registry, skip_tests, force, test_report, report_path,
-         matrix_path, templates, trainer_dir):
+def push(selection, registry, skip_tests, force, test_report, report_path, workspace):
     """Push the selected images whose tests passed, under every tag.
 
     Version tags are immutable: when the registry already holds one with another image,
     the push is refused unless --force. Moving aliases (cu12.4, latest, the image's name)
     are updated. Exits 1 when any image was not pushed.
     """
-    selection = _selection(cuda, torch_version, python, images, all_images)
     if selection.empty:
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
-    _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
+    specs = load_selected(workspace, selection)
     sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
                                   echo=lambda line: click.echo(line, err=True)))
+
+
+@main.command()
+@selection_options
+@workspace_options
+@reports_user_errors
+def lock(selection, workspace):
+    """Resolve each selected image's Python stack from the index into locks/IMAGE.json.
+
+    uv resolves torch and torchvision (from the PyTorch index for a CUDA build PyPI does not
+    serve), flash-attn's needs, DeepSpeed, transformers, TRL, accelerate, peft, the trainer's
+    requirements and every transitive dependency, for the image's own Python and platform,
+    from index metadata alone, with the hashes of every file. The lock also records the digest
+    the base image's tag points to (when the registry answers) and what it was resolved from,
+    so that `imagegen validate` can tell, offline, when it is stale. Exits 1 when an image
+    cannot be locked; the others are still written.
+
+    \b
+    Examples:
+      imagegen lock --image cpu --image cu124-torch2.6
+      imagegen lock --all
+    """
+    from . import lock as lock_module
+
+    if selection.empty:
+        raise UserError("choose what to lock: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    loaded, specs = workspace.load()
+    failed = 0
+    chosen = choose(specs, selection)
+    for name in dict.fromkeys(spec.name for spec in chosen):
+        try:
+            outcomes = [lock_module.lock_image(spec, workspace.lock_command(name)) for spec in chosen
+                        if spec.name == name]
+        except UserError as error:
+            failed += 1
+            line = loaded.located.line_of(("images", plan.index_of(loaded, name)))
+            click.echo(f"error: {name} ({workspace.matrix}:{line}): {error}", err=True)
+            continue
+        path = workspace.lock_path(name)
+        lock_module.write_locks(path, [outcome.lock for outcome in outcomes])
+        for outcome in outcomes:
+            for warning in outcome.warnings:
+                click.echo(f"warning: {name}: {warning}", err=True)
+            click.echo(f"{path}: {lock_module.summary(outcome.lock)}")
+    sys.exit(1 if failed else 0)
+
+
+@main.group()
+def facts():
+    """The matrix's facts against the package index."""
+
+
+@facts.command("check")
+@workspace_options
+@reports_user_errors
+def facts_check(workspace):
+    """Compare every fact of the matrix with what the index says, and print each disagreement.
+
+    Reads the wheel metadata of every torch release and CUDA build the matrix lists (cuDNN and
+    NCCL pins, CUDA runtime, Python range, C++ ABI, torchvision's torch), and of the stack's
+    packages (Requires-Python, the torch they require), and lists flash-attn's GitHub
+    release assets. An index that does not answer is reported as not checked. Exits 1 when
+    the matrix disagrees with the index, 0 otherwise.
+    """
+    from . import facts as facts_module
+    from . import matrix as matrix_module
+
+    report = facts_module.check(matrix_module.read(workspace.matrix))
+    for problem in report.disagreements:
+        click.echo(f"error: {problem}", err=True)
+    for what, why in report.not_checked.items():
+        click.echo(f"not checked: {what}: {why}", err=True)
+    click.echo(f"{workspace.matrix}: {report.checked} facts checked against the index, "
+               f"{len(report.disagreements)} disagree, {len(report.not_checked)} not checked")
+    sys.exit(1 if report.disagreements else 0)
 
 
 # Imported last: report_page is a module of its own, registered here like the other commands.

@@ -111,6 +111,7 @@ class BuildClient:
         log: Callable[[str], None],
         target: str | None = None,
         progress: str = "plain",
+        no_cache: bool = False,
     ) -> BuildOutcome:
         """Build context, streaming each output line to log.
 
@@ -124,7 +125,7 @@ class BuildClient:
             iidfile = Path(scratch) / "iid"
             argv = self._build_argv(
                 context, dockerfile, tags, build_args, labels, secrets, target, progress, iidfile
-            )
+            ) + (["--no-cache"] if no_cache else [])
             started = time.monotonic()
             exit_code, tail, parser = _stream(argv, {**os.environ, **self.env}, log)
             duration_s = time.monotonic() - started

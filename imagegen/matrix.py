@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
+from .components import COMPONENTS
 from .errors import MatrixError, Problem, UserError
 from . import schema, yamlsource
 
@@ -15,6 +16,7 @@ NONE = "none"  # spelled in the matrix for a component an image leaves out
 class OsFacts:
     name: str
     python: str
+    glibc: str  # the manylinux level its wheels are resolved for
     extra_python: str | None
 
 
@@ -33,9 +35,12 @@ class CudaFacts:
 
 @dataclass(frozen=True)
 class TorchBuild:
+    """One CUDA build of a torch release: what its wheels pin, and their C++ ABI."""
+
     cuda: str
     cudnn: str
     nccl: str
+    cxx11_abi: bool
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,6 @@ class TorchFacts:
     pypi_build: str
     python: str  # a PEP 440 specifier such as ">=3.9,<3.14"
     torchvision: str
-    cxx11_abi: bool
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,17 @@ class FlashAttnRelease:
     torch: tuple[str, ...]
     cuda: dict[str, str]  # CUDA major -> the tag in the wheel's name
     python: tuple[str, ...]
+    cxx11_abi: tuple[bool, ...]  # the C++ ABIs its wheels are built for
+    requires: tuple[str, ...]  # its own requirements, installed from the lock beside it
+
+
+@dataclass(frozen=True)
+class PackageRelease:
+    """What one release of a package declares on the index."""
+
+    python: str | None  # Requires-Python, if it declares one
+    torch: str | None  # the torch it requires, if any
+    tested_torch: tuple[str, ...]  # torch major.minor its CI tests (DeepSpeed)
 
 
 @dataclass(frozen=True)
@@ -100,8 +115,7 @@ class Matrix:
     cuda: dict[str, CudaFacts]
     torch: dict[str, TorchFacts]
     flash_attn: dict[str, FlashAttnRelease]
-    deepspeed: dict[str, tuple[str, ...]]
-    transformers: dict[str, str]
+    packages: dict[str, dict[str, PackageRelease]]  # package -> version -> facts
     known_bad: list[KnownBad]
     images: list[ImageEntry] = field(default_factory=list)
 
@@ -142,13 +156,15 @@ def _build(located: yamlsource.Located) -> Matrix:
         located=located,
         repository=data["repository"],
         latest=data.get("latest"),
-        os={name: OsFacts(name, o["python"], o.get("extra_python")) for name, o in data["os"].items()},
+        os={name: OsFacts(name, o["python"], o["glibc"], o.get("extra_python")) for name, o in data["os"].items()},
         cuda={minor: _cuda(minor, c) for minor, c in data["cuda"].items()},
         torch={v: _torch(v, t) for v, t in data["torch"].items()},
-        flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]))
+        flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]),
+                                        tuple(f["cxx11_abi"]), tuple(f.get("requires", ())))
                     for v, f in data.get("flash_attn", {}).items()},
-        deepspeed={v: tuple(d["torch"]) for v, d in data.get("deepspeed", {}).items()},
-        transformers={v: t["torch"] for v, t in data.get("transformers", {}).items()},
+        packages={name: {v: PackageRelease(r.get("python"), r.get("torch"), tuple(r.get("tested_torch", ())))
+                         for v, r in releases.items()}
+                  for name, releases in data.get("packages", {}).items()},
         known_bad=[KnownBad(k["transformers"], k["with"], k["reason"], i)
                    for i, k in enumerate(data.get("known_bad", []))],
         images=[_image(i, {**defaults, **entry}) for i, entry in enumerate(data["images"])],
@@ -161,13 +177,15 @@ def _cuda(minor: str, c: dict) -> CudaFacts:
 
 
 def _torch(version: str, t: dict) -> TorchFacts:
-    builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]))
+    """A build's cudnn, nccl and cxx11_abi default to the release's."""
+    builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]),
+                               b.get("cxx11_abi", t["cxx11_abi"]))
               for cuda, b in t["builds"].items()}
-    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t["cxx11_abi"])
+    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"])
 
 
 def _image(index: int, e: dict) -> ImageEntry:
-    missing = [k for k in ("transformers", "trl", "accelerate", "peft") if k not in e]
+    missing = [c.key for c in COMPONENTS if c.required and c.key not in e]
     if missing:
         # Reported by rules with a line number; keep a placeholder to carry on.
         e = {**e, **{k: "" for k in missing}}

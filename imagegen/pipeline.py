@@ -28,6 +28,7 @@ class Run:
     docker_binary: str | None
     builder: str | None
     context_dir: Path
+    no_cache: bool
     keep_going: bool
     test: bool
     require_gpu: bool
@@ -52,7 +53,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
     contexts = render_module.render_specs(run.workspace.templates, run.workspace.trainer, run.specs,
                                           run.render_options)
     render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
-    builder = Builder(client, run.pip, run.report_path.parent / "logs", echo)
+    builder = Builder(client, run.pip, run.report_path.parent / "logs", echo, no_cache=run.no_cache)
     revision = source_revision(run.workspace.matrix.parent)
     built: list[BuildResult] = []
     tested: list[TestResult] = []
@@ -131,7 +132,7 @@ def _read_tests(path: Path) -> dict[str, TestResult]:
 
 def _push_line(result: PushResult) -> str:
     if result.status == "pushed":
-        tags = ", ".join(result.pushed_tags + [f"{t} (already there)" for t in result.already_published])
+        tags = ", ".join(result.pushed_tags + [f"{t} (already published)" for t in result.already_published])
         return f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
     return f"not pushed {result.image}: {result.reason}"
 
@@ -152,6 +153,8 @@ def build_summary(built: list[BuildResult], tested: list[TestResult], pushed: li
         if result.status == "failed":
             lines.append(f"\n{result.image} failed in layer {result.failed_layer} at: {result.failed_step}")
             lines += [f"  | {line}" for line in result.log_tail[-10:]]
+            if result.hint:
+                lines.append(f"  {result.hint}")
             lines.append(f"  full log: {result.log_file}")
     return "\n".join(lines)
 

@@ -1,23 +1,30 @@
-"""Resolve matrix entries into image specs: every version, base and tag an image will have.
+"""Resolve matrix entries into image specs: every version and base an image will have, and what
+its lock must be resolved from. Locks and tags come later (workspace.load): a spec here holds the
+matrix's facts; `with_lock` replaces the typed cuDNN and NCCL with what the lock pins.
 
 Pure functions: a Matrix in, ImageSpecs out. Nothing here touches Docker or the disk.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from . import rules, tags
-from .errors import MatrixError
+from . import rules
+from .components import COMPONENTS, PINNED_DISTRIBUTIONS
+from .errors import MatrixError, Problem
+from .lockfile import BUILD_TOOLS, Lock
 from .matrix import ImageEntry, Matrix
 
+PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
 FLASH_ATTN_WHEEL = ("https://github.com/Dao-AILab/flash-attention/releases/download/v{version}/"
                     "flash_attn-{version}+cu{cu}torch{torch}cxx11abi{abi}-cp{py}-cp{py}-linux_x86_64.whl")
 FLASH_ATTN_MIN_ARCH = (8, 0)  # flash-attn 2 runs on Ampere and newer
+PLATFORM = "linux/amd64"
+MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # a platform's name in wheel tags
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class ImageSpec:
     """One image to build, fully resolved: what is inside and what it is called."""
 
     name: str
+    platform: str  # linux/amd64
     flavor: str
     base_image: str
     os: str
@@ -42,16 +50,18 @@ class ImageSpec:
     min_driver: str | None
     python: str
     python_source: str  # "system" or "deadsnakes"
+    python_platform: str  # what the lock is resolved for, e.g. x86_64-manylinux_2_35 (uv's spelling)
     torch: str
     torch_cuda: str  # the CUDA torch was built for, as torch.version.cuda reports it
-    torch_index_url: str | None  # None: PyPI
+    torch_index_url: str | None  # None: PyPI serves this very build
     torchvision: str
     cudnn: str  # pinned by the torch wheels; torch.backends.cudnn.version() reports it
     nccl: str
-    cxx11_abi: bool
+    cxx11_abi: bool  # of this torch build's wheels
     flash_attn: str | None
     flash_attn_source_build: bool
     flash_attn_wheel_url: str | None
+    flash_attn_requires: tuple[str, ...]
     deepspeed: str | None
     deepspeed_ops: tuple[str, ...]
     cuda_arch_list: str  # TORCH_CUDA_ARCH_LIST for anything compiled at build time
@@ -62,7 +72,10 @@ class ImageSpec:
     trainer_version: str
     trainer_requirements: tuple[str, ...]  # what the framework layer installs for the trainer
     repository: str
-    version_tag: str = ""
+    lock: Lock | None = field(default=None, repr=False, compare=False)
+    lock_problem: str | None = None  # why the image has no usable lock: missing or stale
+    inputs_digest: str | None = None  # sha256 of everything it is built from; None without a lock
+    version_tag: str | None = None  # None without a lock: the tag carries the inputs digest
     alias_tags: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -77,14 +90,21 @@ class ImageSpec:
     def ref(self, tag: str | None = None) -> str:
         return f"{self.repository}:{tag or self.version_tag}"
 
-    def expected_versions(self) -> dict[str, object]:
-        """What the selftest inside the image must find: the contract with vlmgrpo selftest."""
+    def as_dict(self) -> dict:
+        """The spec as plain data, the lock left out (it lives in its own file)."""
+        return asdict(replace(self, lock=None))
+
+    def versions(self) -> dict[str, str | None]:
+        """Every component's version, by component key; None for one the image leaves out."""
+        return {c.key: getattr(self, c.key) for c in COMPONENTS}
+
+    def expected(self) -> dict[str, object]:
+        """What `vlmgrpo selftest` must find inside (expected.json): each component's version and the
+        distribution it is read from, so that the image's own checks follow the component table."""
         return {
-            "python": self.python, "torch": self.torch, "torch_cuda": self.torch_cuda,
-            "cudnn": self.cudnn, "nccl": self.nccl, "torchvision": self.torchvision,
-            "flash_attn": self.flash_attn, "deepspeed": self.deepspeed,
-            "transformers": self.transformers, "trl": self.trl, "accelerate": self.accelerate,
-            "peft": self.peft, "gpu_count": None,
+            "versions": self.versions(),
+            "distributions": {c.key: c.distribution for c in COMPONENTS if c.distribution},
+            "gpu_count": None,
         }
 
 
@@ -93,19 +113,52 @@ def resolve(matrix: Matrix, trainer: Trainer) -> list[ImageSpec]:
     problems = rules.check(matrix, trainer.requirements)
     if problems:
         raise MatrixError(problems)
-    specs = [_resolve_image(matrix, image, trainer) for image in matrix.images]
-    named = tags.assign(specs, matrix.latest)
-    duplicates = tags.duplicate_tags(named)
-    if duplicates:
-        raise MatrixError([matrix.problem(("images", _index(matrix, name), "name"),
-                                          f"tag {tag!r} is also the tag of {other!r}; change a version "
-                                          "or the flavor so that tags differ", "unique-tag")
-                           for tag, name, other in duplicates])
-    return [replace(spec, labels=tags.labels(spec)) for spec in named]
+    return [_resolve_image(matrix, image, trainer) for image in matrix.images]
 
 
-def _index(matrix: Matrix, name: str) -> int:
-    return next(image.index for image in matrix.images if image.name == name)
+def with_lock(spec: ImageSpec, lock: Lock) -> ImageSpec:
+    """The spec with what its (current) lock pins: torch's cuDNN and NCCL wheels."""
+    locked = {c.key: lock.family_version(c.lock_family) for c in COMPONENTS if c.lock_family}
+    return replace(spec, lock=lock, lock_problem=None, **{k: v for k, v in locked.items() if v})
+
+
+def lock_inputs(spec: ImageSpec) -> dict:
+    """What the image's lock is resolved from; a lock made from other inputs is stale."""
+    flash_attn = None
+    if spec.flash_attn:
+        flash_attn = {"version": spec.flash_attn, "build": "source" if spec.flash_attn_source_build else "wheel",
+                      "requirement": flash_attn_requirement(spec), "requires": list(spec.flash_attn_requires)}
+    return {
+        "python": spec.python,
+        "platform": spec.python_platform,
+        "torch_index": spec.torch_index_url,
+        "requirements": list(resolution_requirements(spec)),
+        "flash_attn": flash_attn,
+        "base": spec.base_image,
+    }
+
+
+def resolution_requirements(spec: ImageSpec) -> tuple[str, ...]:
+    """Everything the lock resolves: the image's pins, the trainer's needs, what flash-attn needs
+    (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools."""
+    local = f"+cu{_nodot(spec.torch_cuda)}" if spec.torch_index_url else ""
+    pins = {c.distribution: getattr(spec, c.key) for c in PINNED_DISTRIBUTIONS if c.in_resolution}
+    pins["torch"] = spec.torch + local
+    pins["torchvision"] = spec.torchvision + local
+    wanted = [f"{name}=={version}" for name, version in pins.items() if version]
+    wanted += [*spec.trainer_requirements, *spec.flash_attn_requires]
+    if spec.deepspeed or spec.flash_attn_source_build:
+        wanted += BUILD_TOOLS
+    return tuple(sorted(set(wanted), key=str.lower))
+
+
+def flash_attn_requirement(spec: ImageSpec) -> str | None:
+    """flash-attn as pip installs it: the prebuilt wheel's URL, or the sdist to compile."""
+    if not spec.flash_attn:
+        return None
+    if spec.flash_attn_source_build:
+        return f"flash-attn=={spec.flash_attn}"
+    return f"flash-attn @ {spec.flash_attn_wheel_url}"
 
 
 def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> ImageSpec:
@@ -115,8 +168,10 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> Image
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     os_name = cuda.os if cuda else image.os
     archs = cuda.archs if cuda else ()
+    flash_attn = matrix.flash_attn.get(image.flash_attn.version or "")
     return ImageSpec(
         name=image.name,
+        platform=PLATFORM,
         flavor=image.flavor if cuda else "custom",
         base_image=(cuda.base_devel if image.flavor == "devel" else cuda.base_runtime) if cuda else image.base,
         os=os_name,
@@ -125,16 +180,19 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> Image
         min_driver=cuda.driver_minimum if cuda else None,
         python=image.python,
         python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
+        python_platform=f"{MACHINE[PLATFORM]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
         torch=torch.version,
         torch_cuda=torch_cuda,
-        torch_index_url=None if image.torch_build == "pypi" else TORCH_INDEX.format(nodot=_nodot(torch_cuda)),
+        # PyPI serves one CUDA build of each release: the same wheels, without the index's +cuXYZ.
+        torch_index_url=None if torch_cuda == torch.pypi_build else TORCH_INDEX.format(nodot=_nodot(torch_cuda)),
         torchvision=torch.torchvision,
         cudnn=build.cudnn,
         nccl=build.nccl,
-        cxx11_abi=torch.cxx11_abi,
+        cxx11_abi=build.cxx11_abi,
         flash_attn=image.flash_attn.version,
         flash_attn_source_build=image.flash_attn.source_build,
         flash_attn_wheel_url=_flash_attn_wheel(matrix, image, torch_cuda),
+        flash_attn_requires=flash_attn.requires if flash_attn else (),
         deepspeed=image.deepspeed,
         deepspeed_ops=image.deepspeed_ops,
         cuda_arch_list=_arch_list(archs, image.flash_attn.source_build),
@@ -154,7 +212,7 @@ def _trainer_requirements(trainer: Trainer) -> tuple[str, ...]:
     The framework layer installs them, so the trainer layer installs the trainer alone,
     offline, and a change to the trainer's code rebuilds nothing below it.
     """
-    pinned = {"torch", "torchvision", "transformers", "trl", "accelerate", "peft", "deepspeed", "flash-attn"}
+    pinned = {c.distribution for c in PINNED_DISTRIBUTIONS}
     wanted = [*trainer.requirements, *trainer.build_requirements]
     return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
 
@@ -167,7 +225,7 @@ def _flash_attn_wheel(matrix: Matrix, image: ImageEntry, torch_cuda: str) -> str
     torch = matrix.torch[image.torch]
     return FLASH_ATTN_WHEEL.format(
         version=choice.version, cu=release.cuda[torch_cuda.split(".")[0]],
-        torch=".".join(torch.version.split(".")[:2]), abi="TRUE" if torch.cxx11_abi else "FALSE",
+        torch=".".join(torch.version.split(".")[:2]), abi="TRUE" if torch.builds[torch_cuda].cxx11_abi else "FALSE",
         py="3" + image.python.split(".")[1])
 
 
@@ -186,3 +244,29 @@ def _arch(text: str) -> tuple[int, int]:
 
 def _nodot(version: str) -> str:
     return version.replace(".", "")
+
+
+def index_of(matrix: Matrix, name: str) -> int:
+    return next(image.index for image in matrix.images if image.name == name)
+
+
+def lock_problems(matrix: Matrix, specs: list[ImageSpec]) -> list[Problem]:
+    """Images without a current lock, and facts of the matrix that a lock (read from the index)
+    contradicts: what `imagegen validate` adds to the rules once the locks are read."""
+    problems = []
+    for spec in specs:
+        entry = matrix.images[index_of(matrix, spec.name)]
+        if spec.lock is None:
+            rule = "lock-stale" if "stale" in (spec.lock_problem or "") else "lock-missing"
+            problems.append(matrix.problem(("images", entry.index, "name"), spec.lock_problem, rule))
+            continue
+        build = rules.torch_build(matrix, entry)
+        for key, typed in (("cudnn", build.cudnn), ("nccl", build.nccl)):
+            family = next(c.lock_family for c in COMPONENTS if c.key == key)
+            locked = spec.lock.family_version(family)
+            if locked != typed:
+                path = ("torch", spec.torch, "builds", build.cuda, key)
+                problems.append(matrix.problem(path, f"torch {spec.torch}'s CUDA {build.cuda} build pins {family}* "
+                                               f"{locked} in {spec.name}'s lock (read from the index), the matrix "
+                                               f"says {typed}: correct the matrix", "lock-facts"))
+    return problems

@@ -21,6 +21,7 @@ import docker.errors
 
 from .containers import docker_client
 from .errors import UserError
+from .tags import INPUTS_LABEL
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -49,6 +50,42 @@ class PushOutcome:
 class _Manifest:
     digest: str | None
     config_digest: str | None  # None for a manifest list / OCI index
+    media_type: str = ""
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    """An image reference as Docker reads it: debian:bookworm is docker.io/library/debian:bookworm."""
+
+    host: str  # docker.io, ghcr.io, 127.0.0.1:5000
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, ref: str) -> "ImageReference":
+        name, _, digest = ref.partition("@")
+        first, _, rest = name.partition("/")
+        if rest and ("." in first or ":" in first or first == "localhost"):
+            host, path = first, rest
+        else:
+            host, path = "docker.io", name
+        path, _, tag = path.rpartition(":") if ":" in path.rsplit("/", 1)[-1] else (path, "", "")
+        if host == "docker.io" and "/" not in path:
+            path = f"library/{path}"
+        return cls(host, path, tag or None, digest or None)
+
+
+def tag_digest(ref: str) -> str:
+    """The manifest (or multi-platform index) digest an image tag points to now, from the registry."""
+    image = ImageReference.parse(ref)
+    manifest = _fetch_manifest(image.host, image.repository, image.tag or "latest", method="HEAD")
+    if manifest is None:
+        raise RegistryError(f"{ref}: the registry {image.host} has no such tag")
+    if not manifest.digest:
+        raise RegistryError(f"{ref}: the registry {image.host} answered without a Docker-Content-Digest")
+    return manifest.digest
 
 
 def remote_digest(registry_host: str, repository: str, tag: str) -> str | None:
@@ -74,15 +111,20 @@ def push_image(
 
     registry is a host (`127.0.0.1:5000`) or a host and namespace (`ghcr.io/acme`).
 
-    When a version tag is refused nothing is pushed, aliases included: an alias must not
-    move to an image that did not get its version published.
+    A version tag that already holds this image, or another build of the same inputs (its
+    io.imagegen.inputs label equal to this image's), is "already published": nothing is pushed
+    under it, and the aliases are pointed at what it holds, in the registry, so that an alias
+    and its version tag never hold different bits. When a version tag is refused nothing is
+    pushed, aliases included: an alias must not move to an image that did not get its version
+    published.
     """
     client = client or docker_client()
     image = _local_image(client, image_id_or_ref)
+    inputs = (image.labels or {}).get(INPUTS_LABEL)
     outcome = PushOutcome(digest=None)
     to_push: list[str] = []
     for tag in version_tags:
-        verdict = _version_tag_verdict(registry, repository, tag, image.id, force)
+        verdict = _version_tag_verdict(registry, repository, tag, image.id, inputs, force)
         if verdict == "push":
             to_push.append(tag)
         elif verdict == "published":
@@ -91,21 +133,30 @@ def push_image(
             outcome.refused.append((tag, verdict))
     if outcome.refused:
         return outcome
-    to_push += [tag for tag in alias_tags if tag not in to_push]
-    for tag in to_push:
+    aliases = [tag for tag in alias_tags if tag not in to_push]
+    if outcome.already_published and not to_push:
+        source = outcome.already_published[0]
+        outcome.digest = remote_digest(registry, repository, source)
+        for tag in aliases:
+            _copy_tag(registry, repository, source, tag)
+            outcome.pushed_tags.append(tag)
+        return outcome
+    for tag in to_push + aliases:
         outcome.digest = _push_tag(client, image, registry, repository, tag)
         outcome.pushed_tags.append(tag)
-    if outcome.digest is None and outcome.already_published:
-        outcome.digest = remote_digest(registry, repository, outcome.already_published[0])
     return outcome
 
 
-def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str, force: bool) -> str:
-    """'push', 'published' (the same image is there), or the reason the push is refused."""
+def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str, inputs: str | None,
+                         force: bool) -> str:
+    """'push', 'published' (this image, or one built from the same inputs, is there), or the
+    reason the push is refused."""
     remote = _fetch_manifest(registry, repository, tag, method="GET")
     if remote is None:
         return "push"
     if remote.config_digest == image_id:
+        return "published"
+    if inputs and inputs != "none" and _remote_inputs(registry, repository, remote) == inputs:
         return "published"
     if force:
         return "push"
@@ -114,6 +165,31 @@ def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str
         f"registry already holds {registry}/{repository}:{tag} with a different image ({held}); "
         "version tags are immutable; use --force to overwrite"
     )
+
+
+def _remote_inputs(registry: str, repository: str, manifest: "_Manifest") -> str | None:
+    """The io.imagegen.inputs label of the image a manifest describes, from its config blob."""
+    if not manifest.config_digest:
+        return None
+    url = f"{_repository_url(registry, repository)}/blobs/{manifest.config_digest}"
+    try:
+        with _open(url, "GET", {}) as response:
+            config = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        raise RegistryError(f"GET {url}: HTTP {err.code} {err.reason}") from None
+    return ((config.get("config") or {}).get("Labels") or {}).get(INPUTS_LABEL)
+
+
+def _copy_tag(registry: str, repository: str, source: str, tag: str) -> None:
+    """Point tag at what source holds, in the registry: its manifest put again under the new tag."""
+    manifest = _fetch_manifest(registry, repository, source, method="GET")
+    if manifest is None:
+        raise RegistryError(f"{registry}/{repository}:{source} vanished while its aliases were moved")
+    url = f"{_repository_url(registry, repository)}/manifests/{tag}"
+    try:
+        _open(url, "PUT", {"Content-Type": manifest.media_type}, manifest.body).close()
+    except urllib.error.HTTPError as err:
+        raise RegistryError(f"PUT {url}: HTTP {err.code} {err.reason}") from None
 
 
 def _push_tag(client: docker.DockerClient, image, registry: str, repository: str, tag: str) -> str:
@@ -143,10 +219,14 @@ def _local_image(client: docker.DockerClient, image_id_or_ref: str):
         raise RegistryError(f"no local image {image_id_or_ref}; build it first") from None
 
 
-def _fetch_manifest(registry: str, repository: str, reference: str, method: str) -> _Manifest | None:
+def _repository_url(registry: str, repository: str) -> str:
     host, _, namespace = registry.partition("/")
     path = f"{namespace}/{repository}" if namespace else repository
-    url = f"{_base_url(host)}/v2/{path}/manifests/{reference}"
+    return f"{_base_url(host)}/v2/{path}"
+
+
+def _fetch_manifest(registry: str, repository: str, reference: str, method: str) -> _Manifest | None:
+    url = f"{_repository_url(registry, repository)}/manifests/{reference}"
     headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
     try:
         response = _open(url, method, headers)
@@ -157,24 +237,25 @@ def _fetch_manifest(registry: str, repository: str, reference: str, method: str)
     with response:
         body = response.read() if method == "GET" else b""
         digest = response.headers.get("Docker-Content-Digest")
+        media_type = response.headers.get("Content-Type", "")
     config_digest = json.loads(body).get("config", {}).get("digest") if body else None
-    return _Manifest(digest=digest, config_digest=config_digest)
+    return _Manifest(digest=digest, config_digest=config_digest, media_type=media_type, body=body)
 
 
-def _open(url: str, method: str, headers: dict[str, str]):
+def _open(url: str, method: str, headers: dict[str, str], data: bytes | None = None):
     """Open url; on a Bearer challenge fetch an anonymous token once and retry."""
     try:
-        return _request(url, method, headers)
+        return _request(url, method, headers, data)
     except urllib.error.HTTPError as err:
         challenge = err.headers.get("WWW-Authenticate", "") if err.code == 401 else ""
         if not challenge.lower().startswith("bearer "):
             raise
         token = _anonymous_token(challenge)
-        return _request(url, method, {**headers, "Authorization": f"Bearer {token}"})
+        return _request(url, method, {**headers, "Authorization": f"Bearer {token}"}, data)
 
 
-def _request(url: str, method: str, headers: dict[str, str]):
-    request = urllib.request.Request(url, method=method, headers=headers)
+def _request(url: str, method: str, headers: dict[str, str], data: bytes | None = None):
+    request = urllib.request.Request(url, method=method, headers=headers, data=data)
     try:
         return urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
     except urllib.error.HTTPError:

@@ -14,10 +14,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .components import COMPONENTS, PINNED_DISTRIBUTIONS
 from .errors import Problem
-from .matrix import ImageEntry, Matrix
+from .matrix import FlashAttnChoice, ImageEntry, Matrix, TorchBuild
 
-STACK = ("transformers", "trl", "accelerate", "peft")
+# Packages whose index facts (Requires-Python, torch requirement) an image's pins must satisfy.
+INDEX_FACT_KEYS = tuple(c.key for c in PINNED_DISTRIBUTIONS if c.in_resolution and c.key not in ("torch", "torchvision"))
 
 
 def check(matrix: Matrix, trainer_requirements: tuple[Requirement, ...] = ()) -> list[Problem]:
@@ -33,7 +35,8 @@ def warnings(matrix: Matrix) -> list[Problem]:
     """Combinations that work but nobody tested: said, not refused."""
     found = []
     for image in matrix.images:
-        tested = matrix.deepspeed.get(image.deepspeed or "", ())
+        release = matrix.packages.get("deepspeed", {}).get(image.deepspeed or "")
+        tested = release.tested_torch if release else ()
         if image.deepspeed and tested and _minor(image.torch) not in tested:
             found.append(matrix.problem(
                 _at(image, "deepspeed"),
@@ -99,8 +102,7 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
 
 def _check_versions_parse(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems = []
-    pinned = {"python": image.python, "torch": image.torch, "deepspeed": image.deepspeed,
-              **{name: getattr(image, name) for name in STACK}}
+    pinned = {c.key: getattr(image, c.key) for c in COMPONENTS if c.image_key and c.key != "flash_attn"}  # checked apart
     for key, value in pinned.items():
         if value == "":
             problems.append(matrix.problem(("images", image.index), f"missing {key!r}: set it on the image "
@@ -177,6 +179,10 @@ def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     torch = matrix.torch[image.torch]
     cuda = torch_cuda(matrix, image)
     gaps = []
+    build = torch_build(matrix, image)
+    if build is not None and build.cxx11_abi not in release.cxx11_abi:
+        gaps.append(f"the {_abi(build.cxx11_abi)} of torch {torch.version}'s CUDA {build.cuda} build "
+                    f"(its wheels: {', '.join(_abi(abi) for abi in release.cxx11_abi) or 'none'})")
     if _minor(torch.version) not in release.torch:
         gaps.append(f"torch {_minor(torch.version)} (covered: {', '.join(release.torch)})")
     if cuda is not None and cuda.split(".")[0] not in release.cuda:
@@ -190,16 +196,18 @@ def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
                            "{version: ..., build: source}", "flash-attn-wheel")]
 
 
+def _abi(cxx11: bool) -> str:
+    return "C++11 ABI" if cxx11 else "pre-C++11 ABI"
+
+
 def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems = []
     torchvision = matrix.torch[image.torch].torchvision
     if image.torchvision is not None and image.torchvision != torchvision:
         problems.append(matrix.problem(_at(image, "torchvision"), f"torch {image.torch} pairs with torchvision "
                                        f"{torchvision}, not {image.torchvision}", "torchvision-matches-torch"))
-    needs = matrix.transformers.get(image.transformers)
-    if needs and _specifier(needs) and image.torch not in _specifier(needs):
-        problems.append(matrix.problem(_at(image, "transformers"), f"transformers {image.transformers} needs "
-                                       f"torch {needs}, the image has {image.torch}", "transformers-torch"))
+    for key in INDEX_FACT_KEYS:
+        problems += _check_package_facts(matrix, image, key)
     for bad in matrix.known_bad:
         spec = _specifier(bad.transformers)
         if spec is not None and image.transformers in spec and image.deepspeed:
@@ -209,16 +217,53 @@ def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     return problems
 
 
+def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Problem]:
+    """The image's Python and torch satisfy what the pinned release declares on the index."""
+    version = pinned_version(image, key)
+    if version is None:
+        return []
+    name = next(c.distribution for c in COMPONENTS if c.key == key)
+    release = matrix.packages.get(name, {}).get(version)
+    if release is None:
+        return [matrix.problem(_at(image, key), f"no facts for {name} {version}: add packages.{name}.\"{version}\" "
+                               "with its Requires-Python (`imagegen facts check` prints what the index says)",
+                               "package-facts")]
+    problems = []
+    pythons = _specifier(release.python or "")
+    if pythons is None:
+        problems.append(matrix.problem(("packages", name, version, "python"), f"{release.python!r} is not a "
+                                       "version range such as \">=3.9\"", "python-range"))
+    elif not pythons.contains(image.python + ".0", prereleases=True):
+        problems.append(matrix.problem(_at(image, "python"), f"{name} {version} requires Python {release.python}, the "
+                                       f"image has {image.python}; pick another Python or another {name}",
+                                       "package-python"))
+    torches = _specifier(release.torch) if release.torch else None
+    if release.torch and torches is None:
+        problems.append(matrix.problem(("packages", name, version, "torch"), f"{release.torch!r} is not a "
+                                       "version range such as \">=2.6\"", "version-range"))
+    elif torches is not None and not torches.contains(image.torch, prereleases=True):
+        problems.append(matrix.problem(_at(image, key), f"{name} {version} requires torch {release.torch}, the "
+                                       f"image has {image.torch}", "package-torch"))
+    return problems
+
+
 def _check_trainer_fits(matrix: Matrix, image: ImageEntry, requirements: tuple[Requirement, ...]) -> list[Problem]:
     """The trainer is installed last, under the image's pins: its requirements must accept them."""
-    pinned = {"torch": image.torch, **{name: getattr(image, name) for name in STACK}}
+    pinned = {c.distribution: c for c in PINNED_DISTRIBUTIONS}
     problems = []
     for requirement in requirements:
-        version = pinned.get(canonicalize_name(requirement.name))
+        component = pinned.get(canonicalize_name(requirement.name))
+        version = pinned_version(image, component.key) if component else None
         if version and not requirement.specifier.contains(version, prereleases=True):
-            problems.append(matrix.problem(_at(image, requirement.name), f"the trainer requires {requirement}, "
+            problems.append(matrix.problem(_at(image, component.key), f"the trainer requires {requirement}, "
                                            f"the image pins {version}", "trainer-requirements"))
     return problems
+
+
+def pinned_version(image: ImageEntry, key: str) -> str | None:
+    """The version an image entry pins for a component key, None for none (or not set)."""
+    value = getattr(image, key)
+    return value.version if isinstance(value, FlashAttnChoice) else value
 
 
 def _check_unique_names(matrix: Matrix) -> list[Problem]:
@@ -234,6 +279,13 @@ def _check_unique_names(matrix: Matrix) -> list[Problem]:
         problems.append(matrix.problem(("latest",), f"latest names {matrix.latest!r}, which is no image; "
                                        f"images: {', '.join(counts)}", "known-image"))
     return problems
+
+
+def torch_build(matrix: Matrix, image: ImageEntry) -> TorchBuild | None:
+    """The torch build the image installs, None when its facts are missing (reported elsewhere)."""
+    torch = matrix.torch.get(image.torch)
+    cuda = torch_cuda(matrix, image) if torch else None
+    return torch.builds.get(cuda) if torch and cuda else None
 
 
 def torch_cuda(matrix: Matrix, image: ImageEntry) -> str | None:

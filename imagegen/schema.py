@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .components import COMPONENTS
 from .errors import Problem
 from .yamlsource import Located, Path
 
@@ -66,32 +67,33 @@ FLASH_ATTN_CHOICE = Either((
            frozenset({"version", "build"})),
 ))
 
+# Image keys that are components take their type from here, the rest are versions.
+COMPONENT_TYPES = {"flash_attn": FLASH_ATTN_CHOICE}
+
 IMAGE_FIELDS = {
     "name": STR,
     "cuda": VERSION,
     "base": STR,
     "os": STR,
     "flavor": Scalar("str", ("devel", "runtime")),
-    "python": VERSION,
-    "torch": VERSION,
     "torch_build": VERSION,
-    "torchvision": VERSION,
-    "flash_attn": FLASH_ATTN_CHOICE,
-    "deepspeed": VERSION,
+    **{c.key: COMPONENT_TYPES.get(c.key, VERSION) for c in COMPONENTS if c.image_key},
     "deepspeed_ops": ListOf(Scalar("str", ("cpu_adam", "fused_adam", "fused_lamb", "transformer",
                                            "stochastic_transformer", "utils", "aio"))),
-    "transformers": VERSION,
-    "trl": VERSION,
-    "accelerate": VERSION,
-    "peft": VERSION,
 }
+
+TORCH_BUILD = Struct({"cudnn": VERSION, "nccl": VERSION, "cxx11_abi": Scalar("bool")})
+
+# What a release of a package declares on the index: Requires-Python, the torch it requires and,
+# for DeepSpeed, the torch its CI tests.
+PACKAGE_RELEASE = Struct({"python": STR, "torch": STR, "tested_torch": ListOf(VERSION)})
 
 MATRIX = Struct(
     {
         "repository": STR,
         "latest": STR,
-        "os": MapOf(Struct({"python": VERSION, "extra_python": Scalar("str", ("deadsnakes",))},
-                           frozenset({"python"})), key_kind="str"),
+        "os": MapOf(Struct({"python": VERSION, "glibc": VERSION, "extra_python": Scalar("str", ("deadsnakes",))},
+                           frozenset({"python", "glibc"})), key_kind="str"),
         "cuda": MapOf(Struct(
             {
                 "version": VERSION,
@@ -106,7 +108,7 @@ MATRIX = Struct(
         )),
         "torch": MapOf(Struct(
             {
-                "builds": MapOf(Struct({"cudnn": VERSION, "nccl": VERSION})),
+                "builds": MapOf(TORCH_BUILD),
                 "pypi_build": VERSION,
                 "python": STR,
                 "cudnn": VERSION,
@@ -117,11 +119,11 @@ MATRIX = Struct(
             frozenset({"builds", "pypi_build", "python", "cudnn", "nccl", "torchvision", "cxx11_abi"}),
         )),
         "flash_attn": MapOf(Struct(
-            {"torch": ListOf(VERSION), "cuda": MapOf(VERSION), "python": ListOf(VERSION)},
-            frozenset({"torch", "cuda", "python"}),
+            {"torch": ListOf(VERSION), "cuda": MapOf(VERSION), "python": ListOf(VERSION),
+             "cxx11_abi": ListOf(Scalar("bool")), "requires": ListOf(STR)},
+            frozenset({"torch", "cuda", "python", "cxx11_abi"}),
         )),
-        "deepspeed": MapOf(Struct({"torch": ListOf(VERSION)}, frozenset({"torch"}))),
-        "transformers": MapOf(Struct({"torch": STR}, frozenset({"torch"}))),
+        "packages": MapOf(MapOf(PACKAGE_RELEASE), key_kind="str"),
         "known_bad": ListOf(Struct(
             {"transformers": STR, "with": Scalar("str", ("deepspeed",)), "reason": STR},
             frozenset({"transformers", "with", "reason"}),

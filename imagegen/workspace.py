@@ -1,15 +1,16 @@
-"""Where imagegen finds its inputs: the matrix, the templates and the trainer source."""
+"""Where imagegen finds its inputs (the matrix, its locks, the templates and the trainer source),
+and the whole plan they make: every image with its lock, inputs digest, tags and labels."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from . import lockfile, plan, render, tags
 from . import matrix as matrix_module
-from . import plan
 from .errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -25,11 +26,66 @@ class Workspace:
     matrix: Path = REPO_ROOT / "matrix.yaml"
     templates: Path = REPO_ROOT / "templates"
     trainer: Path = REPO_ROOT / "trainer"
+    locks: Path | None = None  # default: locks/ beside the matrix
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.locks or self.matrix.parent / "locks"
+
+    def lock_path(self, image: str) -> Path:
+        return self.lock_dir / f"{image}.json"
+
+    def lock_command(self, image: str) -> str:
+        """The command that (re)writes an image's lock, as the user would type it here."""
+        command = "imagegen lock"
+        if self.matrix != Workspace.matrix:
+            command += f" --matrix {self.matrix}"
+        if self.locks is not None:
+            command += f" --locks {self.locks}"
+        return f"{command} --image {image}"
 
     def load(self) -> tuple[matrix_module.Matrix, list[plan.ImageSpec]]:
-        """The matrix and every image it resolves to; raises MatrixError on any problem."""
+        """The matrix and every image it resolves to, each with its lock where it has a current one;
+        raises MatrixError on any problem of the matrix itself."""
         loaded = matrix_module.read(self.matrix)
-        return loaded, plan.resolve(loaded, read_trainer(self.trainer))
+        specs = [self._with_lock(spec) for spec in plan.resolve(loaded, read_trainer(self.trainer))]
+        locked = [spec for spec in specs if spec.lock]
+        contexts = render.render_specs(self.templates, self.trainer, locked)
+        # Every layer names its image, so two images never share a version tag.
+        return loaded, tags.assign(specs, loaded.latest, {name: render.inputs_digest(layers)
+                                                          for name, layers in contexts.items()})
+
+    def _with_lock(self, spec: plan.ImageSpec) -> plan.ImageSpec:
+        path, command = _shown(self.lock_path(spec.name)), self.lock_command(spec.name)
+        try:
+            locks = lockfile.loads(path.read_text(), command)
+        except FileNotFoundError:
+            return replace(spec, lock_problem=f"no lock at {path}; run `{command}`")
+        except (OSError, UnicodeDecodeError, lockfile.LockFormatError) as error:
+            return replace(spec, lock_problem=f"{path} is not a lock imagegen wrote ({error}); run `{command}`")
+        lock = locks.get(spec.platform)
+        if lock is None:
+            return replace(spec, lock_problem=f"{path} has no {spec.platform} lock; run `{command}`")
+        reasons = lockfile.stale_reasons(lock, plan.lock_inputs(spec))
+        if reasons:
+            return replace(spec, lock_problem=f"{path} is stale ({'; '.join(reasons)}); run `{command}`")
+        return plan.with_lock(spec, lock)
+
+
+def _shown(path: Path) -> Path:
+    """A path as a user in the current directory would type it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def require_locked(specs: list[plan.ImageSpec]) -> list[plan.ImageSpec]:
+    """The specs, when every one has a current lock; else one line per image that has none."""
+    problems = [f"{spec.name}: {spec.lock_problem}" for spec in specs if spec.lock is None]
+    if problems:
+        raise UserError("\n".join(problems))
+    return specs
 
 
 def read_trainer(trainer_dir: Path) -> plan.Trainer:

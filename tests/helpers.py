@@ -10,6 +10,7 @@ import yaml
 from imagegen import matrix as matrix_module
 from imagegen import plan
 from imagegen.errors import MatrixError
+from imagegen.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
 MATRIX_PATH = REPO / "matrix.yaml"
@@ -45,8 +46,31 @@ def edited(edit) -> dict:
 
 
 def specs():
-    return plan.resolve(matrix_module.read(MATRIX_PATH), TRAINER)
+    """Every image of the real matrix as imagegen plans it: with its lock, tags and labels where
+    locks/ has a current lock for it."""
+    return Workspace(MATRIX_PATH).load()[1]
+
+
+def locked_specs():
+    return [spec for spec in specs() if spec.lock]
 
 
 def spec_named(name: str):
     return next(spec for spec in specs() if spec.name == name)
+
+
+def locked_matrix(directory: Path, edit=None) -> Path:
+    """The real matrix without the images locks/ has no lock for, beside a copy of the locks, after
+    an optional edit of its data; returns the matrix's path."""
+    data = real_matrix_data()
+    data["images"] = [i for i in data["images"] if (REPO / "locks" / f"{i['name']}.json").is_file()]
+    if edit:
+        edit(data)
+    (directory / "locks").mkdir(parents=True, exist_ok=True)
+    for image in data["images"]:
+        source = REPO / "locks" / f"{image['name']}.json"
+        if source.is_file():
+            (directory / "locks" / source.name).write_bytes(source.read_bytes())
+    path = directory / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

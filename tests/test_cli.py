@@ -4,17 +4,29 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import MATRIX_PATH, REPO
+from tests.helpers import MATRIX_PATH, REPO, locked_matrix, real_matrix_data
 
 
 def imagegen(*args, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "imagegen", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_validate_accepts_the_real_matrix():
+def test_validate_names_each_image_without_a_lock_and_the_command_that_makes_it():
+    """Images whose torch only the PyTorch index serves cannot be locked where that index is out of reach."""
     result = imagegen("validate")
+    unlocked = [image["name"] for image in real_matrix_data()["images"]
+                if not (REPO / "locks" / f"{image['name']}.json").is_file()]
+    errors = result.stderr.splitlines()
+    assert result.returncode == (2 if unlocked else 0), result.stderr
+    assert len(errors) == len(unlocked) and "Traceback" not in result.stderr
+    for name, line in zip(unlocked, errors):
+        assert f"no lock at locks/{name}.json; run `imagegen lock --image {name}` [lock-missing]" in line
+
+
+def test_validate_accepts_the_real_matrix_where_every_image_is_locked(tmp_path):
+    result = imagegen("validate", "--matrix", str(locked_matrix(tmp_path)))
     assert result.returncode == 0, result.stderr
-    assert "8 images valid" in result.stdout
+    assert "images valid, each locked" in result.stdout
 
 
 def test_validate_reports_a_bad_matrix_with_exit_2_and_no_traceback(tmp_path):

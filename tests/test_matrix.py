@@ -5,7 +5,7 @@ import pytest
 from imagegen import matrix as matrix_module
 from imagegen.errors import MatrixError
 
-from tests.helpers import edited, image_named, problems_of, rules_broken, specs
+from tests.helpers import TRAINER, edited, image_named, problems_of, rules_broken, specs
 
 
 def test_real_matrix_resolves_to_every_image():
@@ -53,9 +53,11 @@ def test_unquoted_version_read_as_a_number_is_explained():
     (lambda d: image_named(d, "cu124-torch2.6").update(torchvision="0.20.1"), "torchvision-matches-torch"),
     (lambda d: image_named(d, "cu124-torch2.6").update(transformers="5.3.0"), "known-bad"),
     (lambda d: image_named(d, "cu124-torch2.6").update(transformers="5.1.0"), "known-bad"),
-    (lambda d: image_named(d, "cu121-torch2.5").update(transformers="5.24.0"), "transformers-torch"),
+    (lambda d: image_named(d, "cu121-torch2.5").update(transformers="5.24.0"), "package-torch"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(python="3.10"), "package-python"),
+    (lambda d: image_named(d, "cu124-torch2.6").update(peft="0.21.3"), "package-facts"),
+    (lambda d: d["packages"]["trl"]["1.16.0"].update(python="three"), "python-range"),
     (lambda d: image_named(d, "cpu").update(name="cu124-torch2.6"), "unique-name"),
-    (lambda d: d["images"].append(dict(image_named(d, "cpu"), name="cpu-again")), "unique-tag"),
     (lambda d: d.update(latest="nope"), "known-image"),
     (lambda d: image_named(d, "cpu").update(transformers="5"), "exact-version"),
     (lambda d: image_named(d, "cpu").pop("os"), "known-os"),
@@ -106,3 +108,36 @@ def test_the_trainers_requirements_must_accept_each_images_pins():
     (problem,) = caught.value.problems
     assert (problem.key, problem.rule) == ("images[1].transformers", "trainer-requirements")
     assert problem.message == "the trainer requires transformers>=5.0, the image pins 4.57.6"
+
+
+def test_a_python_below_a_packages_floor_is_refused_with_the_package_named():
+    problems = problems_of(edited(lambda d: image_named(d, "cu118-torch2.6").update(python="3.10")))
+    assert {p.key for p in problems if p.rule == "package-python"} == {"images[0].python"}
+    messages = {p.message for p in problems if p.rule == "package-python"}
+    assert "transformers 5.24.0 requires Python >=3.11, the image has 3.10; pick another Python or another " \
+           "transformers" in messages
+    assert any(m.startswith("trl 1.16.0 requires Python >=3.11") for m in messages)
+
+
+def test_torch_2_6_on_cuda_12_6_takes_the_cxx11_abi_wheel():
+    from imagegen import matrix as matrix_module
+    from imagegen import plan
+    import yaml
+
+    def cu126_torch26(d):
+        image_named(d, "cu126-torch2.7").update(torch="2.6.0", python="3.11", flash_attn="2.7.4.post1")
+
+    data = edited(cu126_torch26)
+    assert problems_of(data) == []
+    spec = next(s for s in plan.resolve(matrix_module.parse(yaml.safe_dump(data), "m.yaml"), TRAINER)
+                if s.name == "cu126-torch2.7")
+    assert spec.cxx11_abi and "cu12torch2.6cxx11abiTRUE-cp311" in spec.flash_attn_wheel_url
+
+
+def test_a_flash_attn_release_without_wheels_of_the_builds_abi_is_refused():
+    def only_old_abi(d):
+        image_named(d, "cu126-torch2.7").update(torch="2.6.0", python="3.11", flash_attn="2.7.4.post1")
+        d["flash_attn"]["2.7.4.post1"]["cxx11_abi"] = [False]
+
+    (problem,) = [p for p in problems_of(edited(only_old_abi)) if p.rule == "flash-attn-wheel"]
+    assert "the C++11 ABI of torch 2.6.0's CUDA 12.6 build (its wheels: pre-C++11 ABI)" in problem.message

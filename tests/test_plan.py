@@ -1,8 +1,11 @@
 """Resolved specs, tags and labels: derived from what is inside, deterministic, unique."""
 
 import json
+import re
+from dataclasses import replace
 
-from imagegen import tags
+from imagegen import plan
+from imagegen.components import COMPONENTS
 from imagegen.select import Selection, choose, version_matches
 
 import pytest
@@ -11,30 +14,46 @@ from imagegen.errors import UserError
 from tests.helpers import spec_named, specs
 
 
-def test_cu124_image_resolves_to_its_index_base_and_wheel():
+def test_torch_comes_from_pypi_when_pypi_serves_that_very_build():
     spec = spec_named("cu124-torch2.6")
     assert spec.base_image == "nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"
-    assert spec.torch_index_url == "https://download.pytorch.org/whl/cu124"
-    assert spec.python_source == "deadsnakes"
+    assert spec.torch_index_url is None  # PyPI's torch 2.6.0 is the CUDA 12.4 build
+    assert spec.python_source == "deadsnakes" and spec.python_platform == "x86_64-manylinux_2_35"
     assert spec.flash_attn_wheel_url.endswith(
         "v2.7.4.post1/flash_attn-2.7.4.post1+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl")
+    other = spec_named("cu128-torch2.7")
+    assert other.torch_index_url == "https://download.pytorch.org/whl/cu128"
+    assert "torch==2.7.1+cu128" in plan.resolution_requirements(other)
 
 
-def test_cpu_image_takes_torch_from_pypi_with_its_pinned_libraries():
+def test_cpu_image_takes_torch_from_pypi_with_the_libraries_its_lock_pins():
     spec = spec_named("cpu")
     assert spec.torch_index_url is None and spec.base_image == "debian:bookworm-slim"
-    assert (spec.torch_cuda, spec.cudnn, spec.nccl) == ("13.0", "9.24.0.43", "2.30.7")
+    assert (spec.torch_cuda, spec.cudnn, spec.nccl) == ("13.0", spec.lock.package("nvidia-cudnn-cu13").version,
+                                                        spec.lock.package("nvidia-nccl-cu13").version)
     assert spec.flash_attn is None and spec.deepspeed is None
-    assert spec.version_tag == "0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12"
 
 
-def test_version_tag_spells_every_component_users_check():
-    assert spec_named("cu124-torch2.6").version_tag == "0.1.0-torch2.6.0-cu124-cudnn9-py3.11"
+def test_the_version_tag_spells_what_is_inside_and_ends_in_the_inputs_digest():
+    spec = spec_named("cpu")
+    digest = spec.inputs_digest.removeprefix("sha256:")
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    assert spec.version_tag == f"0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12-{digest[:12]}"
+    assert spec_named("cu124-torch2.6").version_tag.startswith("0.1.0-torch2.6.0-cu124-cudnn9-py3.11-")
 
 
-def test_a_build_override_changes_cudnn():
-    assert spec_named("cu128-torch2.7").cudnn == "9.7.1.26"
-    assert spec_named("cu126-torch2.7").cudnn == "9.5.1.17"
+def test_an_image_without_a_lock_has_no_version_tag_and_says_how_to_make_one():
+    spec = next(s for s in specs() if s.lock is None)
+    assert spec.version_tag is None and spec.labels == {} and spec.inputs_digest is None
+    assert f"imagegen lock --image {spec.name}" in spec.lock_problem
+
+
+def test_cudnn_and_nccl_come_from_the_lock_not_the_typed_facts():
+    spec = spec_named("cu126-torch2.7")
+    assert spec.cudnn == spec.lock.family_version("nvidia-cudnn-cu")
+    fake = replace(spec.lock, packages=tuple(replace(p, version="9.99.0.1") if p.name == "nvidia-cudnn-cu12" else p
+                                             for p in spec.lock.packages))
+    assert plan.with_lock(spec, fake).cudnn == "9.99.0.1"
 
 
 def test_aliases_move_to_the_newest_torch_per_cuda_and_latest():
@@ -43,26 +62,38 @@ def test_aliases_move_to_the_newest_torch_per_cuda_and_latest():
     assert "cu12.8" not in by_name["cu128-torch2.7"].alias_tags
     assert "latest" in by_name["cu128-torch2.8"].alias_tags
     assert by_name["cpu"].alias_tags == ("cpu",)
-    assert tags.duplicate_tags(specs()) == []
 
 
-def test_labels_carry_oci_keys_and_one_label_per_component():
-    labels = spec_named("cu124-torch2.6").labels
-    assert labels["org.opencontainers.image.version"] == "0.1.0-torch2.6.0-cu124-cudnn9-py3.11"
+def test_labels_carry_oci_keys_one_label_per_component_and_the_inputs():
+    spec = spec_named("cu124-torch2.6")
+    labels = spec.labels
+    assert labels["org.opencontainers.image.version"] == spec.version_tag
     assert labels["io.imagegen.torch"] == "2.6.0" and labels["io.imagegen.torch.cuda"] == "12.4"
     assert labels["io.imagegen.flash-attn"] == "2.7.4.post1" and labels["io.imagegen.base.cudnn"] == "9"
+    assert labels["io.imagegen.inputs"] == spec.inputs_digest
+    assert {f"io.imagegen.{c.label}" for c in COMPONENTS} <= set(labels)
 
 
 def test_source_builds_compile_for_ampere_and_newer_only():
     assert spec_named("cu118-torch2.6").cuda_arch_list == "8.0;8.6;8.9;9.0+PTX"
 
 
-def test_expected_versions_match_the_labels():
+def test_expected_versions_match_the_labels_and_name_each_distribution():
     spec = spec_named("cu128-torch2.8")
-    expected = spec.expected_versions()
-    assert expected["torch"] == spec.labels["io.imagegen.torch"]
-    assert expected["cudnn"] == spec.labels["io.imagegen.cudnn"]
+    expected = spec.expected()
+    for component in COMPONENTS:
+        assert (expected["versions"][component.key] or "none") == spec.labels[f"io.imagegen.{component.label}"]
+    assert expected["distributions"]["flash_attn"] == "flash-attn"
     json.dumps(expected)
+
+
+def test_the_lock_resolves_the_pins_the_trainers_needs_flash_attns_needs_and_build_tools():
+    spec = spec_named("cu130-torch2.11")
+    wanted = plan.resolution_requirements(spec)
+    assert {"torch==2.11.0", "torchvision==0.26.0", f"transformers=={spec.transformers}", "einops",
+            "deepspeed==0.19.8", "ninja", "setuptools"} <= set(wanted)
+    assert not any(line.startswith("flash-attn") for line in wanted)  # locked as an artifact
+    assert plan.lock_inputs(spec)["flash_attn"]["requirement"] == "flash-attn==2.8.3"
 
 
 @pytest.mark.parametrize("wanted, actual, matches", [

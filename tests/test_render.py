@@ -3,14 +3,16 @@
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from imagegen import render
 from imagegen.errors import UserError
+from imagegen.lockfile import BasePin
 
-from tests.helpers import REPO, spec_named, specs
+from tests.helpers import REPO, locked_specs, spec_named
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 TRAINER = {"pyproject.toml": b"[project]\nname = 'vlmgrpo'\nversion = '0.1.0'\n",
@@ -26,7 +28,7 @@ def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("context", contexts_for(specs()), ids=lambda c: f"{c.image}/{c.layer}")
+@pytest.mark.parametrize("context", contexts_for(locked_specs()), ids=lambda c: f"{c.image}/{c.layer}")
 def test_rendered_dockerfile_matches_snapshot(context):
     """Set UPDATE_SNAPSHOTS=1 to accept a deliberate template change, then read the diff."""
     snapshot = SNAPSHOTS / context.image / f"{context.layer}.Dockerfile"
@@ -36,12 +38,33 @@ def test_rendered_dockerfile_matches_snapshot(context):
     assert context.dockerfile == snapshot.read_text()
 
 
-def test_cu124_renders_from_its_nvidia_base_with_torch_from_the_cu124_index():
-    base, framework, trainer = contexts_for([spec_named("cu124-torch2.6")])
-    assert base.dockerfile.splitlines()[3] == "FROM nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"
-    assert "pip install torch==2.6.0 torchvision==0.21.0 --index-url https://download.pytorch.org/whl/cu124" \
-        in framework.dockerfile
+def test_cu124_renders_from_its_nvidia_base_and_installs_torch_from_its_lock():
+    spec = spec_named("cu124-torch2.6")
+    base, framework, trainer = contexts_for([spec])
+    assert base.dockerfile.splitlines()[3] == f"FROM {spec.lock.base.pinned_ref}"
+    assert "pip install --no-deps --require-hashes -r /tmp/requirements/torch.txt" in framework.dockerfile
+    torch_step = framework.files["requirements/torch.txt"].decode()
+    assert torch_step.startswith("filelock==") or "torch==2.6.0 --hash=sha256:" in torch_step
+    assert all("--hash=sha256:" in line for line in torch_step.splitlines())
     assert f"FROM {base.ref}" in framework.dockerfile and f"FROM {framework.ref}" in trainer.dockerfile
+
+
+def test_every_locked_package_is_installed_by_exactly_one_step():
+    spec = spec_named("cu130-torch2.11")
+    framework = contexts_for([spec])[1]
+    step_files = [path for path in framework.files if path.startswith("requirements/")]
+    installed = [line.split("==")[0] for path in step_files for line in framework.files[path].decode().splitlines()
+                 if "==" in line and not line.startswith("flash-attn")]
+    assert sorted(installed) == sorted(p.name for p in spec.lock.packages)
+    order = [path for path in step_files]
+    assert order.index("requirements/torch.txt") < order.index("requirements/deepspeed-sources.txt")
+    assert "flash-attn==2.8.3 --hash=sha256:" in framework.files["requirements/flash-attn-sources.txt"].decode()
+
+
+def test_a_pinned_base_digest_goes_into_from(tmp_path):
+    spec = spec_named("cpu")
+    pinned = replace(spec, lock=replace(spec.lock, base=BasePin("debian:bookworm-slim", "sha256:" + "a" * 64)))
+    assert contexts_for([pinned])[0].dockerfile.splitlines()[3] == f"FROM debian:bookworm-slim@sha256:{'a' * 64}"
 
 
 def test_two_renders_are_byte_identical(tmp_path):
@@ -75,8 +98,11 @@ def test_a_failed_render_leaves_nothing_behind(tmp_path):
 
 
 def test_images_on_one_cuda_base_share_the_base_layer():
-    first = contexts_for([spec_named("cu128-torch2.7")])
-    second = contexts_for([spec_named("cu128-torch2.8")])
+    spec = spec_named("cu128-torch2.8")
+    other_lock = replace(spec.lock, packages=tuple(replace(p, version="0.0.1") if p.name == "peft" else p
+                                                   for p in spec.lock.packages))
+    first = contexts_for([spec])
+    second = contexts_for([replace(spec, name="cu128-other", lock=other_lock)])
     assert first[0].ref == second[0].ref
     assert first[1].ref != second[1].ref
 
@@ -107,7 +133,7 @@ def test_trainer_files_leave_out_tests_and_caches(tmp_path):
 
 def test_every_rendered_dockerfile_passes_hadolint_at_warning_level(tmp_path):
     hadolint = shutil.which("hadolint") or str(Path(os.sys.executable).parent / "hadolint")
-    every = specs()
+    every = locked_specs()
     render.write(tmp_path / "out", contexts_for(every), every)
     dockerfiles = sorted((tmp_path / "out").glob("*/*/Dockerfile"))
     assert len(dockerfiles) == 3 * len(every)

@@ -1,36 +1,58 @@
-# imagegen framework layer: torch 2.7.1 built for CUDA 12.6 with the ML stack.
+# imagegen framework layer: torch 2.7.1 built for CUDA 12.6 with the ML stack,
+# installed from the image's lock (imagegen lock --image cu126-torch2.7).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:08460159a2e197f7
 
 # torch brings its own cuDNN 9.5.1.17 and NCCL 2.26.2 as wheels; those are what it uses.
+# hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    pip install torch==2.7.1 torchvision==0.22.1 --index-url https://download.pytorch.org/whl/cu126
+    --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/torch.txt
 
-COPY constraints.txt requirements.txt /etc/imagegen/
-
-# The prebuilt flash-attn wheel for torch 2.7.1, CUDA 12, Python 3.12 and C++11 ABI TRUE;
-# a wheel for another ABI fails at import with "undefined symbol".
+# Tools that compile the sources below against the installed torch.
+# hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    pip install -c /etc/imagegen/constraints.txt https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.0.post2/flash_attn-2.8.0.post2+cu12torch2.7cxx11abiTRUE-cp312-cp312-linux_x86_64.whl
+    --mount=type=bind,source=requirements/build-tools.txt,target=/tmp/requirements/build-tools.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
 
-# DeepSpeed ops compile just in time on first use (DS_BUILD_OPS=0).
+# The prebuilt flash-attn wheel for torch 2.7.1, CUDA 12, Python 3.12 and the C++11 ABI
+# of this torch build; a wheel for another ABI fails at import with "undefined symbol". Its host could
+# not be reached when the lock was made, so it is not hash-checked.
+# hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    DS_BUILD_OPS=0 pip install -c /etc/imagegen/constraints.txt deepspeed==0.19.8
+    --mount=type=bind,source=requirements/flash-attn.txt,target=/tmp/requirements/flash-attn.txt \
+    --mount=type=bind,source=requirements/flash-attn-unhashed.txt,target=/tmp/requirements/flash-attn-unhashed.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/flash-attn.txt \
+    && pip install --no-deps -r /tmp/requirements/flash-attn-unhashed.txt
 
+# DeepSpeed; its ops compile just in time on first use (DS_BUILD_OPS=0).
+# hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    pip install -c /etc/imagegen/constraints.txt -r /etc/imagegen/requirements.txt
+    --mount=type=bind,source=requirements/deepspeed.txt,target=/tmp/requirements/deepspeed.txt \
+    --mount=type=bind,source=requirements/deepspeed-sources.txt,target=/tmp/requirements/deepspeed-sources.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/deepspeed.txt \
+    && DS_BUILD_OPS=0 pip install --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/deepspeed-sources.txt
 
-# What `vlmgrpo selftest` checks the image against.
-COPY expected.json /etc/imagegen/expected.json
+# The rest of the stack and the trainer's dependencies.
+# hadolint ignore=DL3042
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/stack.txt
+
+# What `vlmgrpo selftest` checks the image against, and every distribution as the lock pins it.
+COPY requirements.lock expected.json /etc/imagegen/

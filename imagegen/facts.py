@@ -1,0 +1,251 @@
+"""`imagegen facts check`: compare the matrix's typed facts with what the index says.
+
+For every torch release and CUDA build the matrix lists: the Pythons its Linux x86_64 wheels
+exist for, the cuDNN, NCCL and CUDA runtime its wheel metadata pins, its C++ ABI (PyTorch builds
+manylinux_2_28 wheels with the C++11 ABI and the older manylinux1/2014 wheels without it), and
+the torch its torchvision requires. For every package release under `packages`: Requires-Python
+and the torch it requires. For flash-attn releases: the wheels on its GitHub release. An index
+that does not answer is reported once as not checked; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from . import index
+from .errors import Problem
+from .matrix import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
+from .plan import PYPI, TORCH_INDEX
+
+MACHINE_TAG = "x86_64"
+CXX11_FROM_GLIBC = (2, 28)  # manylinux_2_28 and newer torch wheels use the C++11 ABI
+PYTHON_GRID = [f"3.{minor}" for minor in range(6, 17)]
+GITHUB_RELEASE = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/v{version}"
+FLASH_ATTN_WHEEL = re.compile(r"^flash_attn-(?P<version>[^+]+)\+cu(?P<cu>\d+)torch(?P<torch>\d+\.\d+)"
+                              r"cxx11abi(?P<abi>TRUE|FALSE)-cp3(?P<py>\d+)-cp3\d+-linux_x86_64\.whl$")
+
+
+@dataclass
+class Report:
+    disagreements: list[Problem] = field(default_factory=list)
+    not_checked: dict[str, str] = field(default_factory=dict)  # what -> why
+    checked: int = 0
+
+
+class _Checker:
+    def __init__(self, matrix: Matrix):
+        self.matrix = matrix
+        self.report = Report()
+        self.down: dict[str, str] = {}  # origin -> why, so an unreachable index costs one attempt
+
+    def differs(self, path: tuple, matrix_says, index_says, evidence: str) -> None:
+        self.report.checked += 1
+        if matrix_says != index_says:
+            self.report.disagreements.append(self.matrix.problem(
+                path, f"the index says {_show(index_says)} ({evidence}), the matrix says {_show(matrix_says)}",
+                "facts"))
+
+    def files(self, index_url: str, project: str, version: str, what: str) -> list[index.IndexFile] | None:
+        origin = index_url.split("/whl/")[0] if "/whl/" in index_url else index_url
+        if origin in self.down:
+            self.report.not_checked[what] = self.down[origin]
+            return None
+        try:
+            return index.release_files(index_url, project, version)
+        except index.PackageIndexError as error:
+            if "HTTP 404" not in str(error):
+                self.down[origin] = str(error)
+            self.report.not_checked[what] = str(error)
+            return None
+
+    def metadata(self, file: index.IndexFile, what: str) -> list[Requirement] | None:
+        try:
+            return index.requirements(index.wheel_metadata(file))
+        except index.PackageIndexError as error:
+            self.report.not_checked[what] = str(error)
+            return None
+
+
+def check(matrix: Matrix) -> Report:
+    checker = _Checker(matrix)
+    for torch in matrix.torch.values():
+        for cuda in torch.builds:
+            _check_torch_build(checker, torch, cuda)
+    for name, releases in matrix.packages.items():
+        for version, release in releases.items():
+            _check_package(checker, name, version, release)
+    for release in matrix.flash_attn.values():
+        _check_flash_attn(checker, release)
+    return checker.report
+
+
+def _check_torch_build(checker: _Checker, torch: TorchFacts, cuda: str) -> None:
+    pypi = cuda == torch.pypi_build
+    local = "" if pypi else f"+cu{cuda.replace('.', '')}"
+    index_url = PYPI if pypi else TORCH_INDEX.format(nodot=cuda.replace(".", ""))
+    what = f"torch {torch.version}{local}"
+    at = ("torch", torch.version, "builds", cuda)
+    files = checker.files(index_url, "torch", torch.version + local, what)
+    if files is None:
+        return
+    wheels = [f for f in files if f.is_wheel and _linux_platforms(f)]
+    if not wheels:
+        checker.differs(at, "a build", "none", f"no Linux {MACHINE_TAG} wheel of {what} on {index_url}")
+        return
+    pythons = sorted({_python_of(f) for f in wheels} - {None}, key=_minor_key)
+    if pypi:
+        checker.differs(("torch", torch.version, "python"), _admitted(torch.python), pythons,
+                        f"{what} has Linux {MACHINE_TAG} wheels for these Pythons")
+    checker.differs((*at, "cxx11_abi"), torch.builds[cuda].cxx11_abi, _cxx11_abi(wheels[-1]),
+                    f"{wheels[-1].filename} is a {'/'.join(sorted(_linux_platforms(wheels[-1])))} wheel")
+    requirements = checker.metadata(wheels[-1], what)
+    if requirements is None:
+        return
+    pins = {canonicalize_name(r.name): _pinned(r) for r in requirements}
+    build = torch.builds[cuda]
+    for key, family in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu")):
+        pinned = next((v for name, v in pins.items() if name.startswith(family)), None)
+        checker.differs((*at, key), getattr(build, key), pinned, f"{wheels[-1].filename} pins {family}*")
+    # CUDA 12 builds pin nvidia-cuda-runtime-cu12; CUDA 13 builds pin the cuda-toolkit metapackage.
+    runtime = next(((n, v) for n, v in pins.items() if v and n.startswith(("nvidia-cuda-runtime", "cuda-toolkit"))),
+                   None)
+    if runtime:
+        checker.differs(at, f"CUDA {cuda}", f"CUDA {'.'.join(runtime[1].split('.')[:2])}",
+                        f"{wheels[-1].filename} pins {runtime[0]} {runtime[1]}")
+    _check_torchvision(checker, torch, index_url, local)
+
+
+def _check_torchvision(checker: _Checker, torch: TorchFacts, index_url: str, local: str) -> None:
+    what = f"torchvision {torch.torchvision}{local}"
+    files = checker.files(index_url, "torchvision", torch.torchvision + local, what)
+    wheels = [f for f in files or () if f.is_wheel and _linux_platforms(f)]
+    requirements = checker.metadata(wheels[-1], what) if wheels else None
+    if requirements is None:
+        if files is not None and not wheels:
+            checker.differs(("torch", torch.version, "torchvision"), torch.torchvision, "none",
+                            f"no Linux wheel of {what} on {index_url}")
+        return
+    wants = next((r.specifier for r in requirements if canonicalize_name(r.name) == "torch"), None)
+    fits = wants is not None and wants.contains(torch.version + local, prereleases=True)
+    checker.differs(("torch", torch.version, "torchvision"), torch.torchvision,
+                    torch.torchvision if fits else f"not {torch.torchvision}", f"{what} requires torch{wants}")
+
+
+def _check_package(checker: _Checker, name: str, version: str, release: PackageRelease) -> None:
+    what = f"{name} {version}"
+    files = checker.files(PYPI, name, version, what)
+    if files is None:
+        return
+    at = ("packages", name, version)
+    if not files:
+        checker.differs(at, "a release", "none", f"no file of {what} on {PYPI}")
+        return
+    declared = next((f.requires_python for f in files if f.requires_python), None)
+    checker.differs((*at, "python"), _admitted(release.python) if release.python else None,
+                    _admitted(declared) if declared else None, f"{what} declares Requires-Python {declared}")
+    wheel = next((f for f in files if f.is_wheel), None)
+    requirements = checker.metadata(wheel, what) if wheel else None
+    if requirements is None:
+        return  # an sdist alone (DeepSpeed): its requirements are known only by building it
+    torch = _torch_requirement(requirements)
+    checker.differs((*at, "torch"), _normalized(release.torch), _normalized(torch),
+                    f"{what} requires torch{torch or ' (nothing)'}")
+
+
+def _check_flash_attn(checker: _Checker, release: FlashAttnRelease) -> None:
+    what = f"flash-attn {release.version} wheels"
+    if "github" in checker.down:
+        checker.report.not_checked[what] = checker.down["github"]
+        return
+    url = GITHUB_RELEASE.format(version=release.version)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url), timeout=index.HTTP_TIMEOUT_S) as response:
+            assets = [asset["name"] for asset in json.load(response).get("assets", [])]
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        checker.down["github"] = f"cannot reach api.github.com: {getattr(error, 'reason', error)}"
+        checker.report.not_checked[what] = checker.down["github"]
+        return
+    wheels = [m for m in (FLASH_ATTN_WHEEL.match(name) for name in assets) if m]
+    at = ("flash_attn", release.version)
+    checker.differs((*at, "torch"), sorted(release.torch, key=_minor_key),
+                    sorted({m["torch"] for m in wheels}, key=_minor_key), f"{url} assets")
+    checker.differs((*at, "python"), sorted(release.python, key=_minor_key),
+                    sorted({f"3.{m['py']}" for m in wheels}, key=_minor_key), f"{url} assets")
+    checker.differs((*at, "cxx11_abi"), sorted(release.cxx11_abi), sorted({m["abi"] == "TRUE" for m in wheels}),
+                    f"{url} assets")
+    checker.differs((*at, "cuda"), sorted(release.cuda.values()), sorted({m["cu"] for m in wheels}),
+                    f"{url} assets")
+
+
+def _linux_platforms(file: index.IndexFile) -> set[str]:
+    return {tag.platform for tag in file.tags() if tag.platform.startswith("manylinux")
+            and tag.platform.endswith(MACHINE_TAG)}
+
+
+def _python_of(file: index.IndexFile) -> str | None:
+    for tag in file.tags():
+        match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+        if match:
+            return f"3.{match.group(1)}"
+    return None
+
+
+def _cxx11_abi(file: index.IndexFile) -> bool:
+    levels = []
+    for platform in _linux_platforms(file):
+        match = re.match(r"manylinux_(\d+)_(\d+)_", platform)
+        levels.append((int(match.group(1)), int(match.group(2))) if match else (2, 5))
+    return max(levels) >= CXX11_FROM_GLIBC
+
+
+def _pinned(requirement: Requirement) -> str | None:
+    pins = [s.version for s in requirement.specifier if s.operator == "=="]
+    return pins[0] if len(pins) == 1 else None
+
+
+def _torch_requirement(requirements: list[Requirement]) -> str | None:
+    """What a package requires of torch: unconditionally, or through its `torch` extra (transformers)."""
+    for requirement in requirements:
+        if canonicalize_name(requirement.name) != "torch":
+            continue
+        marker = str(requirement.marker or "")
+        if not marker or marker.replace("'", '"') == 'extra == "torch"':
+            return str(requirement.specifier) or None
+    return None
+
+
+def _admitted(spec: str | None) -> list[str] | str | None:
+    """The Python minors a range admits, so that >=3.9 and >=3.9.0 compare equal."""
+    try:
+        pythons = SpecifierSet(spec or "")
+    except InvalidSpecifier:
+        return spec
+    return [minor for minor in PYTHON_GRID if pythons.contains(f"{minor}.0", prereleases=True)]
+
+
+def _normalized(spec: str | None) -> str | None:
+    """A version range without trailing .0 parts: >=2.0.0 and >=2.0 are the same requirement."""
+    if not spec:
+        return None
+    parts = sorted(str(s) for s in SpecifierSet(spec))
+    return ",".join(re.sub(r"(\d)(\.0)+$", r"\1", part) for part in parts)
+
+
+def _minor_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(item) for item in value) + "]"
+    return "nothing" if value is None else str(value)

@@ -1,0 +1,197 @@
+"""The package index edge: which files a release has and what its wheels' metadata says.
+
+Reads the simple repository API as JSON (PEP 691) or HTML (PEP 503: the PyTorch index), and a
+wheel's METADATA from the index (PEP 658) instead of downloading the wheel.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from html.parser import HTMLParser
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name,
+                             parse_sdist_filename, parse_wheel_filename)
+from packaging.version import InvalidVersion, Version
+
+from .errors import UserError
+
+HTTP_TIMEOUT_S = 60
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+class PackageIndexError(UserError):
+    """The index did not answer, or not with the file asked for; the message says which."""
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str | None
+    requires_python: str | None
+    has_metadata: bool  # the index serves FILE.metadata (PEP 658)
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+    def version(self) -> Version | None:
+        try:
+            if self.is_wheel:
+                return parse_wheel_filename(self.filename)[1]
+            return parse_sdist_filename(self.filename)[1]
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            return None
+
+    def tags(self) -> frozenset:
+        return parse_wheel_filename(self.filename)[3] if self.is_wheel else frozenset()
+
+
+def project_files(index_url: str, project: str) -> list[IndexFile]:
+    """Every file of a project on a simple index; PackageIndexError when the index does not answer."""
+    url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
+    body, content_type = _get(url, accept=f"{SIMPLE_JSON}, text/html;q=0.1")
+    if content_type.startswith(SIMPLE_JSON) or content_type.startswith("application/json"):
+        return [_json_file(entry, url) for entry in json.loads(body)["files"]]
+    parser = _Anchors(url)
+    parser.feed(body.decode("utf-8", errors="replace"))
+    return parser.files
+
+
+def release_files(index_url: str, project: str, version: str) -> list[IndexFile]:
+    wanted = Version(version)
+    return [f for f in project_files(index_url, project) if f.version() == wanted]
+
+
+def wheel_metadata(file: IndexFile) -> dict[str, list[str]]:
+    """A wheel's core metadata fields (Requires-Dist, Requires-Python, ...), each as a list of values.
+
+    From FILE.metadata where the index serves it (PEP 658), else from the wheel's METADATA member,
+    read with HTTP range requests: a few kilobytes of a wheel that may weigh gigabytes."""
+    url = file.url.split("#")[0]
+    try:
+        body, _ = _get(url + ".metadata")
+    except PackageIndexError:
+        body = _metadata_from_zip(url)
+    message = HeaderParser().parsestr(body.decode("utf-8", errors="replace"))
+    fields: dict[str, list[str]] = {}
+    for key, value in message.items():
+        fields.setdefault(key, []).append(value)
+    return fields
+
+
+def requirements(metadata: dict[str, list[str]]) -> list[Requirement]:
+    found = []
+    for text in metadata.get("Requires-Dist", []):
+        try:
+            found.append(Requirement(text))
+        except InvalidRequirement:
+            continue
+    return found
+
+
+def _metadata_from_zip(url: str) -> bytes:
+    try:
+        with zipfile.ZipFile(_RangeReader(url)) as wheel:
+            name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            return wheel.read(name)
+    except (zipfile.BadZipFile, StopIteration) as error:
+        raise PackageIndexError(f"{url}: no readable METADATA ({error or 'not in the wheel'})") from None
+
+
+class _RangeReader(io.RawIOBase):
+    """A seekable, read-only file over HTTP range requests, enough for zipfile to read one member."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.position = 0
+        request = urllib.request.Request(url, method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+                self.size = int(response.headers["Content-Length"])
+        except (urllib.error.URLError, OSError, KeyError, ValueError) as error:
+            raise PackageIndexError(f"cannot reach {url}: {getattr(error, 'reason', error)}") from None
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def readinto(self, buffer) -> int:
+        end = min(self.size, self.position + len(buffer)) - 1
+        if end < self.position:
+            return 0
+        request = urllib.request.Request(self.url, headers={"Range": f"bytes={self.position}-{end}"})
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+                data = response.read()
+        except (urllib.error.URLError, OSError) as error:
+            raise PackageIndexError(f"cannot reach {self.url}: {getattr(error, 'reason', error)}") from None
+        data = data[: len(buffer)]
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+def _json_file(entry: dict, base: str) -> IndexFile:
+    metadata = entry.get("core-metadata", entry.get("dist-info-metadata", False))
+    return IndexFile(entry["filename"], urllib.parse.urljoin(base, entry["url"]),
+                     entry.get("hashes", {}).get("sha256"), entry.get("requires-python"), bool(metadata))
+
+
+class _Anchors(HTMLParser):
+    """The files of a PEP 503 page: one <a> each, the hash in the URL's fragment."""
+
+    def __init__(self, base: str):
+        super().__init__()
+        self.base = base
+        self.files: list[IndexFile] = []
+        self._attributes: dict[str, str | None] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._attributes = dict(attrs)
+
+    def handle_data(self, data):
+        if self._attributes is not None and data.strip():
+            href = self._attributes.get("href") or ""
+            url = urllib.parse.urljoin(self.base, href)
+            fragment = urllib.parse.urlsplit(url).fragment
+            sha256 = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
+            metadata = self._attributes.get("data-core-metadata") or self._attributes.get("data-dist-info-metadata")
+            self.files.append(IndexFile(data.strip(), url, sha256, self._attributes.get("data-requires-python"),
+                                        bool(metadata)))
+            self._attributes = None
+
+
+def _get(url: str, accept: str | None = None) -> tuple[bytes, str]:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+            return response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as error:
+        raise PackageIndexError(f"{url}: HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise PackageIndexError(f"cannot reach {_origin(url)}: {getattr(error, 'reason', error)}") from None
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

@@ -1,0 +1,234 @@
+"""Lock files as plain data: what one image installs, exactly, and what the lock was made from.
+
+A lock file (locks/<image>.json) holds, per platform of the image: every Python distribution with
+its version, its hashes, the index it came from and which packages need it; the flash-attn
+artifact, which no index resolves; the digest the base image's tag pointed to; and the inputs it
+was resolved from. Pure functions: reading, writing (through the caller's atomic writer),
+staleness, install steps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from packaging.utils import canonicalize_name
+
+LOCK_VERSION = 1
+
+
+class LockFormatError(ValueError):
+    """A file in locks/ that is not a lock imagegen wrote."""
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str  # canonical: nvidia-cudnn-cu12
+    version: str
+    hashes: tuple[str, ...]  # "sha256:<hex>", every file of that version on its index
+    index: str | None  # the index it was resolved from
+    required_by: tuple[str, ...] = ()  # canonical names of the packages that need it; () for a requirement
+
+    def requirement_line(self) -> str:
+        """A pip requirements line that accepts only these files."""
+        return " ".join([f"{self.name}=={self.version}", *(f"--hash={h}" for h in self.hashes)])
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """flash-attn, which no resolver can lock: its prebuilt wheel by URL, or its sdist to compile."""
+
+    requirement: str  # a PEP 508 requirement: "flash-attn @ https://...whl" or "flash-attn==2.8.3"
+    sha256: str | None  # None when its host could not be reached when locking: then it is not hash-checked
+    note: str = ""  # why there is no hash
+
+    def requirement_line(self) -> str:
+        return self.requirement + (f" --hash=sha256:{self.sha256}" if self.sha256 else "")
+
+
+@dataclass(frozen=True)
+class BasePin:
+    ref: str  # the matrix's base, e.g. nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04
+    digest: str | None  # the manifest (list) digest the tag resolved to; None when the registry was unreachable
+    note: str = ""  # why it is not pinned
+
+    @property
+    def pinned_ref(self) -> str:
+        """What builds go FROM: the tag with its locked digest, so a moved or deleted tag changes nothing."""
+        return f"{self.ref}@{self.digest}" if self.digest else self.ref
+
+
+@dataclass(frozen=True)
+class Lock:
+    """One platform's lock of an image."""
+
+    image: str
+    platform: str  # linux/amd64
+    inputs: dict  # what it was resolved from: see plan.lock_inputs
+    base: BasePin
+    packages: tuple[LockedPackage, ...]
+    flash_attn: Artifact | None = None
+    command: str = ""  # the command that refreshes it
+
+    def package(self, name: str) -> LockedPackage | None:
+        wanted = canonicalize_name(name)
+        return next((p for p in self.packages if p.name == wanted), None)
+
+    def family_version(self, prefix: str) -> str | None:
+        """The version of the one package whose name starts with prefix (nvidia-cudnn-cu -> cu12 or cu13)."""
+        found = [p for p in self.packages if p.name.startswith(prefix)]
+        return found[0].version if len(found) == 1 else None
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """One resolver-free, hash-checked install of the framework layer: wheels first, then the
+    sources it compiles against them (with no build isolation: the build sees the installed torch)."""
+
+    name: str  # torch, build-tools, flash-attn, deepspeed, stack
+    wheels: tuple[str, ...]  # requirement lines, one locked file set each
+    sources: tuple[str, ...] = ()  # requirement lines built from source after the wheels
+    unhashed: tuple[str, ...] = ()  # a flash-attn wheel whose host could not be reached when locking
+    index_url: str | None = None  # the one index this step installs from; None: pip's configured index
+
+    def files(self) -> dict[str, tuple[str, ...]]:
+        """The requirement files the step mounts, by name, in the order it installs them."""
+        parts = {"": self.wheels, "-sources": self.sources, "-unhashed": self.unhashed}
+        return {f"requirements/{self.name}{suffix}.txt": lines for suffix, lines in parts.items() if lines}
+
+
+def dumps(locks: list[Lock]) -> str:
+    """One image's lock file: its locks by platform."""
+    first = locks[0]
+    payload = {
+        "lock_version": LOCK_VERSION,
+        "comment": f"Written by imagegen from matrix.yaml and the index. Do not edit: change matrix.yaml, "
+                   f"then run `{first.command}`.",
+        "image": first.image,
+        "platforms": {lock.platform: {
+            "inputs": lock.inputs,
+            "base": asdict(lock.base),
+            "flash_attn": asdict(lock.flash_attn) if lock.flash_attn else None,
+            "packages": [{**asdict(p), "hashes": list(p.hashes), "required_by": list(p.required_by)}
+                         for p in sorted(lock.packages, key=lambda p: p.name)],
+        } for lock in sorted(locks, key=lambda lock: lock.platform)},
+    }
+    return json.dumps(payload, indent=1) + "\n"
+
+
+def loads(text: str, command: str) -> dict[str, Lock]:
+    """An image's locks by platform."""
+    try:
+        payload = json.loads(text)
+        if payload.get("lock_version") != LOCK_VERSION:
+            raise LockFormatError(f"lock_version {payload.get('lock_version')!r}, expected {LOCK_VERSION}")
+        return {platform: _lock(payload["image"], platform, section, command)
+                for platform, section in payload["platforms"].items()}
+    except LockFormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise LockFormatError(f"{type(error).__name__}: {error}") from None
+
+
+def _lock(image: str, platform: str, section: dict, command: str) -> Lock:
+    artifact = section.get("flash_attn")
+    return Lock(
+        image=image,
+        platform=platform,
+        inputs=section["inputs"],
+        base=BasePin(**section["base"]),
+        packages=tuple(LockedPackage(p["name"], p["version"], tuple(p["hashes"]), p.get("index"),
+                                     tuple(p.get("required_by", ()))) for p in section["packages"]),
+        flash_attn=Artifact(**artifact) if artifact else None,
+        command=command,
+    )
+
+
+def stale_reasons(lock: Lock, inputs: dict) -> list[str]:
+    """How the inputs the lock was made from differ from today's; [] when it is current."""
+    reasons = []
+    for key in sorted(set(lock.inputs) | set(inputs)):
+        was, now = lock.inputs.get(key), inputs.get(key)
+        if was == now:
+            continue
+        if isinstance(was, list) and isinstance(now, list):
+            added = [item for item in now if item not in was]
+            removed = [item for item in was if item not in now]
+            reasons.append(f"{key}: " + ", ".join([*(f"+{i}" for i in added), *(f"-{i}" for i in removed)]))
+        else:
+            reasons.append(f"{key}: {json.dumps(was)} -> {json.dumps(now)}")
+    return reasons
+
+
+# What compiling an sdist against the installed torch needs, without build isolation.
+BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging", "psutil")
+
+
+@dataclass
+class _Planner:
+    lock: Lock
+    installed: set[str] = field(default_factory=set)
+    steps: list[InstallStep] = field(default_factory=list)
+
+    def add(self, name: str, roots: list[str], sources: tuple[str, ...] = (), artifact: Artifact | None = None,
+            build_artifact: bool = False) -> None:
+        """A step for roots and all they need that no earlier step installed.
+
+        Packages the lock took from the torch index get a step of their own that reads only that
+        index, so that no file of another index with the same name and version can stand in."""
+        names = _closure(self.lock, roots) - self.installed
+        self.installed |= names
+        chosen = [p for p in self.lock.packages if p.name in names]
+        torch_index = self.lock.inputs.get("torch_index")
+        from_torch_index = [p for p in chosen if torch_index and p.index == torch_index]
+        if from_torch_index:
+            self.steps.append(InstallStep(f"{name}-torch-index", _lines(from_torch_index), index_url=torch_index))
+        built = [p for p in chosen if p.name in sources]
+        wheels = _lines([p for p in chosen if p not in from_torch_index and p not in built])
+        source_lines, unhashed = _lines(built), ()
+        if artifact and artifact.sha256 is None:
+            unhashed = (artifact.requirement_line(),)
+        elif artifact and build_artifact:
+            source_lines += (artifact.requirement_line(),)
+        elif artifact:
+            wheels += (artifact.requirement_line(),)
+        if wheels or source_lines or unhashed:
+            self.steps.append(InstallStep(name, wheels, source_lines, unhashed))
+
+
+def _lines(packages: list[LockedPackage]) -> tuple[str, ...]:
+    return tuple(p.requirement_line() for p in packages)
+
+
+def _closure(lock: Lock, roots: list[str]) -> set[str]:
+    needs: dict[str, set[str]] = {}
+    for package in lock.packages:
+        for parent in package.required_by:
+            needs.setdefault(parent, set()).add(package.name)
+    found: set[str] = set()
+    pending = [canonicalize_name(root) for root in roots]
+    while pending:
+        name = pending.pop()
+        if name not in found and lock.package(name) is not None:
+            found.add(name)
+            pending += sorted(needs.get(name, ()))
+    return found
+
+
+def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool) -> list[InstallStep]:
+    """The framework layer's installs, in order.
+
+    torch first (the largest and most stable: a bump of peft leaves its step cached), then the
+    tools that compile sources against it, flash-attn and DeepSpeed, and last the rest of the stack.
+    """
+    planner = _Planner(lock)
+    planner.add("torch", ["torch", "torchvision"])
+    if deepspeed or flash_attn_source_build:
+        planner.add("build-tools", list(BUILD_TOOLS))
+    if lock.flash_attn:
+        planner.add("flash-attn", list(lock.inputs["flash_attn"]["requires"]), artifact=lock.flash_attn,
+                    build_artifact=flash_attn_source_build)
+    if deepspeed:
+        planner.add("deepspeed", ["deepspeed"], sources=("deepspeed",))
+    planner.add("stack", [p.name for p in lock.packages])
+    return planner.steps

@@ -1,0 +1,188 @@
+"""Locks: resolved from the real index (PyPI here), checked offline by validate, installed step by step;
+and the facts check against the real index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from imagegen import lock as lock_module
+from imagegen import lockfile
+from tests.helpers import REPO, image_named, locked_matrix, real_matrix_data, spec_named
+from tests.test_cli import imagegen
+
+# What uv prints for `accelerate` and `torch==2.14.1`, trimmed to three packages.
+UV_OUTPUT = """\
+accelerate==1.15.0 \\
+    --hash=sha256:5654f8c5eaa0d4fa68b33e287a97765da6849bf6d51dcac874e73fbbddfb6134 \\
+    --hash=sha256:97eacca0b73e45cb867dbf8c5d5d4dc32219544300e0c8992c7334dc2ef33cec
+    # from https://pypi.org/simple
+filelock==4.3.1 \\
+    --hash=sha256:aaaa
+    # via torch
+    # from https://pypi.org/simple
+torch==2.14.1 \\
+    --hash=sha256:305a61f61f35f128579f299c5bd33d475f6a01c6307336139632e30856c4854d
+    # via
+    #   accelerate
+    #   -r -
+    # from https://pypi.org/simple
+"""
+
+
+def test_uv_output_becomes_locked_packages_with_hashes_index_and_parents():
+    accelerate, filelock, torch = lock_module.parse_compiled(UV_OUTPUT)
+    assert (accelerate.name, accelerate.version, accelerate.required_by) == ("accelerate", "1.15.0", ())
+    assert len(accelerate.hashes) == 2 and accelerate.index == "https://pypi.org/simple"
+    assert filelock.required_by == ("torch",) and torch.required_by == ("accelerate",)
+    assert torch.requirement_line() == ("torch==2.14.1 --hash=sha256:305a61f61f35f128579f299c5bd33d475f6a01c63073361"
+                                        "39632e30856c4854d")
+
+
+def test_a_lock_round_trips_and_says_how_it_is_refreshed():
+    spec = spec_named("cu124-torch2.6")
+    text = lockfile.dumps([spec.lock])
+    assert json.loads(text)["comment"].endswith("then run `imagegen lock --image cu124-torch2.6`.")
+    assert lockfile.loads(text, spec.lock.command) == {"linux/amd64": spec.lock}
+    with pytest.raises(lockfile.LockFormatError):
+        lockfile.loads('{"lock_version": 1, "image": "x"}', "")
+
+
+def test_install_steps_put_torch_first_and_install_each_package_once():
+    spec = spec_named("cu130-torch2.11")
+    steps = lockfile.install_steps(spec.lock, deepspeed=True, flash_attn_source_build=True)
+    assert [step.name for step in steps] == ["torch", "build-tools", "flash-attn", "deepspeed", "stack"]
+    lines = [line for step in steps for line in (*step.wheels, *step.sources) if not line.startswith("flash-attn")]
+    assert sorted(line.split("==")[0] for line in lines) == sorted(p.name for p in spec.lock.packages)
+    assert any(line.startswith("torch==2.11.0 ") for line in steps[0].wheels)
+    assert [line.split("==")[0] for line in steps[3].sources] == ["deepspeed"]
+    assert steps[2].sources == ("flash-attn==2.8.3 --hash=sha256:" + spec.lock.flash_attn.sha256,)
+
+
+def test_packages_from_the_torch_index_install_from_that_index_alone():
+    spec = spec_named("cpu")
+    index = "https://download.pytorch.org/whl/cu130"
+    moved = lockfile.Lock(spec.lock.image, spec.lock.platform, {**spec.lock.inputs, "torch_index": index},
+                          spec.lock.base,
+                          tuple(p if p.name not in ("torch", "triton") else lockfile.LockedPackage(
+                              p.name, p.version, p.hashes, index, p.required_by) for p in spec.lock.packages))
+    steps = lockfile.install_steps(moved, deepspeed=False, flash_attn_source_build=False)
+    assert steps[0].name == "torch-torch-index" and steps[0].index_url == index
+    assert sorted(line.split("==")[0] for line in steps[0].wheels) == ["torch", "triton"]
+    assert all(step.index_url is None for step in steps[1:])
+
+
+def test_a_changed_input_makes_the_lock_stale_with_what_changed(tmp_path):
+    def bump_peft(data):
+        data["defaults"]["peft"] = "0.21.1"
+        data["packages"]["peft"]["0.21.1"] = {"python": ">=3.10", "torch": ">=1.13"}
+
+    result = imagegen("validate", "--matrix", str(locked_matrix(tmp_path, bump_peft)))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    stale = [line for line in result.stderr.splitlines() if "[lock-stale]" in line]
+    assert len(stale) == len(yaml.safe_load((tmp_path / "matrix.yaml").read_text())["images"])
+    assert "is stale (requirements: +peft==0.21.1, -peft==0.21.2); run `imagegen lock --matrix" in stale[0]
+
+
+def test_a_lock_that_disagrees_with_the_typed_facts_fails_validate(tmp_path):
+    path = locked_matrix(tmp_path, lambda d: d["torch"]["2.14.1"].update(cudnn="9.99.0.1"))
+    result = imagegen("validate", "--matrix", str(path))
+    assert result.returncode == 2
+    assert "torch.2.14.1.builds.13.0.cudnn: torch 2.14.1's CUDA 13.0 build pins nvidia-cudnn-cu* 9.24.0.43 in cpu's " \
+           "lock (read from the index), the matrix says 9.99.0.1: correct the matrix [lock-facts]" in result.stderr
+
+
+def test_a_missing_lock_keeps_render_and_build_from_starting(tmp_path):
+    path = locked_matrix(tmp_path)
+    (tmp_path / "locks" / "cpu.json").unlink()
+    result = imagegen("render", "--matrix", str(path), "--image", "cpu", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and not (tmp_path / "out").exists()
+    assert result.stderr == f"error: cpu: no lock at {tmp_path}/locks/cpu.json; run `imagegen lock --matrix {path} " \
+                            "--image cpu`\n"
+
+
+def test_lock_writes_hashed_locks_that_validate_accepts(tmp_path):
+    """`imagegen lock` against the real index: every package pinned with its hashes, torch's cuDNN and
+    NCCL among them, and the lock current for validate."""
+    path = locked_matrix(tmp_path)
+    shutil.rmtree(tmp_path / "locks")
+    result = imagegen("lock", "--matrix", str(path), "--image", "cpu", "--image", "cu124-torch2.6")
+    assert result.returncode == 0, result.stderr
+    cpu = json.loads((tmp_path / "locks" / "cpu.json").read_text())["platforms"]["linux/amd64"]
+    packages = {p["name"]: p for p in cpu["packages"]}
+    assert packages["torch"]["version"] == "2.14.1" and "nvidia-cudnn-cu13" in packages
+    assert all(p["hashes"] and all(h.startswith("sha256:") for h in p["hashes"]) for p in cpu["packages"])
+    assert cpu["inputs"]["platform"] == "x86_64-manylinux_2_36"
+    cu124 = json.loads((tmp_path / "locks" / "cu124-torch2.6.json").read_text())["platforms"]["linux/amd64"]
+    assert {p["name"]: p["version"] for p in cu124["packages"]}["nvidia-cudnn-cu12"] == "9.1.0.70"
+    assert cu124["flash_attn"]["requirement"].startswith("flash-attn @ https://github.com/Dao-AILab/")
+    assert f"{tmp_path}/locks/cpu.json: linux/amd64: " in result.stdout and "nvidia-nccl-cu13 2.30.7" in result.stdout
+    # The other locked images were not made again: validate sees those two as current.
+    for name in [i["name"] for i in yaml.safe_load(path.read_text())["images"]]:
+        if name not in ("cpu", "cu124-torch2.6"):
+            shutil.copy(REPO / "locks" / f"{name}.json", tmp_path / "locks")
+    assert imagegen("validate", "--matrix", str(path)).returncode == 0
+
+
+def test_an_unresolvable_stack_fails_with_the_resolvers_reason_and_the_matrix_line(tmp_path):
+    """The matrix's facts claim trl 1.16.0 runs on Python 3.10; the index says otherwise."""
+    def wrong_floor(data):
+        data["packages"]["trl"]["1.16.0"]["python"] = ">=3.10"
+        data["packages"]["transformers"]["5.20.2"] = {"python": ">=3.10", "torch": ">=2.6"}
+        image_named(data, "cu124-torch2.6").update(python="3.10", transformers="5.20.2")
+
+    path = locked_matrix(tmp_path, wrong_floor)
+    result = imagegen("lock", "--matrix", str(path), "--image", "cu124-torch2.6")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "name: cu124-torch2.6" in text)
+    (error,) = [text for text in result.stderr.splitlines() if text.startswith("error:")]
+    assert error.startswith(f"error: cu124-torch2.6 ({path}:{line}): no resolution: ")
+    assert "trl==1.16.0 depends on Python>=3.11" in error
+
+
+def test_an_index_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("UV_NO_CACHE", "1")
+    path = locked_matrix(tmp_path)
+    result = imagegen("lock", "--matrix", str(path), "--image", "cpu")
+    assert result.returncode == 1
+    (error,) = [text for text in result.stderr.splitlines() if text.startswith("error:")]
+    assert error.startswith("error: cpu (") and "cannot reach http://127.0.0.1:9/simple" in error
+
+
+def facts_matrix(tmp_path, edit) -> str:
+    """The real matrix cut down to one torch release and one package, so that a check is quick."""
+    data = real_matrix_data()
+    data["torch"] = {"2.14.1": {**data["torch"]["2.14.1"], "builds": {"13.0": {}}}}
+    data["packages"] = {"trl": data["packages"]["trl"]}
+    data["flash_attn"] = {}
+    data["images"] = [image_named(data, "cpu")]
+    edit(data)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_facts_check_is_clean_on_the_real_facts_pypi_serves(tmp_path):
+    result = imagegen("facts", "check", "--matrix", facts_matrix(tmp_path, lambda d: None))
+    assert result.returncode == 0, result.stderr
+    assert "0 disagree, 0 not checked" in result.stdout
+
+
+def test_facts_check_catches_a_wrong_cudnn_pin_and_a_wrong_python_floor(tmp_path):
+    def wrong(data):
+        data["torch"]["2.14.1"]["cudnn"] = "9.20.0.48"
+        data["packages"]["trl"]["1.16.0"]["python"] = ">=3.10"
+
+    path = facts_matrix(tmp_path, wrong)
+    result = imagegen("facts", "check", "--matrix", path)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, result.stderr
+    assert "torch.2.14.1.builds.13.0.cudnn: the index says 9.24.0.43 (" in errors[0]
+    assert "pins nvidia-cudnn-cu*), the matrix says 9.20.0.48 [facts]" in errors[0]
+    assert "packages.trl.1.16.0.python: the index says [3.11, " in errors[1]
+    assert "(trl 1.16.0 declares Requires-Python >=3.11), the matrix says [3.10, 3.11, " in errors[1]
