@@ -15,12 +15,12 @@ from tests.docker_env import unique_name
 def tiny_image(build_client, throwaway_tag, tmp_path):
     """Builds a distinct FROM-scratch image (one file with unique content) per call."""
 
-    def build(name: str) -> str:
+    def build(name: str, labels: dict | None = None) -> str:
         context = tmp_path / name
         context.mkdir()
         (context / "payload").write_text(f"{name} {uuid.uuid4().hex}\n")
         (context / "Dockerfile").write_text("FROM scratch\nCOPY payload /payload\n")
-        outcome = build_client.build(context, None, [throwaway_tag(name)], {}, {}, {}, lambda _: None)
+        outcome = build_client.build(context, None, [throwaway_tag(name)], {}, labels or {}, {}, lambda _: None)
         assert outcome.ok, outcome.log_tail
         return outcome.image_id
 
@@ -73,6 +73,23 @@ def test_same_image_again_is_already_published_and_aliases_still_move(
     assert again.already_published == ["1.0.0"]
     assert again.pushed_tags == ["latest"]
     assert again.digest == first.digest
+
+
+def test_another_build_of_the_same_inputs_is_already_published_and_aliases_follow_the_registry(
+    registry, repository, tiny_image, docker_client
+):
+    inputs = {"io.imagegen.inputs": f"sha256:{uuid.uuid4().hex}"}
+    first = push_image(tiny_image("build1", inputs), registry, repository, ["1.0.0"], [], False, client=docker_client)
+    rebuilt = tiny_image("build2", inputs)  # other bits (its payload), the same inputs
+
+    outcome = push_image(rebuilt, registry, repository, ["1.0.0"], ["latest"], force=False, client=docker_client)
+
+    assert (outcome.already_published, outcome.refused, outcome.pushed_tags) == (["1.0.0"], [], ["latest"])
+    # The alias holds what the version tag holds, not the local rebuild.
+    assert outcome.digest == first.digest == remote_digest(registry, repository, "latest")
+    other = push_image(tiny_image("build3", {"io.imagegen.inputs": "sha256:other"}), registry, repository, ["1.0.0"],
+                       [], False, client=docker_client)
+    assert other.refused and other.refused[0][0] == "1.0.0"
 
 
 def test_different_image_under_a_published_version_is_refused(registry, repository, tiny_image, docker_client):

@@ -37,7 +37,7 @@ def actionlint() -> str:
 
 def test_workflows_pass_actionlint():
     files = sorted(str(path) for path in WORKFLOWS.glob("*.yml"))
-    assert [Path(f).name for f in files] == ["ci.yml", "publish.yml"]
+    assert [Path(f).name for f in files] == ["ci.yml", "locks.yml", "publish.yml"]
     result = subprocess.run([actionlint(), "-no-color", *files], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -131,3 +131,13 @@ def test_launch_examples_use_only_flags_the_trainer_has():
     known = {option for param in cli.main.commands["train"].params for option in param.opts}
     docker_flags = {"--gpus", "--shm-size", "--ipc", "--network", "--rm", "--name", "--user", "--env"}
     assert launch_train_flags() - known - docker_flags == set()
+
+
+def test_the_locks_workflow_refreshes_every_lock_checks_the_facts_and_proposes_only_locks():
+    steps = load_workflow("locks.yml")["jobs"]["refresh"]["steps"]
+    runs = " ".join(step.get("run", "") for step in steps)
+    assert "imagegen lock --all" in runs and "imagegen facts check" in runs
+    (proposal,) = [step for step in steps if step.get("uses", "").startswith("peter-evans/create-pull-request")]
+    assert proposal["with"]["add-paths"] == "locks/"
+    for command in (["lock", "--help"], ["facts", "check", "--help"]):
+        assert subprocess.run([sys.executable, "-m", "imagegen", *command], capture_output=True).returncode == 0
