@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import listing, pipeline
+from . import listing, pipeline, report_page
 from . import render as render_module
 from . import rules
 from .errors import MatrixError, UserError
@@ -278,10 +278,32 @@ def push(cuda, torch_version, python, images, all_images, registry, skip_tests, 
                                   echo=lambda line: click.echo(line, err=True)))
 
 
-# Imported last: report_page is a module of its own, registered here like the other commands.
-from .report_page import report_command  # noqa: E402
+@main.command("report")
+@click.option("--build", "build_report", type=click.Path(path_type=Path), default=Path("reports/build.json"),
+              show_default=True, help="Build report; missing: the build cells say \"not run\".")
+@click.option("--test", "test_report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
+              show_default=True, help="Test report; missing: the test cells say \"not run\".")
+@click.option("--push", "push_report", type=click.Path(path_type=Path), default=Path("reports/push.json"),
+              show_default=True, help="Push report; missing: the push cells say \"not run\".")
+@click.option("--from", "reports_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Read every build.json, test.json and push.json under this directory instead.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Directory for index.md and index.html.")
+@workspace_options
+@reports_user_errors
+def report(build_report, test_report, push_report, reports_dir, out, matrix_path, templates, trainer_dir):
+    """Write OUT/index.md and OUT/index.html: a row per image, its versions, build, tests and push.
 
-main.add_command(report_command)
+    Reads whichever reports exist; a stage without a report shows "not run". --from DIR
+    reads the reports of many jobs at once (a CI run's downloaded artifacts). Log links are
+    relative to OUT, so keep the reports beside the page when moving it. Exits 2 when a
+    report or the matrix cannot be read.
+    """
+    workspace = Workspace(matrix_path, templates, trainer_dir)
+    loaded, specs = workspace.load()
+    found = report_page.read_reports(report_page.report_files(reports_dir, build_report, test_report, push_report))
+    report_page.write_pages(out, workspace.templates, matrix_path, loaded.repository, specs, found)
+    click.echo(f"{out / 'index.html'}: {len(specs)} images")
 
 
 if __name__ == "__main__":  # pragma: no cover

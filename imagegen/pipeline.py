@@ -13,7 +13,7 @@ from .docker_cli import find_build_client
 from .errors import UserError
 from .listing import aligned
 from .plan import ImageSpec
-from .reports import BuildResult, Check, PushResult, TestResult
+from .reports import BuildResult, PushResult, TestResult
 from .workspace import Workspace
 
 Echo = Callable[[str], None]
@@ -58,7 +58,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
     tested: list[TestResult] = []
     pushed: list[PushResult] = []
     for spec in run.specs:
-        if built and built[-1].status == "failed" and not run.keep_going:
+        if not run.keep_going and any(result.status == "failed" for result in built):
             built.append(BuildResult(spec.name, spec.ref(), "skipped"))
             continue
         labels = {**spec.labels, **({"org.opencontainers.image.revision": revision} if revision else {})}
@@ -119,14 +119,9 @@ def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, registry: str
 
 
 def _read_tests(path: Path) -> dict[str, TestResult]:
-    try:
-        payload = reports.read_json(path)
-        return {entry["image"]: TestResult(**{**entry, "checks": [Check(**c) for c in entry["checks"]]})
-                for entry in payload["images"]}
-    except FileNotFoundError:
-        raise UserError(f"{path}: no test report; run `imagegen test` first, or pass --skip-tests") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path}: not an imagegen test report ({error})") from None
+    if not path.exists():
+        raise UserError(f"{path}: no test report; run `imagegen test` first, or pass --skip-tests")
+    return reports.read(path, "test")
 
 
 def _push_line(result: PushResult) -> str:

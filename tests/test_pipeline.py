@@ -3,7 +3,6 @@ FROM a locally made Debian base, torch from a local wheelhouse and the host CA m
 
 import json
 
-import pytest
 import yaml
 
 from imagegen import containers
@@ -69,22 +68,24 @@ def test_require_gpu_turns_the_skips_into_failures(cpu_image, tmp_path):
     assert {"gpu.runtime", "selftest.gpu.cuda_available"} <= failed
 
 
-def broken_matrix(tmp_path):
-    """The real matrix plus an image whose transformers version does not exist."""
+def broken_matrix(tmp_path, after_cpu: tuple[str, ...] = ()):
+    """The real matrix plus an image whose transformers version does not exist, first, and more
+    broken images (named in after_cpu) after the cpu image."""
     data = yaml.safe_load(MATRIX_PATH.read_text())
-    data["os"]["debian12b"] = {"python": "3.11"}  # gives the broken image a tag of its own
     cpu = next(image for image in data["images"] if image["name"] == "cpu")
-    data["images"].insert(0, {**cpu, "name": "broken", "os": "debian12b", "transformers": "99.0.0"})
+    for name in ("broken", *after_cpu):
+        data["os"][f"debian12-{name}"] = {"python": "3.11"}  # gives each broken image a tag of its own
+        entry = {**cpu, "name": name, "os": f"debian12-{name}", "transformers": "99.0.0"}
+        data["images"].insert(0 if name == "broken" else len(data["images"]), entry)
     path = tmp_path / "matrix.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-@pytest.mark.parametrize("keep_going", [True, False])
-def test_a_broken_image_fails_and_keep_going_builds_the_rest(cpu_image, tmp_path, keep_going):
+def test_keep_going_builds_the_rest_after_a_broken_image(cpu_image, tmp_path):
     matrix = broken_matrix(tmp_path)
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"),
-                      "--image", "broken", *CPU_BUILD_ARGS, *(["--keep-going"] if keep_going else []),
+                      "--image", "broken", *CPU_BUILD_ARGS, "--keep-going",
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
     assert result.returncode == 1
     broken, cpu = read_report(tmp_path / "build.json")
@@ -92,7 +93,20 @@ def test_a_broken_image_fails_and_keep_going_builds_the_rest(cpu_image, tmp_path
     assert "pip install" in broken["failed_step"] and "requirements.txt" in broken["failed_step"]
     assert any("transformers==99.0.0" in line for line in broken["log_tail"])
     assert "broken failed in layer framework" in result.stderr
-    assert cpu["status"] == ("built" if keep_going else "skipped")
+    assert cpu["status"] == "built"
+
+
+def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_image, tmp_path):
+    matrix = broken_matrix(tmp_path, after_cpu=("broken-too",))
+    result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), "--image", "broken",
+                      *CPU_BUILD_ARGS, "--image", "broken-too",
+                      "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
+    assert result.returncode == 1
+    broken, cpu, broken_too = read_report(tmp_path / "build.json")
+    assert broken["status"] == "failed"
+    assert [(r["image"], r["status"], r["layers"]) for r in (cpu, broken_too)] == [
+        ("cpu", "skipped", []), ("broken-too", "skipped", [])]
+    assert "[cpu " not in result.stderr and "[broken-too " not in result.stderr  # no layer of theirs was built
 
 
 def test_push_publishes_a_tested_image_and_pulls_back_by_digest(cpu_image, registry, docker_client, tmp_path):

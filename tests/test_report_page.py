@@ -8,10 +8,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import markupsafe
 import pytest
 from click.testing import CliRunner
 
-from imagegen.report_page import report_command
+from imagegen.cli import main
 # Aliased: pytest would try to collect a class named Test* as a test class.
 from imagegen.reports import BuildResult, Check, LayerResult, PushResult, write_json
 from imagegen.reports import TestResult as ImageTestResult
@@ -65,7 +66,7 @@ def reports(tmp_path) -> Path:
 def run_report(reports: Path, out: Path):
     args = ["--build", reports / "build.json", "--test", reports / "test.json", "--push", reports / "push.json",
             "--out", out]
-    return CliRunner().invoke(report_command, [str(arg) for arg in args])
+    return CliRunner().invoke(main, ["report", *(str(arg) for arg in args)])
 
 
 @pytest.fixture
@@ -124,7 +125,7 @@ def test_log_links_are_relative_to_the_page(page):
 def test_hostile_text_is_escaped(page):
     html_text = (page / "index.html").read_text()
     assert HOSTILE not in html_text
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&amp;&quot;" in html_text
+    assert str(markupsafe.escape(HOSTILE)) in html_text
     markdown = (page / "index.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| **cu118-torch2.6**"))
     assert "<script>" not in row and row.count(" | ") == 13  # the pipe in the text made no extra column
@@ -205,7 +206,7 @@ def test_from_reads_the_reports_of_every_job(tmp_path):
     write_json(downloaded / "cpu" / "build.json", "build", builds[2:])
     write_json(downloaded / "cpu" / "test.json", "test", tests[1:])
     out = tmp_path / "page"
-    result = CliRunner().invoke(report_command, ["--from", str(downloaded), "--out", str(out)])
+    result = CliRunner().invoke(main, ["report", "--from", str(downloaded), "--out", str(out)])
     assert result.exit_code == 0, result.output
     markdown = (out / "index.md").read_text()
     assert "sha256:9f8e9f8e9f8e" in markdown and "4.1 GB" in markdown and "expected 2.14.1" in markdown
