@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import containers
+from . import containers, sizes
 from .docker_cli import BuildClient
 from .errors import UserError
 from .plan import ImageSpec
@@ -27,6 +27,7 @@ from .reports import BuildResult, LayerResult
 
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 CA_BUNDLE_TARGET = "/run/secrets/ca-bundle.crt"  # where templates mount the "ca-bundle" secret
+LARGEST_PATHS = 10  # listed when an image is over its max_size
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,18 @@ class Builder:
                     return self._failed(result, context)
             result.image_id = result.layers[-1].image_id
         result.size_bytes = containers.image_facts(result.image_id)["size"]
+        if spec.max_size is not None and result.size_bytes > spec.max_size:
+            return self._over_budget(result, spec.max_size)
+        return result
+
+    def _over_budget(self, result: BuildResult, budget: int) -> BuildResult:
+        """The image stays tagged locally, to be inspected, but is neither tested nor pushed."""
+        result.status = "failed"
+        result.max_size = budget
+        result.failed_step = (f"the image is {sizes.human(result.size_bytes)}, over its max_size "
+                              f"{sizes.human(budget)}; raise max_size in the matrix or make the image smaller")
+        result.largest_paths = [{"path": path, "bytes": size}
+                                for path, size in containers.largest_files(result.image_id, LARGEST_PATHS)]
         return result
 
     def _failed(self, result: BuildResult, context: LayerContext) -> BuildResult:

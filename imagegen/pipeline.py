@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import containers, publish, reports, smoke
+from . import containers, publish, reports, sizes, smoke
 from . import render as render_module
 from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, source_revision
 from .docker_cli import find_build_client
@@ -145,8 +145,12 @@ def build_summary(built: list[BuildResult], tested: list[TestResult], pushed: li
     lines = aligned(rows)
     for result in built:
         if result.status == "failed":
-            lines.append(f"\n{result.image} failed in layer {result.failed_layer} at: {result.failed_step}")
+            where = f" in layer {result.failed_layer} at" if result.failed_layer else ""
+            lines.append(f"\n{result.image} failed{where}: {result.failed_step}")
             lines += [f"  | {line}" for line in result.log_tail[-10:]]
+            if result.largest_paths:
+                lines.append(f"  its {len(result.largest_paths)} largest files:")
+                lines += [f"  {sizes.human(entry['bytes']):>10}  {entry['path']}" for entry in result.largest_paths]
             lines.append(f"  full log: {result.log_file}")
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from . import rules, tags
+from . import rules, sizes, tags
 from .errors import MatrixError
 from .matrix import ImageEntry, Matrix
 
@@ -65,6 +65,7 @@ class ImageSpec:
     version_tag: str = ""
     alias_tags: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    max_size: int | None = None  # bytes; a larger image fails its build
 
     @property
     def cudnn_major(self) -> str:
@@ -145,6 +146,7 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> Image
         trainer_version=trainer.version,
         trainer_requirements=_trainer_requirements(trainer),
         repository=matrix.repository,
+        max_size=sizes.parse(image.max_size) if image.max_size else None,
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import atomic, reports
+from . import atomic, reports, sizes
 from .listing import COMPONENTS
 from .plan import ImageSpec
 from .reports import FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult
@@ -86,7 +86,9 @@ def build_cell(result: BuildResult | None) -> Cell:
         return Cell("ok", "built", tuple(details), tooltip=layers or result.ref)
     if result.status == "failed":
         where = [f"layer {result.failed_layer}"] if result.failed_layer else []
-        where += [f"step {result.failed_step}"] if result.failed_step else []
+        if result.failed_step:
+            where.append(f"step {result.failed_step}" if result.failed_layer else result.failed_step)
+        where += [f"{sizes.human(entry['bytes'])} {entry['path']}" for entry in result.largest_paths]
         return Cell("fail", "failed", tuple(where), tooltip=layers,
                     log_tail=tuple(result.log_tail[-LOG_TAIL_LINES:]))
     return Cell("skip", result.status, tooltip=layers)

@@ -40,6 +40,8 @@ class BuildResult:
     log_tail: list[str] = field(default_factory=list)
     log_file: str | None = None
     layers: list[LayerResult] = field(default_factory=list)
+    max_size: int | None = None  # the budget the image broke, in bytes
+    largest_paths: list[dict] = field(default_factory=list)  # {"path", "bytes"}, largest first
 
 
 @dataclass

@@ -14,6 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from . import sizes
 from .errors import Problem
 from .matrix import ImageEntry, Matrix
 
@@ -94,6 +95,7 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems += _check_python_source(matrix, image)
     problems += _check_flash_attn(matrix, image)
     problems += _check_stack(matrix, image)
+    problems += _check_max_size(matrix, image)
     return problems
 
 
@@ -207,6 +209,17 @@ def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
                                            f"deepspeed is known bad: {bad.reason}; allowed: transformers outside "
                                            f"{bad.transformers}", "known-bad"))
     return problems
+
+
+def _check_max_size(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    if image.max_size is None:
+        return []
+    try:
+        sizes.parse(image.max_size)
+    except ValueError as error:
+        return [matrix.problem(_at(image, "max_size"), f"{error}; write a size such as \"7GB\" or \"6.5GiB\"",
+                               "size")]
+    return []
 
 
 def _check_trainer_fits(matrix: Matrix, image: ImageEntry, requirements: tuple[Requirement, ...]) -> list[Problem]:

@@ -84,6 +84,7 @@ IMAGE_FIELDS = {
     "trl": VERSION,
     "accelerate": VERSION,
     "peft": VERSION,
+    "max_size": STR,
 }
 
 MATRIX = Struct(

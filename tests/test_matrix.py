@@ -106,3 +106,12 @@ def test_the_trainers_requirements_must_accept_each_images_pins():
     (problem,) = caught.value.problems
     assert (problem.key, problem.rule) == ("images[1].transformers", "trainer-requirements")
     assert problem.message == "the trainer requires transformers>=5.0, the image pins 4.57.6"
+
+
+def test_max_size_is_read_in_bytes_and_a_bad_one_is_a_size_problem():
+    data = edited(lambda d: image_named(d, "cpu").update(max_size="6.5GiB"))
+    assert problems_of(data) == []
+    [problem] = problems_of(edited(lambda d: image_named(d, "cpu").update(max_size="seven gigs")))
+    assert (problem.key, problem.rule) == ("images[7].max_size", "size")
+    assert "'seven gigs' is not a size" in problem.message and '"7GB"' in problem.message
+    assert next(s for s in specs() if s.name == "cpu").max_size is None

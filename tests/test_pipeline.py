@@ -109,6 +109,24 @@ def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_i
     assert "[cpu " not in result.stderr and "[broken-too " not in result.stderr  # no layer of theirs was built
 
 
+def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, tmp_path):
+    data = yaml.safe_load(MATRIX_PATH.read_text())
+    next(image for image in data["images"] if image["name"] == "cpu")["max_size"] = "1GB"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), *CPU_BUILD_ARGS,
+                      "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
+    assert result.returncode == 1
+    (report,) = read_report(tmp_path / "build.json")
+    assert (report["status"], report["max_size"]) == ("failed", 10**9)
+    assert report["failed_step"].startswith("the image is 6.") and "over its max_size 1 GB" in report["failed_step"]
+    sizes = [entry["bytes"] for entry in report["largest_paths"]]
+    assert len(sizes) == 10 and sizes == sorted(sizes, reverse=True) and sizes[-1] > 10**8
+    assert all(entry["path"].startswith("/opt/venv/lib/python3.11/site-packages/") for entry in report["largest_paths"])
+    assert "cpu failed: the image is 6." in result.stderr and "its 10 largest files:" in result.stderr
+    assert report["largest_paths"][0]["path"] in result.stderr
+
+
 def test_push_publishes_a_tested_image_and_pulls_back_by_digest(cpu_image, registry, docker_client, tmp_path):
     tested = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
     assert tested.returncode == 0, tested.stderr[-2000:]
