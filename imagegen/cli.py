@@ -13,6 +13,7 @@ from . import render as render_module
 from . import rules
 from .errors import MatrixError, UserError
 from .plan import ImageSpec
+from .registry import Credentials
 from .select import Selection, choose
 from .workspace import Workspace
 
@@ -174,6 +175,31 @@ def report_option(kind: str):
                         help=f"Write the {kind} results here as JSON.")
 
 
+def registry_options(command):
+    options = [
+        click.option("--registry-user", metavar="USER", help="User name for the registry; default: what "
+                     "`docker login` stored (docker config and credential helpers)."),
+        click.option("--registry-password-stdin", is_flag=True, help="Read the registry password or token "
+                     "from stdin (with --registry-user)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def registry_credentials(user: str | None, password_stdin: bool) -> Credentials | None:
+    """Credentials from the command line; None leaves them to the docker config."""
+    if password_stdin != bool(user):
+        raise UserError("--registry-user USER and --registry-password-stdin go together, e.g. "
+                        "echo \"$TOKEN\" | imagegen push ... --registry-user USER --registry-password-stdin")
+    if not user:
+        return None
+    password = click.get_text_stream("stdin").read().rstrip("\r\n")
+    if not password:
+        raise UserError("--registry-password-stdin: stdin is empty; pipe the password or token in")
+    return Credentials(user, password)
+
+
 def test_options(command):
     options = [
         click.option("--require-gpu", is_flag=True, help="Fail, instead of skip, the GPU checks when the "
@@ -194,12 +220,14 @@ def test_options(command):
 @click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
 @click.option("--registry", metavar="HOST[/NAMESPACE]", help="Where --push publishes.")
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
+@registry_options
 @report_option("build")
 @workspace_options
 @reports_user_errors
 def build(cuda, torch_version, python, images, all_images, base_image, apt_mirror, ca_bundle, pip_index_url,
           pip_extra_index_url, wheelhouse, docker_binary, builder, context_dir, keep_going, run_tests,
-          require_gpu, skip_train, run_push, registry, force, report_path, matrix_path, templates, trainer_dir):
+          require_gpu, skip_train, run_push, registry, force, registry_user, registry_password_stdin, report_path,
+          matrix_path, templates, trainer_dir):
     """Build the selected images with BuildKit, layer by layer, then summarise.
 
     Each image is three layers (base, framework, trainer), each FROM the one before; a
@@ -217,13 +245,14 @@ def build(cuda, torch_version, python, images, all_images, base_image, apt_mirro
         raise UserError("choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
     if run_push and not registry:
         raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
+    credentials = registry_credentials(registry_user, registry_password_stdin)
     workspace, specs = load_selected(matrix_path, templates, trainer_dir, selection)
     run = pipeline.Run(
         workspace=workspace, specs=specs, render_options=render_module.RenderOptions(base_image, apt_mirror),
         pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
         docker_binary=docker_binary, builder=builder, context_dir=context_dir, keep_going=keep_going,
         test=run_tests or run_push, require_gpu=require_gpu, skip_train=skip_train,
-        registry=registry if run_push else None, force=force, report_path=report_path)
+        registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
 
 
@@ -259,11 +288,12 @@ def test_command(image_ref, cuda, torch_version, python, images, all_images, req
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
 @click.option("--test-report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
               show_default=True, help="The test results that allow a push.")
+@registry_options
 @report_option("push")
 @workspace_options
 @reports_user_errors
-def push(cuda, torch_version, python, images, all_images, registry, skip_tests, force, test_report, report_path,
-         matrix_path, templates, trainer_dir):
+def push(cuda, torch_version, python, images, all_images, registry, skip_tests, force, test_report,
+         registry_user, registry_password_stdin, report_path, matrix_path, templates, trainer_dir):
     """Push the selected images whose tests passed, under every tag.
 
     Version tags are immutable: when the registry already holds one with another image,
@@ -273,9 +303,10 @@ def push(cuda, torch_version, python, images, all_images, registry, skip_tests, 
     selection = _selection(cuda, torch_version, python, images, all_images)
     if selection.empty:
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    credentials = registry_credentials(registry_user, registry_password_stdin)
     _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
     sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
-                                  echo=lambda line: click.echo(line, err=True)))
+                                  echo=lambda line: click.echo(line, err=True), credentials=credentials))
 
 
 @main.command("report")

@@ -13,6 +13,7 @@ from .docker_cli import find_build_client
 from .errors import UserError
 from .listing import aligned
 from .plan import ImageSpec
+from .registry import Credentials
 from .reports import BuildResult, PushResult, TestResult
 from .workspace import Workspace
 
@@ -35,6 +36,7 @@ class Run:
     registry: str | None
     force: bool
     report_path: Path
+    credentials: Credentials | None = None
 
 
 def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
@@ -69,7 +71,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
         if run.test:
             tested.append(_test_one(spec.ref(), spec, run.require_gpu, run.skip_train, echo))
             if run.registry:
-                pushed.append(_push_tested(spec, result.image_id, tested[-1], run.registry, run.force, echo))
+                pushed.append(_push_tested(spec, result.image_id, tested[-1], run, echo))
     reports.write_json(run.report_path, "build", built)
     if run.test:
         reports.write_json(run.report_path.with_name("test.json"), "test", tested)
@@ -91,13 +93,13 @@ def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool
 
 
 def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: bool, test_report: Path,
-                report_path: Path, echo: Echo) -> int:
+                report_path: Path, echo: Echo, credentials: Credentials | None = None) -> int:
     tests = None if skip_tests else _read_tests(test_report)
     client = containers.docker_client()
     results = []
     for spec in specs:
         image_id = containers.image_facts(spec.ref(), client=client)["id"]
-        results.append(publish.push_if_tested(spec, image_id, tests, registry, force))
+        results.append(publish.push_if_tested(spec, image_id, tests, registry, force, credentials))
         echo(_push_line(results[-1]))
     reports.write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
@@ -111,9 +113,8 @@ def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: b
     return result
 
 
-def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, registry: str, force: bool,
-                 echo: Echo) -> PushResult:
-    result = publish.push_if_tested(spec, image_id, {spec.name: test}, registry, force)
+def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
+    result = publish.push_if_tested(spec, image_id, {spec.name: test}, run.registry, run.force, run.credentials)
     echo(_push_line(result))
     return result
 

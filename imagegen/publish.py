@@ -27,12 +27,13 @@ def untested_reason(spec: ImageSpec, image_id: str, tests: dict[str, TestResult]
     return None
 
 
-def push(spec: ImageSpec, image_id: str, registry: str, force: bool) -> PushResult:
+def push(spec: ImageSpec, image_id: str, registry: str, force: bool,
+         credentials: registry_module.Credentials | None = None) -> PushResult:
     repository = repository_name(spec)
     result = PushResult(image=spec.name, registry=registry, repository=repository, status="pushed")
     try:
         outcome = registry_module.push_image(image_id, registry, repository, [spec.version_tag],
-                                             list(spec.alias_tags), force)
+                                             list(spec.alias_tags), force, credentials=credentials)
     except UserError as error:
         result.status, result.reason = "failed", str(error)
         return result
@@ -46,10 +47,10 @@ def push(spec: ImageSpec, image_id: str, registry: str, force: bool) -> PushResu
 
 
 def push_if_tested(spec: ImageSpec, image_id: str, tests: dict[str, TestResult] | None, registry: str,
-                   force: bool) -> PushResult:
+                   force: bool, credentials: registry_module.Credentials | None = None) -> PushResult:
     """Push the image when its tests passed on this exact image id; tests=None skips the gate."""
     reason = None if tests is None else untested_reason(spec, image_id, tests)
-    return not_pushed(spec, registry, reason) if reason else push(spec, image_id, registry, force)
+    return not_pushed(spec, registry, reason) if reason else push(spec, image_id, registry, force, credentials)
 
 
 def not_pushed(spec: ImageSpec, registry: str, reason: str) -> PushResult:

@@ -4,20 +4,27 @@ Version tags are immutable: before a version tag is pushed, the registry's manif
 is fetched and its config digest compared with the local image id (for an image built or
 pulled locally, the image id IS its config digest, so no pull is needed). Alias tags
 (`latest`, `cu12.4`) move freely.
+
+Credentials come from --registry-user/--registry-password-stdin, else from the user's docker
+config and its credential helpers, resolved by docker-py; the same credentials serve the
+tag check (oras-py's registry client) and the push (the engine). Requests that meet 429 or
+5xx are retried with exponential backoff.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
-import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 
 import docker
+import docker.auth
 import docker.errors
+import oras.container
+import oras.provider
+import requests
+import requests.adapters
+import urllib3.util.retry
 
 from .containers import docker_client
 from .errors import UserError
@@ -29,12 +36,19 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",
 )
 HTTP_TIMEOUT_S = 30
+RETRIES = 5  # after 0.5, 1, 2, 4 and 8 s, or as long as a Retry-After header asks
+RETRY_STATUSES = (429, 500, 502, 503, 504)
 _DOCKER_HUB_API = "registry-1.docker.io"
-_BEARER_PARAM = re.compile(r'(\w+)="([^"]*)"')
 
 
 class RegistryError(UserError):
     """A user-facing push or registry failure; the message is one clear line."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str = field(repr=False)
 
 
 @dataclass
@@ -49,14 +63,119 @@ class PushOutcome:
 class _Manifest:
     digest: str | None
     config_digest: str | None  # None for a manifest list / OCI index
+    media_type: str | None = None
+    size: int | None = None
 
 
-def remote_digest(registry_host: str, repository: str, tag: str) -> str | None:
-    """The manifest digest `registry_host/repository:tag` resolves to, None if absent.
+def credentials_for(registry: str, given: Credentials | None = None) -> Credentials | None:
+    """`given`, else what `docker login` stored for the registry's host (config or credential helper)."""
+    if given is not None:
+        return given
+    host = registry.partition("/")[0]
+    try:
+        found = docker.auth.resolve_authconfig(docker.auth.load_config(), host) or {}
+    except docker.errors.DockerException as error:
+        raise RegistryError(f"cannot read the docker credentials for {host}: {error}") from None
+    username = found.get("username") or found.get("Username")
+    password = found.get("password") or found.get("Password")
+    return Credentials(username, password) if username and password else None
 
-    registry_host may carry a namespace (`ghcr.io/acme`), as push_image's registry may.
+
+class RegistryClient:
+    """One registry host, spoken to through oras-py with retries and the user's credentials."""
+
+    def __init__(self, registry: str, credentials: Credentials | None = None):
+        self.host, _, self.namespace = registry.partition("/")
+        self.api_host = _DOCKER_HUB_API if self.host in ("docker.io", "index.docker.io") else self.host
+        self.credentials = credentials
+        scheme = self._challenge_scheme()
+        # oras-py's token backend speaks Bearer (GHCR, Docker Hub); htpasswd registries ask for Basic.
+        self.oras = oras.provider.Registry(hostname=self.api_host, insecure=_is_loopback(self.api_host),
+                                           auth_backend="basic" if scheme == "basic" else "token")
+        _retrying(self.oras.session)
+        if credentials:
+            self.oras.auth.set_basic_auth(credentials.username, credentials.password)
+        elif scheme == "basic":
+            raise RegistryError(self._login_hint("asks for a user name and password"))
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.oras.prefix}://{self.api_host}"
+
+    def path(self, repository: str) -> str:
+        return f"{self.namespace}/{repository}" if self.namespace else repository
+
+    def container(self, repository: str, reference: str) -> oras.container.Container:
+        return oras.container.Container(f"{self.path(repository)}:{reference}", registry=self.api_host)
+
+    def request(self, method: str, url: str, **kwargs) -> requests.Response:
+        """A request with oras-py's authentication; 401/403 become one line saying how to log in."""
+        try:
+            response = self.oras.do_request(url, method, **kwargs)
+        except ValueError:  # oras-py: "Cannot respond to request for authentication"
+            raise RegistryError(self._login_hint(f"refused {method} {url}")) from None
+        except requests.RequestException as error:
+            raise RegistryError(f"cannot reach registry at {url}: {_reason(error)}") from None
+        if response.status_code in (401, 403):
+            raise RegistryError(self._login_hint(f"answered {method} {url} with HTTP {response.status_code}"))
+        return response
+
+    def manifest(self, repository: str, reference: str, method: str = "GET") -> _Manifest | None:
+        url = f"{self.base_url}/v2/{self.path(repository)}/manifests/{reference}"
+        response = self.request(method, url, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise RegistryError(f"{method} {url}: HTTP {response.status_code} {response.reason}")
+        body = response.json() if method == "GET" else {}
+        size = response.headers.get("Content-Length")
+        return _Manifest(digest=response.headers.get("Docker-Content-Digest"),
+                         config_digest=body.get("config", {}).get("digest"),
+                         media_type=response.headers.get("Content-Type", "").split(";")[0] or None,
+                         size=int(size) if size else None)
+
+    def _challenge_scheme(self) -> str | None:
+        """How the registry asks to authenticate ("basic", "bearer"), None when it does not."""
+        url = f"{'http' if _is_loopback(self.api_host) else 'https'}://{self.api_host}/v2/"
+        session = _retrying(requests.Session())
+        try:
+            response = session.get(url, timeout=HTTP_TIMEOUT_S)
+        except requests.RequestException as error:
+            raise RegistryError(f"cannot reach registry at {url}: {_reason(error)}") from None
+        if response.status_code != 401:
+            return None
+        return response.headers.get("WWW-Authenticate", "").split(" ", 1)[0].lower() or None
+
+    def _login_hint(self, what: str) -> str:
+        if self.credentials:
+            return (f"registry {self.host} {what} with the credentials of {self.credentials.username}; "
+                    f"check them with `docker login {self.host}`")
+        return (f"registry {self.host} {what}: it needs credentials; log in with `docker login {self.host}`, "
+                "or pass --registry-user USER --registry-password-stdin")
+
+
+def _retrying(session: requests.Session) -> requests.Session:
+    # A refused connection is retried twice only: it is a wrong address more often than a blip.
+    retry = urllib3.util.retry.Retry(total=RETRIES, connect=2, backoff_factor=0.5, status_forcelist=RETRY_STATUSES,
+                                     allowed_methods=None, respect_retry_after_header=True, raise_on_status=False)
+    adapter = requests.adapters.HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def _reason(error: requests.RequestException) -> str:
+    """The innermost reason urllib3 gives, without the object repr it starts with."""
+    reason = error.args[0] if error.args else error
+    return str(getattr(reason, "reason", reason)).split(">: ", 1)[-1]
+
+
+def remote_digest(registry: str, repository: str, tag: str, credentials: Credentials | None = None) -> str | None:
+    """The manifest digest `registry/repository:tag` resolves to, None if absent.
+
+    registry may carry a namespace (`ghcr.io/acme`), as push_image's registry may.
     """
-    manifest = _fetch_manifest(registry_host, repository, tag, method="HEAD")
+    manifest = RegistryClient(registry, credentials_for(registry, credentials)).manifest(repository, tag, "HEAD")
     return manifest.digest if manifest else None
 
 
@@ -69,6 +188,7 @@ def push_image(
     force: bool,
     *,
     client: docker.DockerClient | None = None,
+    credentials: Credentials | None = None,
 ) -> PushOutcome:
     """Push a local image under version tags (immutable unless force) and alias tags.
 
@@ -79,10 +199,12 @@ def push_image(
     """
     client = client or docker_client()
     image = _local_image(client, image_id_or_ref)
+    credentials = credentials_for(registry, credentials)
+    remote = RegistryClient(registry, credentials)
     outcome = PushOutcome(digest=None)
     to_push: list[str] = []
     for tag in version_tags:
-        verdict = _version_tag_verdict(registry, repository, tag, image.id, force)
+        verdict = _version_tag_verdict(remote, registry, repository, tag, image.id, force)
         if verdict == "push":
             to_push.append(tag)
         elif verdict == "published":
@@ -93,16 +215,17 @@ def push_image(
         return outcome
     to_push += [tag for tag in alias_tags if tag not in to_push]
     for tag in to_push:
-        outcome.digest = _push_tag(client, image, registry, repository, tag)
+        outcome.digest = _push_tag(client, image, remote, repository, tag)
         outcome.pushed_tags.append(tag)
     if outcome.digest is None and outcome.already_published:
-        outcome.digest = remote_digest(registry, repository, outcome.already_published[0])
+        outcome.digest = remote.manifest(repository, outcome.already_published[0], "HEAD").digest
     return outcome
 
 
-def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str, force: bool) -> str:
+def _version_tag_verdict(client: RegistryClient, registry: str, repository: str, tag: str, image_id: str,
+                         force: bool) -> str:
     """'push', 'published' (the same image is there), or the reason the push is refused."""
-    remote = _fetch_manifest(registry, repository, tag, method="GET")
+    remote = client.manifest(repository, tag)
     if remote is None:
         return "push"
     if remote.config_digest == image_id:
@@ -116,12 +239,14 @@ def _version_tag_verdict(registry: str, repository: str, tag: str, image_id: str
     )
 
 
-def _push_tag(client: docker.DockerClient, image, registry: str, repository: str, tag: str) -> str:
-    remote_repo = f"{registry}/{repository}"
+def _push_tag(client: docker.DockerClient, image, remote: RegistryClient, repository: str, tag: str) -> str:
+    remote_repo = f"{remote.host}/{remote.path(repository)}"
     image.tag(remote_repo, tag)
     digest = None
+    auth = {"username": remote.credentials.username, "password": remote.credentials.password} \
+        if remote.credentials else None
     try:
-        stream = client.images.push(remote_repo, tag=tag, stream=True, decode=True)
+        stream = client.images.push(remote_repo, tag=tag, stream=True, decode=True, auth_config=auth)
         # docker-py does not raise on failures reported inside the stream: look for them.
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
@@ -130,7 +255,9 @@ def _push_tag(client: docker.DockerClient, image, registry: str, repository: str
             digest = chunk.get("aux", {}).get("Digest") or digest
     except docker.errors.APIError as err:
         raise RegistryError(f"push of {remote_repo}:{tag} failed: {err.explanation or err}") from None
-    digest = digest or remote_digest(registry, repository, tag)
+    if digest is None:
+        found = remote.manifest(repository, tag, "HEAD")
+        digest = found.digest if found else None
     if digest is None:
         raise RegistryError(f"push of {remote_repo}:{tag} reported success but the registry does not list it")
     return digest
@@ -141,73 +268,6 @@ def _local_image(client: docker.DockerClient, image_id_or_ref: str):
         return client.images.get(image_id_or_ref)
     except docker.errors.ImageNotFound:
         raise RegistryError(f"no local image {image_id_or_ref}; build it first") from None
-
-
-def _fetch_manifest(registry: str, repository: str, reference: str, method: str) -> _Manifest | None:
-    host, _, namespace = registry.partition("/")
-    path = f"{namespace}/{repository}" if namespace else repository
-    url = f"{_base_url(host)}/v2/{path}/manifests/{reference}"
-    headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
-    try:
-        response = _open(url, method, headers)
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            return None
-        raise RegistryError(f"{method} {url}: HTTP {err.code} {err.reason}") from None
-    with response:
-        body = response.read() if method == "GET" else b""
-        digest = response.headers.get("Docker-Content-Digest")
-    config_digest = json.loads(body).get("config", {}).get("digest") if body else None
-    return _Manifest(digest=digest, config_digest=config_digest)
-
-
-def _open(url: str, method: str, headers: dict[str, str]):
-    """Open url; on a Bearer challenge fetch an anonymous token once and retry."""
-    try:
-        return _request(url, method, headers)
-    except urllib.error.HTTPError as err:
-        challenge = err.headers.get("WWW-Authenticate", "") if err.code == 401 else ""
-        if not challenge.lower().startswith("bearer "):
-            raise
-        token = _anonymous_token(challenge)
-        return _request(url, method, {**headers, "Authorization": f"Bearer {token}"})
-
-
-def _request(url: str, method: str, headers: dict[str, str]):
-    request = urllib.request.Request(url, method=method, headers=headers)
-    try:
-        return urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
-    except urllib.error.HTTPError:
-        raise  # an answer from the registry: callers decide (404, 401 challenge)
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise RegistryError(f"cannot reach registry at {url}: {reason}") from None
-
-
-def _anonymous_token(challenge: str) -> str:
-    params = dict(_BEARER_PARAM.findall(challenge))
-    realm = params.pop("realm", None)
-    if not realm:
-        raise RegistryError(f"registry asked for a token without a realm: {challenge}")
-    url = f"{realm}?{urllib.parse.urlencode(params)}"
-    try:
-        with _request(url, "GET", {}) as response:
-            answer = json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        raise RegistryError(
-            f"registry refused an anonymous token ({url}: HTTP {err.code}); "
-            "log in with docker login or use a public repository"
-        ) from None
-    token = answer.get("token") or answer.get("access_token")
-    if not token:
-        raise RegistryError(f"token endpoint {realm} answered without a token")
-    return token
-
-
-def _base_url(registry: str) -> str:
-    host = _DOCKER_HUB_API if registry in ("docker.io", "index.docker.io") else registry
-    scheme = "http" if _is_loopback(host) else "https"
-    return f"{scheme}://{host}"
 
 
 def _is_loopback(registry: str) -> bool:
