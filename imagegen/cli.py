@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import listing, pipeline, report_page
+from . import listing, pipeline, report_page, sbom
 from . import render as render_module
 from . import rules
 from .errors import MatrixError, UserError
@@ -307,6 +307,26 @@ def push(cuda, torch_version, python, images, all_images, registry, skip_tests, 
     _, specs = load_selected(matrix_path, templates, trainer_dir, selection)
     sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
                                   echo=lambda line: click.echo(line, err=True), credentials=credentials))
+
+
+@main.command("sbom")
+@click.argument("image_ref", metavar="IMAGE")
+@click.option("--out", type=click.Path(path_type=Path), help="Write it to this file instead of stdout.")
+@reports_user_errors
+def sbom_command(image_ref, out):
+    """Print the CycloneDX SBOM of a local image: every Python distribution and OS package in it.
+
+    The image lists its own packages (its Python and its package manager answer); `imagegen
+    build` writes the same document to reports/sbom/IMAGE.cdx.json and `--push` attaches it
+    to the pushed image.
+    """
+    made = sbom.of_image(image_ref)
+    if out:
+        sbom.write(out, made)
+        click.echo(f"{out}: {made.python_components} Python distributions, {made.os_components} OS packages",
+                   err=True)
+    else:
+        click.echo(made.text, nl=False)
 
 
 @main.command("report")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import containers, publish, reports, sizes, smoke
+from . import containers, publish, reports, sbom, sizes, smoke
 from . import render as render_module
 from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, source_revision
 from .docker_cli import find_build_client
@@ -66,6 +66,8 @@ def build_test_push(run: Run, echo: Echo) -> int:
         labels = {**spec.labels, **({"org.opencontainers.image.revision": revision} if revision else {})}
         result = builder.build(spec, contexts[spec.name], labels)
         built.append(result)
+        if result.status == "built":
+            _add_sbom(result, run.report_path.parent, echo)
         if result.status != "built":
             continue
         if run.test:
@@ -99,7 +101,9 @@ def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: 
     results = []
     for spec in specs:
         image_id = containers.image_facts(spec.ref(), client=client)["id"]
-        results.append(publish.push_if_tested(spec, image_id, tests, registry, force, credentials))
+        sbom_file = sbom.path_for(report_path.parent, spec.name)
+        sbom.write(sbom_file, sbom.of_image(image_id, client=client))
+        results.append(publish.push_if_tested(spec, image_id, tests, registry, force, credentials, sbom_file))
         echo(_push_line(results[-1]))
     reports.write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
@@ -113,8 +117,23 @@ def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: b
     return result
 
 
+def _add_sbom(result: BuildResult, reports_dir: Path, echo: Echo) -> None:
+    """The image's SBOM next to the build report; an image that cannot list its packages fails."""
+    path = sbom.path_for(reports_dir, result.image)
+    try:
+        made = sbom.of_image(result.image_id)
+    except UserError as error:
+        result.status, result.failed_step = "failed", f"no SBOM: {error}"
+        return
+    sbom.write(path, made)
+    result.sbom_file, result.sbom_components = str(path), made.counts
+    echo(f"{result.image}: SBOM {path}: {made.python_components} Python distributions, "
+         f"{made.os_components} OS packages")
+
+
 def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
-    result = publish.push_if_tested(spec, image_id, {spec.name: test}, run.registry, run.force, run.credentials)
+    result = publish.push_if_tested(spec, image_id, {spec.name: test}, run.registry, run.force, run.credentials,
+                                    sbom.path_for(run.report_path.parent, spec.name))
     echo(_push_line(result))
     return result
 
@@ -128,7 +147,10 @@ def _read_tests(path: Path) -> dict[str, TestResult]:
 def _push_line(result: PushResult) -> str:
     if result.status == "pushed":
         tags = ", ".join(result.pushed_tags + [f"{t} (already there)" for t in result.already_published])
-        return f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
+        line = f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
+        if result.sbom_digest:
+            line += f"; SBOM {result.sbom_digest} refers to it, found by {result.sbom_found_by}"
+        return line + (f"; SBOM not attached: {result.sbom_error}" if result.sbom_error else "")
     return f"not pushed {result.image}: {result.reason}"
 
 

@@ -13,14 +13,18 @@ tag check (oras-py's registry client) and the push (the engine). Requests that m
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import docker
 import docker.auth
 import docker.errors
 import oras.container
+import oras.oci
 import oras.provider
 import requests
 import requests.adapters
@@ -128,7 +132,7 @@ class RegistryClient:
         if response.status_code != 200:
             raise RegistryError(f"{method} {url}: HTTP {response.status_code} {response.reason}")
         body = response.json() if method == "GET" else {}
-        size = response.headers.get("Content-Length")
+        size = len(response.content) if method == "GET" else response.headers.get("Content-Length")
         return _Manifest(digest=response.headers.get("Docker-Content-Digest"),
                          config_digest=body.get("config", {}).get("digest"),
                          media_type=response.headers.get("Content-Type", "").split(";")[0] or None,
@@ -261,6 +265,92 @@ def _push_tag(client: docker.DockerClient, image, remote: RegistryClient, reposi
     if digest is None:
         raise RegistryError(f"push of {remote_repo}:{tag} reported success but the registry does not list it")
     return digest
+
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_EMPTY = "application/vnd.oci.empty.v1+json"
+
+
+@dataclass(frozen=True)
+class Attached:
+    digest: str  # of the artifact's manifest
+    found_by: str  # how a client finds it: "the referrers API" or "the referrers tag sha256-..."
+
+
+def attach_artifact(registry: str, repository: str, subject_digest: str, path: Path, media_type: str,
+                    credentials: Credentials | None = None) -> Attached:
+    """Push `path` as an OCI artifact whose `subject` is the manifest `subject_digest`.
+
+    Registries with the OCI 1.1 referrers API index it themselves. Older ones (distribution
+    2.8 stores the manifest but has no such API) get the fallback the OCI spec defines: an
+    index under the tag `sha256-<hex>` that lists every artifact referring to that digest.
+    """
+    remote = RegistryClient(registry, credentials_for(registry, credentials))
+    subject = remote.manifest(repository, subject_digest)
+    if subject is None:
+        raise RegistryError(f"{registry}/{repository}@{subject_digest}: no such manifest to attach {path.name} to")
+    container = remote.container(repository, _referrers_tag(subject_digest))  # blobs only: any valid tag
+    layer = oras.oci.NewLayer(str(path), media_type=media_type)
+    layer["annotations"] = {"org.opencontainers.image.title": path.name}
+    config, _ = oras.oci.ManifestConfig(None, OCI_EMPTY)
+    with oras.provider.temporary_empty_config() as empty:
+        for blob, descriptor in ((str(path), layer), (empty, config)):
+            _check(remote.oras.upload_blob(blob, container, descriptor), f"upload of {blob}")
+    manifest = {**oras.oci.NewManifest(), "artifactType": media_type, "config": config, "layers": [layer],
+                "subject": {"mediaType": subject.media_type, "digest": subject_digest, "size": subject.size}}
+    manifest.pop("annotations", None)
+    body = json.dumps(manifest, separators=(",", ":")).encode()
+    digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
+    url = f"{remote.base_url}/v2/{remote.path(repository)}/manifests/{digest}"
+    put = remote.request("PUT", url, data=body, headers={"Content-Type": OCI_MANIFEST})
+    _check(put, f"PUT {url}")
+    if put.headers.get("OCI-Subject") or _referrers_api(remote, repository, subject_digest) is not None:
+        return Attached(digest, "the referrers API")
+    tag = _referrers_tag(subject_digest)
+    index = _referrers_index(remote, repository, subject_digest)
+    descriptor = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(body), "artifactType": media_type}
+    index["manifests"] = [entry for entry in index["manifests"] if entry.get("digest") != digest] + [descriptor]
+    url = f"{remote.base_url}/v2/{remote.path(repository)}/manifests/{tag}"
+    _check(remote.request("PUT", url, data=json.dumps(index).encode(), headers={"Content-Type": OCI_INDEX}),
+           f"PUT {url}")
+    return Attached(digest, f"the referrers tag {tag}")
+
+
+def referrers(registry: str, repository: str, subject_digest: str,
+              credentials: Credentials | None = None) -> list[dict]:
+    """Descriptors of the artifacts that refer to `subject_digest`: the referrers API, else the tag."""
+    remote = RegistryClient(registry, credentials_for(registry, credentials))
+    found = _referrers_api(remote, repository, subject_digest)
+    return found if found is not None else _referrers_index(remote, repository, subject_digest)["manifests"]
+
+
+def _referrers_api(remote: RegistryClient, repository: str, subject_digest: str) -> list[dict] | None:
+    url = f"{remote.base_url}/v2/{remote.path(repository)}/referrers/{subject_digest}"
+    response = remote.request("GET", url, headers={"Accept": OCI_INDEX})
+    if response.status_code != 200 or not response.headers.get("Content-Type", "").startswith(OCI_INDEX):
+        return None  # distribution 2.8 answers 404 "page not found"
+    return response.json().get("manifests", [])
+
+
+def _referrers_index(remote: RegistryClient, repository: str, subject_digest: str) -> dict:
+    url = f"{remote.base_url}/v2/{remote.path(repository)}/manifests/{_referrers_tag(subject_digest)}"
+    response = remote.request("GET", url, headers={"Accept": OCI_INDEX})
+    if response.status_code == 404:
+        return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    _check(response, f"GET {url}")
+    return response.json()
+
+
+def _referrers_tag(digest: str) -> str:
+    """The OCI referrers tag schema: `<alg>-<ref>`, e.g. sha256-9f86d0..."""
+    algorithm, _, value = digest.partition(":")
+    return f"{algorithm}-{value}"[:128]
+
+
+def _check(response: requests.Response, what: str) -> None:
+    if response.status_code >= 300:
+        raise RegistryError(f"{what}: HTTP {response.status_code} {response.text.strip()[:300]}")
 
 
 def _local_image(client: docker.DockerClient, image_id_or_ref: str):

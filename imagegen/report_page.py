@@ -83,6 +83,10 @@ def build_cell(result: BuildResult | None) -> Cell:
             details.append(f"{result.size_bytes / 1e9:.1f} GB")
         if result.image_id:
             details.append(_short_id(result.image_id))
+        if result.sbom_components:
+            details.append("SBOM: " + ", ".join(f"{count} {kind}" for kind, count in
+                                                 (("Python", result.sbom_components.get("python", 0)),
+                                                  ("OS", result.sbom_components.get("os", 0)))))
         return Cell("ok", "built", tuple(details), tooltip=layers or result.ref)
     if result.status == "failed":
         where = [f"layer {result.failed_layer}"] if result.failed_layer else []
@@ -120,6 +124,10 @@ def push_cell(result: PushResult | None) -> Cell:
     details += [f"refused {entry.get('tag', '?')}: {entry.get('reason', '')}" for entry in result.refused]
     if result.reason:
         details.append(result.reason)
+    if result.sbom_digest:
+        details.append(f"SBOM {_short_id(result.sbom_digest)} refers to it ({result.sbom_found_by})")
+    if result.sbom_error:
+        details.append(f"SBOM not attached: {result.sbom_error}")
     status = {"pushed": "ok", "not pushed": "skip"}.get(result.status, "fail")
     return Cell(status, result.status, tuple(details),
                 tooltip=f"{result.registry}/{result.repository}@{result.digest}" if result.digest else "")
@@ -130,10 +138,8 @@ def _short_id(digest: str) -> str:
     return f"{algorithm}:{value[:12]}" if value else digest[:12]
 
 
-def relative_link(target: str | None, out: Path) -> str | None:
+def relative_link(target: str, out: Path) -> str:
     """A file the reports name, relative to the page, so the page and reports/ can move together."""
-    if not target:
-        return None
     return Path(os.path.relpath(Path(target).resolve(), out.resolve())).as_posix()
 
 
@@ -141,7 +147,7 @@ def relative_link(target: str | None, out: Path) -> str | None:
 class Row:
     spec: ImageSpec
     stages: tuple[Cell, Cell, Cell]
-    log: str | None
+    files: tuple[tuple[str, str], ...]  # (label, link relative to the page): the build log, the SBOM
 
     @property
     def versions(self) -> list[str]:
@@ -152,9 +158,10 @@ def rows(specs: list[ImageSpec], reports_read: Reports, out: Path) -> list[Row]:
     page_rows = []
     for spec in specs:
         build = reports_read.builds.get(spec.name)
+        files = {"log": build.log_file, "SBOM": build.sbom_file} if build else {}
         page_rows.append(Row(spec, (build_cell(build), test_cell(reports_read.tests.get(spec.name)),
                                     push_cell(reports_read.pushes.get(spec.name))),
-                             relative_link(build.log_file if build else None, out)))
+                             tuple((label, relative_link(path, out)) for label, path in files.items() if path)))
     return page_rows
 
 
@@ -177,7 +184,7 @@ def stage_totals(page_rows: list[Row]) -> list[str]:
 
 
 def header() -> list[str]:
-    return ["Image", *(name for name, _ in COMPONENTS), *STAGES, "Log"]
+    return ["Image", *(name for name, _ in COMPONENTS), *STAGES, "Files"]
 
 
 # --- Markdown ---------------------------------------------------------------------------------------------------
@@ -193,7 +200,7 @@ def markdown(title: str, page_rows: list[Row], notes: list[str]) -> str:
     for row in page_rows:
         cells = [f"**{_md(row.spec.name)}**", *(_md(value) for value in row.versions),
                  *(_md_cell(cell) for cell in row.stages),
-                 f"[log]({_md_link(row.log)})" if row.log else "-"]
+                 " ".join(f"[{label}]({_md_link(link)})" for label, link in row.files) or "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

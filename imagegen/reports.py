@@ -42,6 +42,8 @@ class BuildResult:
     layers: list[LayerResult] = field(default_factory=list)
     max_size: int | None = None  # the budget the image broke, in bytes
     largest_paths: list[dict] = field(default_factory=list)  # {"path", "bytes"}, largest first
+    sbom_file: str | None = None  # CycloneDX JSON, reports/sbom/IMAGE.cdx.json
+    sbom_components: dict[str, int] = field(default_factory=dict)  # {"python": n, "os": n}
 
 
 @dataclass
@@ -78,6 +80,9 @@ class PushResult:
     already_published: list[str] = field(default_factory=list)
     refused: list[dict[str, str]] = field(default_factory=list)  # {"tag": ..., "reason": ...}
     reason: str = ""
+    sbom_digest: str | None = None  # the SBOM artifact that refers to the pushed image
+    sbom_found_by: str = ""  # "the referrers API" or "the referrers tag sha256-..."
+    sbom_error: str = ""  # why the SBOM was not attached, when the image was pushed all the same
 
 
 KINDS = ("build", "test", "push")

@@ -2,10 +2,15 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import json
+import time
+from pathlib import Path
 
 import yaml
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen import containers
+from imagegen.registry import Credentials, referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
 from tests.helpers import MATRIX_PATH, REPO
@@ -21,6 +26,25 @@ def test_build_reports_every_layer_size_and_id(cpu_image):
     assert [layer["layer"] for layer in report["layers"]] == ["base", "framework", "trainer"]
     assert report["size_bytes"] > 1e9
     assert report["ref"].endswith(":0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12")
+
+
+def test_build_writes_a_cyclonedx_sbom_of_what_the_image_holds(cpu_image):
+    report = cpu_image["report"]
+    path = Path(report["sbom_file"])
+    assert path == cpu_image["work"] / "sbom" / "cpu.cdx.json"
+    text = path.read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    document = json.loads(text)
+    components = {c["name"]: c for c in document["components"]}
+    assert components["torch"]["version"] == "2.14.1" and components["torch"]["purl"] == "pkg:pypi/torch@2.14.1"
+    assert components["torch"]["licenses"]  # from the distribution's own metadata
+    assert components["python3"]["purl"].startswith("pkg:deb/debian/python3@3.11")
+    assert "vlmgrpo" in components and "dpkg" in components
+    assert report["sbom_components"] == {
+        "python": sum(c["purl"].startswith("pkg:pypi/") for c in document["components"]),
+        "os": sum(c["purl"].startswith("pkg:deb/") for c in document["components"])}
+    image = document["metadata"]["component"]
+    assert (image["type"], image["bom-ref"]) == ("container", cpu_image["id"])
 
 
 def test_a_second_build_comes_entirely_from_cache(cpu_image, tmp_path):
@@ -127,23 +151,43 @@ def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, 
     assert report["largest_paths"][0]["path"] in result.stderr
 
 
-def test_push_publishes_a_tested_image_and_pulls_back_by_digest(cpu_image, registry, docker_client, tmp_path):
+def test_push_to_a_private_registry_publishes_the_image_and_its_sbom(cpu_image, auth_registry, docker_client,
+                                                                    tmp_path):
     tested = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
     assert tested.returncode == 0, tested.stderr[-2000:]
-    result = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(tmp_path / "test.json"),
-                      "--report", str(tmp_path / "push.json"))
+    push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(tmp_path / "test.json")]
+
+    anonymous = imagegen(*push, "--report", str(tmp_path / "anonymous.json"), env={"DOCKER_CONFIG": str(tmp_path)})
+    assert anonymous.returncode == 1
+    (refused,) = read_report(tmp_path / "anonymous.json")
+    assert refused["status"] == "failed" and f"log in with `docker login {auth_registry.host}`" in refused["reason"]
+
+    started = time.monotonic()
+    result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
+                      "--report", str(tmp_path / "push.json"), stdin=auth_registry.password + "\n")
     assert result.returncode == 0, result.stderr[-3000:]
+    print(f"push of the cpu image and its SBOM: {time.monotonic() - started:.1f} s")
     (report,) = read_report(tmp_path / "push.json")
     assert report["status"] == "pushed" and report["digest"].startswith("sha256:")
     assert set(report["pushed_tags"]) == {"0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12", "cpu"}
-    pulled = docker_client.images.pull(f"{registry}/vlm-grpo@{report['digest']}")
-    assert pulled.id == read_report(tmp_path / "test.json")[0]["image_id"]
+    login = Credentials(auth_registry.username, auth_registry.password)
+    # distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>.
+    assert report["sbom_found_by"] == f"the referrers tag {report['digest'].replace(':', '-')}", report
+    (artifact,) = referrers(auth_registry.host, "vlm-grpo", report["digest"], login)
+    assert (artifact["digest"], artifact["artifactType"]) == (report["sbom_digest"], "application/vnd.cyclonedx+json")
+    assert (tmp_path / "sbom" / "cpu.cdx.json").is_file()  # the document that was attached
 
-    again = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(tmp_path / "test.json"),
-                     "--report", str(tmp_path / "push2.json"))
+    docker_client.login(auth_registry.username, auth_registry.password, registry=auth_registry.host)
+    pulled = docker_client.images.pull(f"{auth_registry.host}/vlm-grpo@{report['digest']}")
+    assert pulled.id == read_report(tmp_path / "test.json")[0]["image_id"]
+    docker_client.images.remove(f"{auth_registry.host}/vlm-grpo@{report['digest']}")
+
+    again = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
+                     "--report", str(tmp_path / "push2.json"), stdin=auth_registry.password)
     assert again.returncode == 0
     (second,) = read_report(tmp_path / "push2.json")
     assert second["already_published"] == ["0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12"]
+    assert second["sbom_digest"] is None  # attached once, when the version was published
 
 
 def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, registry, docker_client,

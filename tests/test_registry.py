@@ -13,8 +13,10 @@ import uuid
 
 import docker.errors
 import pytest
+import requests
 
-from imagegen.registry import Credentials, RegistryError, credentials_for, push_image, remote_digest
+from imagegen.registry import (Credentials, RegistryError, attach_artifact, credentials_for, push_image, referrers,
+                               remote_digest)
 from tests.docker_env import unique_name
 
 
@@ -291,3 +293,29 @@ def test_429_and_5xx_are_retried_with_backoff(registry, repository, tiny_image, 
     finally:
         server.shutdown()
     assert FlakyProxy.seen == [503, 429, 200, 200]  # /v2/ twice refused, then answered; then the manifest
+
+
+def test_an_artifact_attached_to_an_image_is_listed_under_the_referrers_fallback_tag(
+        auth_registry, private_repository, tiny_image, docker_client, tmp_path):
+    login = Credentials(auth_registry.username, auth_registry.password)
+    image = push_image(tiny_image("subject"), auth_registry.host, private_repository, ["1.0.0"], [], False,
+                       client=docker_client, credentials=login)
+    document = tmp_path / "image.cdx.json"
+    document.write_text('{"bomFormat": "CycloneDX", "specVersion": "1.6"}\n')
+
+    first = attach_artifact(auth_registry.host, private_repository, image.digest, document, "application/x-test", login)
+    second = attach_artifact(auth_registry.host, private_repository, image.digest, document, "text/x-other", login)
+
+    # distribution 2.8 stores a manifest with a subject but has no referrers API; the OCI fallback tag lists them.
+    fallback = f"the referrers tag {image.digest.replace(':', '-')}"
+    assert (first.found_by, second.found_by) == (fallback, fallback)
+    listed = referrers(auth_registry.host, private_repository, image.digest, login)
+    assert [(entry["digest"], entry["artifactType"]) for entry in listed] == [
+        (first.digest, "application/x-test"), (second.digest, "text/x-other")]
+    artifact = requests.get(f"http://{auth_registry.host}/v2/{private_repository}/manifests/{first.digest}",
+                            auth=(login.username, login.password),
+                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).json()
+    assert artifact["subject"]["digest"] == image.digest and artifact["artifactType"] == "application/x-test"
+    blob = requests.get(f"http://{auth_registry.host}/v2/{private_repository}/blobs/{artifact['layers'][0]['digest']}",
+                        auth=(login.username, login.password))
+    assert blob.content == document.read_bytes()

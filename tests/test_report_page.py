@@ -20,6 +20,7 @@ from tests.helpers import real_matrix_data
 
 HOSTILE = "<script>alert('x')</script>&\"|"
 PUSHED_DIGEST = "sha256:" + "9f8e" * 16
+SBOM_DIGEST = "sha256:" + "5b0m" * 16
 GPU_SKIP_REASON = "no GPU runtime: docker has no nvidia runtime"
 MATRIX_IMAGES = [image["name"] for image in real_matrix_data()["images"]]
 
@@ -29,6 +30,8 @@ def results(logs: Path) -> tuple[list, list, list]:
     builds = [
         BuildResult("cu124-torch2.6", "repo:tag", "built", 812.0, 14_230_000_000, "sha256:" + "ab12" * 16,
                     log_file=str(logs / "cu124-torch2.6.log"),
+                    sbom_file=str(logs.parent / "sbom" / "cu124-torch2.6.cdx.json"),
+                    sbom_components={"python": 158, "os": 211},
                     layers=[LayerResult("base", "repo:base", "built", 120.0, 3, 10)]),
         BuildResult("cu118-torch2.6", "repo:tag", "failed", 233.0, failed_layer="framework",
                     failed_step=f"RUN pip install flash-attn {HOSTILE}",
@@ -47,7 +50,8 @@ def results(logs: Path) -> tuple[list, list, list]:
     ]
     pushes = [
         PushResult("cu124-torch2.6", "ghcr.io", "imagegen/vlm-grpo", "pushed", PUSHED_DIGEST,
-                   ["0.1.0-torch2.6.0-cu124-cudnn9-py3.11", "cu12.4"]),
+                   ["0.1.0-torch2.6.0-cu124-cudnn9-py3.11", "cu12.4"], sbom_digest=SBOM_DIGEST,
+                   sbom_found_by="the referrers tag sha256-9f8e"),
         PushResult("cpu", "ghcr.io", "imagegen/vlm-grpo", "not pushed", reason="tests failed: version.torch"),
     ]
     return builds, tests, pushes
@@ -102,6 +106,15 @@ def test_statuses_reasons_and_digests_are_on_the_page(page):
         assert "pushed" in text and "sha256:9f8e9f8e9f8e" in text and "cu12.4" in text
         assert "tests failed: version.torch" in text
         assert "not run" in text
+
+
+def test_the_sbom_is_counted_linked_and_its_artifact_named(page):
+    html_text, markdown = (page / "index.html").read_text(), (page / "index.md").read_text()
+    for text in (html_text, markdown):
+        assert "SBOM: 158 Python, 211 OS" in text
+        assert "SBOM sha256:5b0m5b0m5b0m refers to it (the referrers tag sha256-9f8e)" in text
+    assert 'href="../reports/sbom/cu124-torch2.6.cdx.json">SBOM</a>' in html_text
+    assert "[SBOM](../reports/sbom/cu124-torch2.6.cdx.json)" in markdown
 
 
 def test_a_row_without_results_says_not_run_for_every_stage(page):
