@@ -9,6 +9,7 @@ the RUN steps as BuildKit secrets and bind mounts, never as files in a layer.
 from __future__ import annotations
 
 import fcntl
+from importlib import metadata
 import os
 import shutil
 import subprocess
@@ -213,13 +214,20 @@ class _PipSecrets:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def source_revision(repo: Path) -> str | None:
-    """The git commit the images are built from, for org.opencontainers.image.revision."""
+def provenance_labels(repo: Path, client: BuildClient) -> dict[str, str]:
+    """Where and how an image was made: source revision, time, builder.
+
+    `created` is the source commit's time, as SOURCE_DATE_EPOCH is for reproducible builds: a
+    wall-clock time would give every rebuild of unchanged source a new image id, so a pushed
+    version tag could never be found "already published" again.
+    """
+    labels = {"io.imagegen.builder": f"imagegen {metadata.version('imagegen')} with {client.name}"}
     try:
-        result = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10)
+        result = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%H %cI"], capture_output=True,
+                                text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
+        return labels
+    if result.returncode == 0 and result.stdout.strip():
+        revision, created = result.stdout.split()
+        labels.update({"org.opencontainers.image.revision": revision, "org.opencontainers.image.created": created})
+    return labels

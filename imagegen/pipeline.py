@@ -8,7 +8,7 @@ from typing import Callable
 
 from . import containers, publish, reports, sbom, sizes, smoke
 from . import render as render_module
-from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, source_revision
+from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
 from .docker_cli import find_build_client
 from .errors import UserError
 from .listing import aligned
@@ -55,7 +55,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
                                           run.render_options)
     render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
     builder = Builder(client, run.pip, run.report_path.parent / "logs", echo)
-    revision = source_revision(run.workspace.matrix.parent)
+    provenance = provenance_labels(run.workspace.matrix.parent, client)
     built: list[BuildResult] = []
     tested: list[TestResult] = []
     pushed: list[PushResult] = []
@@ -63,8 +63,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
         if not run.keep_going and any(result.status == "failed" for result in built):
             built.append(BuildResult(spec.name, spec.ref(), "skipped"))
             continue
-        labels = {**spec.labels, **({"org.opencontainers.image.revision": revision} if revision else {})}
-        result = builder.build(spec, contexts[spec.name], labels)
+        result = builder.build(spec, contexts[spec.name], {**spec.labels, **provenance})
         built.append(result)
         if result.status == "built":
             _add_sbom(result, run.report_path.parent, echo)

@@ -66,6 +66,7 @@ class ImageSpec:
     alias_tags: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     max_size: int | None = None  # bytes; a larger image fails its build
+    cuda_archs: tuple[str, ...] = ()  # compute capabilities the image must run on; torch's build must cover them
 
     @property
     def cudnn_major(self) -> str:
@@ -86,6 +87,7 @@ class ImageSpec:
             "flash_attn": self.flash_attn, "deepspeed": self.deepspeed,
             "transformers": self.transformers, "trl": self.trl, "accelerate": self.accelerate,
             "peft": self.peft, "gpu_count": None,
+            "cuda_archs": list(self.cuda_archs), "min_driver": self.min_driver,
         }
 
 
@@ -147,6 +149,7 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> Image
         trainer_requirements=_trainer_requirements(trainer),
         repository=matrix.repository,
         max_size=sizes.parse(image.max_size) if image.max_size else None,
+        cuda_archs=archs,
     )
 
 

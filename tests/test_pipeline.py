@@ -2,6 +2,7 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -26,6 +27,12 @@ def test_build_reports_every_layer_size_and_id(cpu_image):
     assert [layer["layer"] for layer in report["layers"]] == ["base", "framework", "trainer"]
     assert report["size_bytes"] > 1e9
     assert report["ref"].endswith(":0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12")
+    labels = containers.image_facts(cpu_image["id"])["labels"]
+    revision, created = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H %cI"], capture_output=True,
+                                       text=True, check=True).stdout.split()
+    assert labels["org.opencontainers.image.revision"] == revision
+    assert labels["org.opencontainers.image.created"] == created  # the source's time: rebuilds stay identical
+    assert labels["io.imagegen.builder"].startswith("imagegen 0.1.0 with docker ")
 
 
 def test_build_writes_a_cyclonedx_sbom_of_what_the_image_holds(cpu_image):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from . import audit
 from .info import LIBRARIES, cudnn_parts, cudnn_version, installed_version, nccl_version
 
 DEFAULT_EXPECTED = "/etc/imagegen/expected.json"
@@ -281,11 +282,26 @@ def tiny_train_check() -> dict[str, str]:
         return check(name, PASS, f"2 GRPO steps in {seconds:.1f} s (incl. model generation); last: {steps[-1]}")
 
 
+def audit_checks(expected: Optional[dict]) -> list[dict[str, str]]:
+    """The checks that need no GPU: extensions load, torch's CUDA architectures, CUDA libraries twice."""
+    audits = [("abi.extensions", audit.extensions_check), ("cuda.archs", lambda: audit.archs_check(expected)),
+              ("audit.cuda_duplicates", audit.duplicates_check)]
+    results = []
+    for name, run in audits:
+        try:
+            status, detail = run()
+        except Exception as exc:  # one broken library must not hide the other checks
+            status, detail = FAIL, f"{type(exc).__name__}: {exc}"[:1000]
+        results.append(check(name, status, detail))
+    return results
+
+
 def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False) -> dict:
     path = expected_path(expected_option)
     expected, reason = read_expected(path)
     checks = version_checks(expected, reason)
     checks.append(user_check())
+    checks.extend(audit_checks(expected))
     checks.extend(gpu_checks(expected, require_gpu))
     if skip_train:
         checks.append(check("train.tiny_grpo", SKIP, "--skip-train"))
