@@ -17,9 +17,9 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from . import containers, sizes
+from . import containers, progress, sizes
 from .docker_cli import BuildClient
 from .errors import UserError
 from .plan import ImageSpec
@@ -87,13 +87,14 @@ def staging_root() -> Path:
 class Builder:
     """Builds images in order, remembering the layers this run already built."""
 
-    def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path,
-                 echo: Callable[[str], None], staging: Path | None = None):
+    def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path, view,
+                 staging: Path | None = None, guides: dict[tuple[str, str], float] | None = None):
         self.client = client
         self.settings = settings
         self.log_dir = log_dir
-        self.echo = echo
+        self.view = view  # progress.PlainView or TerminalView
         self.staging = staging or staging_root()
+        self.guides = guides or {}  # (image, layer) -> seconds the last build took
         self.built_layers: dict[str, LayerResult] = {}
         self.failed_layers: dict[str, tuple[str | None, list[str]]] = {}  # ref -> (failed step, log tail)
 
@@ -137,16 +138,18 @@ class Builder:
             return LayerResult(context.layer, context.ref, "reused", image_id=self.built_layers[context.ref].image_id)
         if context.ref in self.failed_layers:
             return LayerResult(context.layer, context.ref, "failed")
-        prefix = f"[{spec.name} {context.layer}] "
-
         def log(line: str) -> None:
             log_file.write(line + "\n")
-            self.echo(prefix + line)
+            self.view.line(line)
 
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
-        self.echo(f"{prefix}building {tags[-1] if final else context.ref} with {self.client.why}")
+        self.view.start(f"{spec.name} {context.layer}", f"building {tags[-1] if final else context.ref} with "
+                        f"{self.client.why}", self.guides.get((spec.name, context.layer)))
         with self._staged(context) as directory:
             outcome = self.client.build(directory, None, tags, {}, labels, secrets, log)
+        cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
+        self.view.finish(f"{'built' if outcome.ok else 'FAILED'} in {progress.clock(outcome.duration_s)}, {cached}"
+                         + ("" if outcome.ok else f", at: {outcome.failed_step}"))
         layer = LayerResult(context.layer, context.ref, "built" if outcome.ok else "failed", outcome.duration_s,
                             outcome.cached_steps, outcome.total_steps, outcome.image_id)
         if outcome.ok:

@@ -215,6 +215,9 @@ def test_options(command):
 @selection_options
 @build_options
 @click.option("--keep-going", is_flag=True, help="Go on with the other images after one fails.")
+@click.option("--progress", "progress_mode", type=click.Choice(["auto", "tty", "plain"]), default="auto",
+              show_default=True, help="tty: one live line per image and layer; plain: BuildKit's whole output "
+              "(for CI logs); auto: tty on a terminal. The whole output always goes to REPORT_DIR/logs/.")
 @click.option("--test", "run_tests", is_flag=True, help="Test each image right after it is built.")
 @test_options
 @click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
@@ -225,7 +228,7 @@ def test_options(command):
 @workspace_options
 @reports_user_errors
 def build(cuda, torch_version, python, images, all_images, base_image, apt_mirror, ca_bundle, pip_index_url,
-          pip_extra_index_url, wheelhouse, docker_binary, builder, context_dir, keep_going, run_tests,
+          pip_extra_index_url, wheelhouse, docker_binary, builder, context_dir, keep_going, progress_mode, run_tests,
           require_gpu, skip_train, run_push, registry, force, registry_user, registry_password_stdin, report_path,
           matrix_path, templates, trainer_dir):
     """Build the selected images with BuildKit, layer by layer, then summarise.
@@ -252,7 +255,8 @@ def build(cuda, torch_version, python, images, all_images, base_image, apt_mirro
         pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
         docker_binary=docker_binary, builder=builder, context_dir=context_dir, keep_going=keep_going,
         test=run_tests or run_push, require_gpu=require_gpu, skip_train=skip_train,
-        registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials)
+        registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials,
+        progress=progress_mode)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import containers, publish, reports, sbom, sizes, smoke
+from . import containers, progress, publish, reports, sbom, sizes, smoke
 from . import render as render_module
 from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
 from .docker_cli import find_build_client
@@ -37,6 +37,7 @@ class Run:
     force: bool
     report_path: Path
     credentials: Credentials | None = None
+    progress: str = "auto"  # "auto" | "tty" | "plain": see progress.view_for
 
 
 def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
@@ -54,7 +55,8 @@ def build_test_push(run: Run, echo: Echo) -> int:
     contexts = render_module.render_specs(run.workspace.templates, run.workspace.trainer, run.specs,
                                           run.render_options)
     render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
-    builder = Builder(client, run.pip, run.report_path.parent / "logs", echo)
+    builder = Builder(client, run.pip, run.report_path.parent / "logs", progress.view_for(run.progress, echo),
+                      guides=_last_layer_times(run.report_path))
     provenance = provenance_labels(run.workspace.matrix.parent, client)
     built: list[BuildResult] = []
     tested: list[TestResult] = []
@@ -82,6 +84,16 @@ def build_test_push(run: Run, echo: Echo) -> int:
     failed = any(r.status != "built" for r in built) or any(not t.passed for t in tested) \
         or any(p.status != "pushed" for p in pushed)
     return 1 if failed else 0
+
+
+def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:
+    """How long each layer took when the previous run built it: a guide while it builds again."""
+    try:
+        previous = reports.read(report_path, "build") if report_path.exists() else {}
+    except reports.ReportError:
+        return {}  # a report of another shape only loses the guide
+    return {(result.image, layer.layer): layer.duration_s for result in previous.values()
+            for layer in result.layers if layer.status == "built"}
 
 
 def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool, skip_train: bool,
