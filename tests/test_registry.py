@@ -36,21 +36,24 @@ def tiny_image(build_client, throwaway_tag, tmp_path):
     return build
 
 
-@pytest.fixture
-def repository(registry, docker_client):
-    """A repository name of its own; drops the local registry-prefixed tags afterwards."""
-    name = unique_name("imagegen-test/push")
-    yield name
-    prefix = f"{registry}/{name}"
+def remove_local_refs(docker_client, prefix: str) -> None:
+    """Drop the local tags (and REPO@DIGEST references a pull by digest leaves) under `prefix`."""
     for image in docker_client.images.list():
-        # Pulling by digest leaves a REPO@DIGEST reference besides the pushed tags; the
-        # images are this test's own (unique payloads), so removing them whole is safe.
+        # The images are the test's own (unique payloads), so removing them whole is safe.
         refs = image.tags + image.attrs.get("RepoDigests", [])
         if any(ref.startswith((f"{prefix}:", f"{prefix}@")) for ref in refs):
             try:
                 docker_client.images.remove(image.id, force=True)
             except docker.errors.ImageNotFound:
                 pass
+
+
+@pytest.fixture
+def repository(registry, docker_client):
+    """A repository name of its own; drops the local registry-prefixed tags afterwards."""
+    name = unique_name("imagegen-test/push")
+    yield name
+    remove_local_refs(docker_client, f"{registry}/{name}")
 
 
 def test_push_version_and_alias_then_pull_back_by_digest(registry, repository, tiny_image, docker_client):
@@ -171,12 +174,7 @@ def test_errors_inside_the_push_stream_are_raised(auth_registry, tiny_image, doc
 def private_repository(auth_registry, docker_client):
     name = unique_name("imagegen-test/private")
     yield name
-    prefix = f"{auth_registry.host}/{name}"
-    for image in docker_client.images.list():
-        if any(ref.startswith(f"{prefix}:") for ref in image.tags):
-            for ref in image.tags:
-                if ref.startswith(f"{prefix}:"):
-                    docker_client.images.remove(ref)
+    remove_local_refs(docker_client, f"{auth_registry.host}/{name}")
 
 
 def test_private_registry_with_credentials_pushes_and_answers_tag_checks(auth_registry, private_repository,

@@ -235,6 +235,10 @@ def gpu_checks(expected: Optional[dict], require_gpu: bool) -> list[dict[str, st
         available, why = False, f"{NO_GPU} (torch not importable: {exc})"
     if not available:
         return [check(name, FAIL if require_gpu else SKIP, why) for name, _ in checks]
+    return run_checks(checks)
+
+
+def run_checks(checks: list[tuple[str, Callable[[], tuple[str, str]]]]) -> list[dict[str, str]]:
     results = []
     for name, run in checks:
         try:
@@ -284,16 +288,9 @@ def tiny_train_check() -> dict[str, str]:
 
 def audit_checks(expected: Optional[dict]) -> list[dict[str, str]]:
     """The checks that need no GPU: extensions load, torch's CUDA architectures, CUDA libraries twice."""
-    audits = [("abi.extensions", audit.extensions_check), ("cuda.archs", lambda: audit.archs_check(expected)),
-              ("audit.cuda_duplicates", audit.duplicates_check)]
-    results = []
-    for name, run in audits:
-        try:
-            status, detail = run()
-        except Exception as exc:  # one broken library must not hide the other checks
-            status, detail = FAIL, f"{type(exc).__name__}: {exc}"[:1000]
-        results.append(check(name, status, detail))
-    return results
+    return run_checks([("abi.extensions", audit.extensions_check),
+                       ("cuda.archs", lambda: audit.archs_check(expected)),
+                       ("audit.cuda_duplicates", audit.duplicates_check)])
 
 
 def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False) -> dict:
