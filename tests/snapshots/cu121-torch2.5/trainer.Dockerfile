@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu121-torch2.5: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:f7b2cb5843207973
+FROM imagegen-layer/framework:f8cc963a52ef3a6a
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.
