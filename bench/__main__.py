@@ -9,6 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from imagegen import atomic
+
 from . import cache, machine, overhead, render_time, size
 from .common import REPO
 
@@ -41,14 +43,6 @@ def run_section(name: str, work: Path, steps: int) -> str:
     return text + f"\n\n_Load average (1 min) at the start of this section: {load:.2f}; at its end: {os.getloadavg()[0]:.2f}._"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".RESULTS-")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
-
-
 def main(argv: list[str]) -> None:
     options = arguments(argv)
     started = time.monotonic()
@@ -58,7 +52,7 @@ def main(argv: list[str]) -> None:
               f"Written by `.venv/bin/python -m bench{'' if len(options.only) == len(SECTIONS) else ' --only ' + ' '.join(options.only)}`"
               f" in {time.monotonic() - started:.0f} s; one run of each measurement, numbers as measured.", "",
               machine.section()]
-    write_atomically(options.results, "\n\n".join(["\n".join(header), *sections]) + "\n")
+    atomic.write_text(options.results, "\n\n".join(["\n".join(header), *sections]) + "\n")
     print(f"bench: wrote {options.results}", file=sys.stderr)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+from importlib import metadata
 import os
 import shutil
 import subprocess
@@ -18,9 +19,9 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from . import atomic, containers
+from . import atomic, containers, progress, sizes
 from .docker_cli import BuildClient
 from .errors import UserError
 from .plan import ImageSpec
@@ -31,6 +32,7 @@ CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 WHEELHOUSE_PAGE = "index.html"
 DISTRIBUTION_SUFFIXES = (".whl", ".tar.gz", ".zip")
 CA_BUNDLE_TARGET = "/run/secrets/ca-bundle.crt"  # where templates mount the "ca-bundle" secret
+LARGEST_PATHS = 10  # listed when an image is over its max_size
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,16 @@ def staging_root() -> Path:
 class Builder:
     """Builds images in order, remembering the layers this run already built."""
 
-    def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path,
-                 echo: Callable[[str], None], staging: Path | None = None, no_cache: bool = False):
+    def __init__(self, client: BuildClient, settings: PipSettings, log_dir: Path, view,
+                 staging: Path | None = None, guides: dict[tuple[str, str], float] | None = None,
+                 no_cache: bool = False):
         self.client = client
         self.no_cache = no_cache
         self.settings = settings
         self.log_dir = log_dir
-        self.echo = echo
+        self.view = view  # progress.PlainView or TerminalView
         self.staging = staging or staging_root()
+        self.guides = guides or {}  # (image, layer) -> seconds the last build took
         self.built_layers: dict[str, LayerResult] = {}
         self.failed_layers: dict[str, tuple[str | None, list[str]]] = {}  # ref -> (failed step, log tail)
 
@@ -116,6 +120,18 @@ class Builder:
                     return self._failed(result, context)
             result.image_id = result.layers[-1].image_id
         result.size_bytes = containers.image_facts(result.image_id)["size"]
+        if spec.max_size is not None and result.size_bytes > spec.max_size:
+            return self._over_budget(result, spec.max_size)
+        return result
+
+    def _over_budget(self, result: BuildResult, budget: int) -> BuildResult:
+        """The image stays tagged locally, to be inspected, but is neither tested nor pushed."""
+        result.status = "failed"
+        result.max_size = budget
+        result.failed_step = (f"the image is {sizes.human(result.size_bytes)}, over its max_size "
+                              f"{sizes.human(budget)}; raise max_size in the matrix or make the image smaller")
+        result.largest_paths = [{"path": path, "bytes": size}
+                                for path, size in containers.largest_files(result.image_id, LARGEST_PATHS)]
         return result
 
     def _failed(self, result: BuildResult, context: LayerContext) -> BuildResult:
@@ -132,16 +148,18 @@ class Builder:
             return LayerResult(context.layer, context.ref, "reused", image_id=self.built_layers[context.ref].image_id)
         if context.ref in self.failed_layers:
             return LayerResult(context.layer, context.ref, "failed")
-        prefix = f"[{spec.name} {context.layer}] "
-
         def log(line: str) -> None:
             log_file.write(line + "\n")
-            self.echo(prefix + line)
+            self.view.line(line)
 
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
-        self.echo(f"{prefix}building {tags[-1] if final else context.ref} with {self.client.why}")
+        self.view.start(f"{spec.name} {context.layer}", f"building {tags[-1] if final else context.ref} with "
+                        f"{self.client.why}", self.guides.get((spec.name, context.layer)))
         with self._staged(context) as directory:
             outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, no_cache=self.no_cache)
+        cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
+        self.view.finish(f"{'built' if outcome.ok else 'FAILED'} in {progress.clock(outcome.duration_s)}, {cached}"
+                         + ("" if outcome.ok else f", at: {outcome.failed_step}"))
         layer = LayerResult(context.layer, context.ref, "built" if outcome.ok else "failed", outcome.duration_s,
                             outcome.cached_steps, outcome.total_steps, outcome.image_id)
         if outcome.ok:
@@ -252,13 +270,20 @@ def _wheelhouse_hashes(directory: Path, cache_path: Path) -> dict[str, str]:
     return hashes
 
 
-def source_revision(repo: Path) -> str | None:
-    """The git commit the images are built from, for org.opencontainers.image.revision."""
+def provenance_labels(repo: Path, client: BuildClient) -> dict[str, str]:
+    """Where and how an image was made: source revision, time, builder.
+
+    `created` is the source commit's time, as SOURCE_DATE_EPOCH is for reproducible builds: a
+    wall-clock time would give every rebuild of unchanged source a new image id, so a pushed
+    version tag could never be found "already published" again.
+    """
+    labels = {"io.imagegen.builder": f"imagegen {metadata.version('imagegen')} with {client.name}"}
     try:
-        result = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10)
+        result = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%H %cI"], capture_output=True,
+                                text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
+        return labels
+    if result.returncode == 0 and result.stdout.strip():
+        revision, created = result.stdout.split()
+        labels.update({"org.opencontainers.image.revision": revision, "org.opencontainers.image.created": created})
+    return labels

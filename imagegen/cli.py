@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
-from . import listing, pipeline, plan
+from . import listing, pipeline, plan, report_page, sbom
 from . import render as render_module
 from . import rules
 from .errors import MatrixError, UserError
 from .plan import ImageSpec
+from .registry import Credentials
 from .select import Selection, choose
 from .workspace import Workspace, require_locked
 
@@ -192,6 +193,31 @@ def report_option(kind: str):
                         help=f"Write the {kind} results here as JSON.")
 
 
+def registry_options(command):
+    options = [
+        click.option("--registry-user", metavar="USER", help="User name for the registry; default: what "
+                     "`docker login` stored (docker config and credential helpers)."),
+        click.option("--registry-password-stdin", is_flag=True, help="Read the registry password or token "
+                     "from stdin (with --registry-user)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def registry_credentials(user: str | None, password_stdin: bool) -> Credentials | None:
+    """Credentials from the command line; None leaves them to the docker config."""
+    if password_stdin != bool(user):
+        raise UserError("--registry-user USER and --registry-password-stdin go together, e.g. "
+                        "echo \"$TOKEN\" | imagegen push ... --registry-user USER --registry-password-stdin")
+    if not user:
+        return None
+    password = click.get_text_stream("stdin").read().rstrip("\r\n")
+    if not password:
+        raise UserError("--registry-password-stdin: stdin is empty; pipe the password or token in")
+    return Credentials(user, password)
+
+
 def test_options(command):
     options = [
         click.option("--require-gpu", is_flag=True, help="Fail, instead of skip, the GPU checks when the "
@@ -207,17 +233,21 @@ def test_options(command):
 @selection_options
 @build_options
 @click.option("--keep-going", is_flag=True, help="Go on with the other images after one fails.")
+@click.option("--progress", "progress_mode", type=click.Choice(["auto", "tty", "plain"]), default="auto",
+              show_default=True, help="tty: one live line per image and layer; plain: BuildKit's whole output "
+              "(for CI logs); auto: tty on a terminal. The whole output always goes to REPORT_DIR/logs/.")
 @click.option("--test", "run_tests", is_flag=True, help="Test each image right after it is built.")
 @test_options
 @click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
 @click.option("--registry", metavar="HOST[/NAMESPACE]", help="Where --push publishes.")
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
+@registry_options
 @report_option("build")
 @workspace_options
 @reports_user_errors
 def build(selection, base_image, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
-          docker_binary, builder, context_dir, no_cache, keep_going, run_tests, require_gpu, skip_train, run_push,
-          registry, force, report_path, workspace):
+          docker_binary, builder, context_dir, no_cache, keep_going, progress_mode, run_tests, require_gpu,
+          skip_train, run_push, registry, force, registry_user, registry_password_stdin, report_path, workspace):
     """Build the selected images with BuildKit, layer by layer, then summarise.
 
     Each image is three layers (base, framework, trainer), each FROM the one before; a
@@ -234,6 +264,7 @@ def build(selection, base_image, apt_mirror, ca_bundle, pip_index_url, pip_extra
         raise UserError("choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
     if run_push and not registry:
         raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
+    credentials = registry_credentials(registry_user, registry_password_stdin)
     specs = load_selected(workspace, selection)
     run = pipeline.Run(
         workspace=workspace, specs=specs, render_options=render_module.RenderOptions(base_image, apt_mirror),
@@ -241,7 +272,8 @@ def build(selection, base_image, apt_mirror, ca_bundle, pip_index_url, pip_extra
         docker_binary=docker_binary, builder=builder, context_dir=context_dir, no_cache=no_cache,
         keep_going=keep_going,
         test=run_tests or run_push, require_gpu=require_gpu, skip_train=skip_train,
-        registry=registry if run_push else None, force=force, report_path=report_path)
+        registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials,
+        progress=progress_mode)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
 
 
@@ -272,10 +304,12 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
 @click.option("--test-report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
               show_default=True, help="The test results that allow a push.")
+@registry_options
 @report_option("push")
 @workspace_options
 @reports_user_errors
-def push(selection, registry, skip_tests, force, test_report, report_path, workspace):
+def push(selection, registry, skip_tests, force, test_report, registry_user, registry_password_stdin, report_path,
+         workspace):
     """Push the selected images whose tests passed, under every tag.
 
     Version tags are immutable: when the registry already holds one with another image,
@@ -284,9 +318,10 @@ def push(selection, registry, skip_tests, force, test_report, report_path, works
     """
     if selection.empty:
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    credentials = registry_credentials(registry_user, registry_password_stdin)
     specs = load_selected(workspace, selection)
     sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
-                                  echo=lambda line: click.echo(line, err=True)))
+                                  echo=lambda line: click.echo(line, err=True), credentials=credentials))
 
 
 @main.command()
@@ -364,10 +399,51 @@ def facts_check(workspace):
     sys.exit(1 if report.disagreements else 0)
 
 
-# Imported last: report_page is a module of its own, registered here like the other commands.
-from .report_page import report_command  # noqa: E402
+@main.command("sbom")
+@click.argument("image_ref", metavar="IMAGE")
+@click.option("--out", type=click.Path(path_type=Path), help="Write it to this file instead of stdout.")
+@reports_user_errors
+def sbom_command(image_ref, out):
+    """Print the CycloneDX SBOM of a local image: every Python distribution and OS package in it.
 
-main.add_command(report_command)
+    The image lists its own packages (its Python and its package manager answer); `imagegen
+    build` writes the same document to reports/sbom/IMAGE.cdx.json and `--push` attaches it
+    to the pushed image.
+    """
+    made = sbom.of_image(image_ref)
+    if out:
+        sbom.write(out, made)
+        click.echo(f"{out}: {made.python_components} Python distributions, {made.os_components} OS packages",
+                   err=True)
+    else:
+        click.echo(made.text, nl=False)
+
+
+@main.command("report")
+@click.option("--build", "build_report", type=click.Path(path_type=Path), default=Path("reports/build.json"),
+              show_default=True, help="Build report; missing: the build cells say \"not run\".")
+@click.option("--test", "test_report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
+              show_default=True, help="Test report; missing: the test cells say \"not run\".")
+@click.option("--push", "push_report", type=click.Path(path_type=Path), default=Path("reports/push.json"),
+              show_default=True, help="Push report; missing: the push cells say \"not run\".")
+@click.option("--from", "reports_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Read every build.json, test.json and push.json under this directory instead.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Directory for index.md and index.html.")
+@workspace_options
+@reports_user_errors
+def report(build_report, test_report, push_report, reports_dir, out, workspace):
+    """Write OUT/index.md and OUT/index.html: a row per image, its versions, build, tests and push.
+
+    Reads whichever reports exist; a stage without a report shows "not run". --from DIR
+    reads the reports of many jobs at once (a CI run's downloaded artifacts). Log links are
+    relative to OUT, so keep the reports beside the page when moving it. Exits 2 when a
+    report or the matrix cannot be read.
+    """
+    loaded, specs = workspace.load()
+    found = report_page.read_reports(report_page.report_files(reports_dir, build_report, test_report, push_report))
+    report_page.write_pages(out, workspace.templates, workspace.matrix, loaded.repository, specs, found)
+    click.echo(f"{out / 'index.html'}: {len(specs)} images")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,6 +7,7 @@ file deleted in a later layer still ships in the earlier one.
 
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import os
@@ -204,15 +205,28 @@ def exported_file_paths(image: str, *, client: docker.DockerClient | None = None
     The export of a created container also holds the engine's own mount points
     (/.dockerenv, /etc/hostname, /etc/hosts, /etc/resolv.conf).
     """
+    return set(exported_file_sizes(image, client=client))
+
+
+def exported_file_sizes(image: str, *, client: docker.DockerClient | None = None) -> dict[str, int]:
+    """Every non-directory entry of the image's final filesystem and its size in bytes
+    (0 for links: a hard link's bytes are counted once, at its first name)."""
     client = client or docker_client()
     _image(client, image)
     # A command is needed to create a container of an image without CMD; it never runs.
     container = _create(client, image, command=["/imagegen-never-runs"])
     try:
         with tarfile.open(fileobj=_ChunkReader(container.export()), mode="r|") as tar:
-            return {_absolute(member.name) for member in tar if not member.isdir()}
+            return {_absolute(member.name): member.size if member.isfile() else 0 for member in tar
+                    if not member.isdir()}
     finally:
         container.remove(force=True)
+
+
+def largest_files(image: str, count: int, *, client: docker.DockerClient | None = None) -> list[tuple[str, int]]:
+    """The `count` largest files of the image's final filesystem, largest first."""
+    sizes = exported_file_sizes(image, client=client)
+    return heapq.nlargest(count, sizes.items(), key=lambda item: item[1])
 
 
 def layer_file_paths(image: str, *, client: docker.DockerClient | None = None) -> list[LayerFiles]:

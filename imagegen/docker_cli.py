@@ -99,6 +99,7 @@ class BuildClient:
     why: str
     uses_buildx: bool
     builder: str | None = None
+    name: str = "docker"  # the client and version, as the io.imagegen.builder label names it
 
     def build(
         self,
@@ -273,6 +274,7 @@ def _probe_buildx(binary: str, builder: str | None) -> _Attempt:
         why=f"docker buildx {version}" + (f" (builder {builder})" if builder else ""),
         uses_buildx=True,
         builder=builder,
+        name=f"docker buildx {version}",
     )
     return _Attempt(client, binary, label)
 
@@ -292,6 +294,7 @@ def _probe_legacy_buildkit(binary: str) -> _Attempt:
         env=env,
         why=f"{label} accepts DOCKER_BUILDKIT=1",
         uses_buildx=False,
+        name=" ".join(filter(None, ("docker", version, "(DOCKER_BUILDKIT=1)"))),
     )
     return _Attempt(client, binary, label)
 

@@ -104,6 +104,7 @@ class ImageEntry:
     trl: str
     accelerate: str
     peft: str
+    max_size: str | None = None  # a size budget such as "7GB"; checked by rules, enforced after the build
 
 
 @dataclass
@@ -207,6 +208,7 @@ def _image(index: int, e: dict) -> ImageEntry:
         trl=e["trl"],
         accelerate=e["accelerate"],
         peft=e["peft"],
+        max_size=e.get("max_size"),
     )
 
 

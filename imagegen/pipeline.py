@@ -6,14 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import containers, publish, reports, smoke
+from . import containers, progress, publish, reports, sbom, sizes, smoke
 from . import render as render_module
-from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, source_revision
+from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
 from .docker_cli import find_build_client
 from .errors import UserError
 from .listing import aligned
 from .plan import ImageSpec
-from .reports import BuildResult, Check, PushResult, TestResult
+from .registry import Credentials
+from .reports import BuildResult, PushResult, TestResult
 from .workspace import Workspace
 
 Echo = Callable[[str], None]
@@ -36,6 +37,8 @@ class Run:
     registry: str | None
     force: bool
     report_path: Path
+    credentials: Credentials | None = None
+    progress: str = "auto"  # "auto" | "tty" | "plain": see progress.view_for
 
 
 def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
@@ -53,24 +56,26 @@ def build_test_push(run: Run, echo: Echo) -> int:
     contexts = render_module.render_specs(run.workspace.templates, run.workspace.trainer, run.specs,
                                           run.render_options)
     render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
-    builder = Builder(client, run.pip, run.report_path.parent / "logs", echo, no_cache=run.no_cache)
-    revision = source_revision(run.workspace.matrix.parent)
+    builder = Builder(client, run.pip, run.report_path.parent / "logs", progress.view_for(run.progress, echo),
+                      guides=_last_layer_times(run.report_path), no_cache=run.no_cache)
+    provenance = provenance_labels(run.workspace.matrix.parent, client)
     built: list[BuildResult] = []
     tested: list[TestResult] = []
     pushed: list[PushResult] = []
     for spec in run.specs:
-        if built and built[-1].status == "failed" and not run.keep_going:
+        if not run.keep_going and any(result.status == "failed" for result in built):
             built.append(BuildResult(spec.name, spec.ref(), "skipped"))
             continue
-        labels = {**spec.labels, **({"org.opencontainers.image.revision": revision} if revision else {})}
-        result = builder.build(spec, contexts[spec.name], labels)
+        result = builder.build(spec, contexts[spec.name], {**spec.labels, **provenance})
         built.append(result)
+        if result.status == "built":
+            _add_sbom(result, run.report_path.parent, echo)  # an image that cannot list its packages fails
         if result.status != "built":
             continue
         if run.test:
             tested.append(_test_one(spec.ref(), spec, run.require_gpu, run.skip_train, echo))
             if run.registry:
-                pushed.append(_push_tested(spec, result.image_id, tested[-1], run.registry, run.force, echo))
+                pushed.append(_push_tested(spec, result.image_id, tested[-1], run, echo))
     reports.write_json(run.report_path, "build", built)
     if run.test:
         reports.write_json(run.report_path.with_name("test.json"), "test", tested)
@@ -80,6 +85,16 @@ def build_test_push(run: Run, echo: Echo) -> int:
     failed = any(r.status != "built" for r in built) or any(not t.passed for t in tested) \
         or any(p.status != "pushed" for p in pushed)
     return 1 if failed else 0
+
+
+def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:
+    """How long each layer took when the previous run built it: a guide while it builds again."""
+    try:
+        previous = reports.read(report_path, "build") if report_path.exists() else {}
+    except reports.ReportError:
+        return {}  # a report of another shape only loses the guide
+    return {(result.image, layer.layer): layer.duration_s for result in previous.values()
+            for layer in result.layers if layer.status == "built"}
 
 
 def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool, skip_train: bool,
@@ -92,13 +107,15 @@ def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool
 
 
 def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: bool, test_report: Path,
-                report_path: Path, echo: Echo) -> int:
+                report_path: Path, echo: Echo, credentials: Credentials | None = None) -> int:
     tests = None if skip_tests else _read_tests(test_report)
     client = containers.docker_client()
     results = []
     for spec in specs:
         image_id = containers.image_facts(spec.ref(), client=client)["id"]
-        results.append(publish.push_if_tested(spec, image_id, tests, registry, force))
+        sbom_file = sbom.path_for(report_path.parent, spec.name)
+        sbom.write(sbom_file, sbom.of_image(image_id, client=client))
+        results.append(publish.push_if_tested(spec, image_id, tests, registry, force, credentials, sbom_file))
         echo(_push_line(results[-1]))
     reports.write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
@@ -112,28 +129,40 @@ def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: b
     return result
 
 
-def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, registry: str, force: bool,
-                 echo: Echo) -> PushResult:
-    result = publish.push_if_tested(spec, image_id, {spec.name: test}, registry, force)
+def _add_sbom(result: BuildResult, reports_dir: Path, echo: Echo) -> None:
+    """The image's SBOM next to the build report; an image that cannot list its packages fails."""
+    path = sbom.path_for(reports_dir, result.image)
+    try:
+        made = sbom.of_image(result.image_id)
+    except UserError as error:
+        result.status, result.failed_step = "failed", f"no SBOM: {error}"
+        return
+    sbom.write(path, made)
+    result.sbom_file, result.sbom_components = str(path), made.counts
+    echo(f"{result.image}: SBOM {path}: {made.python_components} Python distributions, "
+         f"{made.os_components} OS packages")
+
+
+def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
+    result = publish.push_if_tested(spec, image_id, {spec.name: test}, run.registry, run.force, run.credentials,
+                                    sbom.path_for(run.report_path.parent, spec.name))
     echo(_push_line(result))
     return result
 
 
 def _read_tests(path: Path) -> dict[str, TestResult]:
-    try:
-        payload = reports.read_json(path)
-        return {entry["image"]: TestResult(**{**entry, "checks": [Check(**c) for c in entry["checks"]]})
-                for entry in payload["images"]}
-    except FileNotFoundError:
-        raise UserError(f"{path}: no test report; run `imagegen test` first, or pass --skip-tests") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path}: not an imagegen test report ({error})") from None
+    if not path.exists():
+        raise UserError(f"{path}: no test report; run `imagegen test` first, or pass --skip-tests")
+    return reports.read(path, "test")
 
 
 def _push_line(result: PushResult) -> str:
     if result.status == "pushed":
         tags = ", ".join(result.pushed_tags + [f"{t} (already published)" for t in result.already_published])
-        return f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
+        line = f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
+        if result.sbom_digest:
+            line += f"; SBOM {result.sbom_digest} refers to it, found by {result.sbom_found_by}"
+        return line + (f"; SBOM not attached: {result.sbom_error}" if result.sbom_error else "")
     return f"not pushed {result.image}: {result.reason}"
 
 
@@ -151,10 +180,14 @@ def build_summary(built: list[BuildResult], tested: list[TestResult], pushed: li
     lines = aligned(rows)
     for result in built:
         if result.status == "failed":
-            lines.append(f"\n{result.image} failed in layer {result.failed_layer} at: {result.failed_step}")
+            where = f" in layer {result.failed_layer} at" if result.failed_layer else ""
+            lines.append(f"\n{result.image} failed{where}: {result.failed_step}")
             lines += [f"  | {line}" for line in result.log_tail[-10:]]
             if result.hint:
                 lines.append(f"  {result.hint}")
+            if result.largest_paths:
+                lines.append(f"  its {len(result.largest_paths)} largest files:")
+                lines += [f"  {sizes.human(entry['bytes']):>10}  {entry['path']}" for entry in result.largest_paths]
             lines.append(f"  full log: {result.log_file}")
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from . import rules
+from . import rules, sizes
 from .components import COMPONENTS, PINNED_DISTRIBUTIONS
 from .errors import MatrixError, Problem
 from .lockfile import BUILD_TOOLS, Lock
@@ -78,6 +78,8 @@ class ImageSpec:
     version_tag: str | None = None  # None without a lock: the tag carries the inputs digest
     alias_tags: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    max_size: int | None = None  # bytes; a larger image fails its build
+    cuda_archs: tuple[str, ...] = ()  # compute capabilities the image must run on; torch's build must cover them
 
     @property
     def cudnn_major(self) -> str:
@@ -105,6 +107,8 @@ class ImageSpec:
             "versions": self.versions(),
             "distributions": {c.key: c.distribution for c in COMPONENTS if c.distribution},
             "gpu_count": None,
+            "cuda_archs": list(self.cuda_archs),
+            "min_driver": self.min_driver,
         }
 
 
@@ -203,6 +207,8 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> Image
         trainer_version=trainer.version,
         trainer_requirements=_trainer_requirements(trainer),
         repository=matrix.repository,
+        max_size=sizes.parse(image.max_size) if image.max_size else None,
+        cuda_archs=archs,
     )
 
 

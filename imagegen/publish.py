@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import registry as registry_module
+from . import sbom
 from .errors import UserError
 from .plan import ImageSpec
 from .reports import PushResult, TestResult
@@ -27,12 +30,13 @@ def untested_reason(spec: ImageSpec, image_id: str, tests: dict[str, TestResult]
     return None
 
 
-def push(spec: ImageSpec, image_id: str, registry: str, force: bool) -> PushResult:
+def push(spec: ImageSpec, image_id: str, registry: str, force: bool,
+         credentials: registry_module.Credentials | None = None, sbom_file: Path | None = None) -> PushResult:
     repository = repository_name(spec)
     result = PushResult(image=spec.name, registry=registry, repository=repository, status="pushed")
     try:
         outcome = registry_module.push_image(image_id, registry, repository, [spec.version_tag],
-                                             list(spec.alias_tags), force)
+                                             list(spec.alias_tags), force, credentials=credentials)
     except UserError as error:
         result.status, result.reason = "failed", str(error)
         return result
@@ -42,14 +46,29 @@ def push(spec: ImageSpec, image_id: str, registry: str, force: bool) -> PushResu
     result.refused = [{"tag": tag, "reason": reason} for tag, reason in outcome.refused]
     if outcome.refused:
         result.status, result.reason = "refused", outcome.refused[0][1]
+    elif sbom_file and spec.version_tag in outcome.pushed_tags:  # a version published earlier has its SBOM
+        _attach_sbom(result, sbom_file, credentials)
     return result
 
 
+def _attach_sbom(result: PushResult, sbom_file: Path, credentials: registry_module.Credentials | None) -> None:
+    try:
+        attached = registry_module.attach_artifact(result.registry, result.repository, result.digest, sbom_file,
+                                                   sbom.MEDIA_TYPE, credentials)
+    except UserError as error:
+        result.sbom_error = str(error)
+        return
+    result.sbom_digest, result.sbom_found_by = attached.digest, attached.found_by
+
+
 def push_if_tested(spec: ImageSpec, image_id: str, tests: dict[str, TestResult] | None, registry: str,
-                   force: bool) -> PushResult:
+                   force: bool, credentials: registry_module.Credentials | None = None,
+                   sbom_file: Path | None = None) -> PushResult:
     """Push the image when its tests passed on this exact image id; tests=None skips the gate."""
     reason = None if tests is None else untested_reason(spec, image_id, tests)
-    return not_pushed(spec, registry, reason) if reason else push(spec, image_id, registry, force)
+    if reason:
+        return not_pushed(spec, registry, reason)
+    return push(spec, image_id, registry, force, credentials, sbom_file)
 
 
 def not_pushed(spec: ImageSpec, registry: str, reason: str) -> PushResult:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from . import atomic
 from .errors import UserError
 from .lockfile import InstallStep, install_steps
 from .plan import ImageSpec
@@ -166,14 +165,8 @@ def write(out: Path, contexts: list[LayerContext], specs: list[ImageSpec]) -> No
     """
     if out.exists() and not (out / RENDER_MARKER).exists() and any(out.iterdir()):
         raise UserError(f"{out}: exists and is not an imagegen render; choose an empty or new --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic.replaced_directory(out) as staging:
         _write_tree(staging, contexts, specs)
-        _swap_into_place(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _write_tree(root: Path, contexts: list[LayerContext], specs: list[ImageSpec]) -> None:
@@ -196,14 +189,3 @@ def write_files(directory: Path, files: dict[str, bytes]) -> None:
         target.write_bytes(data)
         if path in EXECUTABLES:
             target.chmod(0o755)
-
-
-def _swap_into_place(staging: Path, out: Path) -> None:
-    if not out.exists():
-        staging.rename(out)
-        return
-    previous = out.with_name(f".{out.name}.previous")
-    shutil.rmtree(previous, ignore_errors=True)
-    out.rename(previous)
-    staging.rename(out)
-    shutil.rmtree(previous, ignore_errors=True)

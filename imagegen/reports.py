@@ -7,10 +7,11 @@ uploads them, and a user reads them instead of logs. Field names are a contract.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from . import atomic
+from .errors import UserError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -39,6 +40,10 @@ class BuildResult:
     log_tail: list[str] = field(default_factory=list)
     log_file: str | None = None
     layers: list[LayerResult] = field(default_factory=list)
+    max_size: int | None = None  # the budget the image broke, in bytes
+    largest_paths: list[dict] = field(default_factory=list)  # {"path", "bytes"}, largest first
+    sbom_file: str | None = None  # CycloneDX JSON, reports/sbom/IMAGE.cdx.json
+    sbom_components: dict[str, int] = field(default_factory=dict)  # {"python": n, "os": n}
     hint: str = ""  # what to do about a failure imagegen recognises
 
 
@@ -76,6 +81,18 @@ class PushResult:
     already_published: list[str] = field(default_factory=list)
     refused: list[dict[str, str]] = field(default_factory=list)  # {"tag": ..., "reason": ...}
     reason: str = ""
+    sbom_digest: str | None = None  # the SBOM artifact that refers to the pushed image
+    sbom_found_by: str = ""  # "the referrers API" or "the referrers tag sha256-..."
+    sbom_error: str = ""  # why the SBOM was not attached, when the image was pushed all the same
+
+
+KINDS = ("build", "test", "push")
+
+
+class ReportError(UserError):
+    """A report file exists but is not a report imagegen wrote."""
+
+    exit_code = 2
 
 
 def write_json(path: Path, kind: str, results: list) -> None:
@@ -84,5 +101,58 @@ def write_json(path: Path, kind: str, results: list) -> None:
     atomic.write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
+def read(path: Path, kind: str) -> dict:
+    """The results of one report by image name; ReportError when it is not a `kind` report."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise ReportError(f"{path}: cannot read the {kind} report: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ReportError(f"{path}: the {kind} report is not JSON: {error}") from None
+    if not isinstance(payload, dict) or payload.get("kind") != kind or not isinstance(payload.get("images"), list):
+        raise ReportError(f"{path}: not a {kind} report; expected {{\"kind\": \"{kind}\", \"images\": [...]}}")
+    results = {}
+    for index, entry in enumerate(payload["images"]):
+        try:
+            result = PARSERS[kind](entry)
+        except (TypeError, AttributeError) as error:
+            raise ReportError(f"{path}: images[{index}] is not a {kind} result: {error}") from None
+        results[result.image] = result
+    return results
+
+
+# The dataclasses above annotate their fields with these (as strings: postponed annotations).
+SIMPLE_TYPES = {"str": (str,), "float": (int, float), "int": (int,), "bool": (bool,), "None": (type(None),),
+                "dict[str, str]": (dict,), "dict[str, int]": (dict,)}
+
+
+def _dataclass_from(cls, entry: dict, **nested):
+    if not isinstance(entry, dict):
+        raise TypeError(f"expected an object, got {type(entry).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise TypeError(f"unknown field {', '.join(unknown)}")
+    for field_ in fields(cls):
+        if field_.name in entry:
+            _check_type(field_.name, str(field_.type), entry[field_.name])
+    return cls(**{**entry, **{key: [make(item) for item in entry.get(key, [])] for key, make in nested.items()}})
+
+
+def _check_type(name: str, annotation: str, value) -> None:
+    """A wrong type would otherwise surface as a traceback far from the file that holds it."""
+    if annotation.startswith("list["):
+        item_types = SIMPLE_TYPES.get(annotation[len("list["):-1], (object,))  # nested dataclasses: parsed later
+        if not isinstance(value, list) or not all(isinstance(item, item_types) for item in value):
+            raise TypeError(f"{name}: expected {annotation}, got {json.dumps(value)[:60]}")
+        return
+    accepted = tuple(kind for part in annotation.split("|") for kind in SIMPLE_TYPES.get(part.strip(), (object,)))
+    if not isinstance(value, accepted):
+        raise TypeError(f"{name}: expected {annotation}, got {json.dumps(value)[:60]}")
+
+
+PARSERS = {
+    "build": lambda entry: _dataclass_from(BuildResult, entry, layers=lambda item: _dataclass_from(LayerResult, item)),
+    "test": lambda entry: _dataclass_from(TestResult, entry, checks=lambda item: _dataclass_from(Check, item)),
+    "push": lambda entry: _dataclass_from(PushResult, entry),
+}

@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .components import COMPONENTS, PINNED_DISTRIBUTIONS
+from . import sizes
 from .errors import Problem
 from .matrix import FlashAttnChoice, ImageEntry, Matrix, TorchBuild
 
@@ -97,6 +98,7 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems += _check_python_source(matrix, image)
     problems += _check_flash_attn(matrix, image)
     problems += _check_stack(matrix, image)
+    problems += _check_max_size(matrix, image)
     return problems
 
 
@@ -245,6 +247,17 @@ def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Pr
         problems.append(matrix.problem(_at(image, key), f"{name} {version} requires torch {release.torch}, the "
                                        f"image has {image.torch}", "package-torch"))
     return problems
+
+
+def _check_max_size(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    if image.max_size is None:
+        return []
+    try:
+        sizes.parse(image.max_size)
+    except ValueError as error:
+        return [matrix.problem(_at(image, "max_size"), f"{error}; write a size such as \"7GB\" or \"6.5GiB\"",
+                               "size")]
+    return []
 
 
 def _check_trainer_fits(matrix: Matrix, image: ImageEntry, requirements: tuple[Requirement, ...]) -> list[Problem]:

@@ -80,6 +80,7 @@ IMAGE_FIELDS = {
     **{c.key: COMPONENT_TYPES.get(c.key, VERSION) for c in COMPONENTS if c.image_key},
     "deepspeed_ops": ListOf(Scalar("str", ("cpu_adam", "fused_adam", "fused_lamb", "transformer",
                                            "stochastic_transformer", "utils", "aio"))),
+    "max_size": STR,
 }
 
 TORCH_BUILD = Struct({"cudnn": VERSION, "nccl": VERSION, "cxx11_abi": Scalar("bool")})

@@ -14,6 +14,12 @@ export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$XDG_CACHE_HOME/torch_exten
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$XDG_CACHE_HOME/triton}"
 export MPLCONFIGDIR="${MPLCONFIGDIR:-$XDG_CACHE_HOME/matplotlib}"
 
+# On a GPU host, a driver older than the image needs is said in one line before training starts.
+case "${1:-}" in
+    train|selftest)
+        if [ -r /proc/driver/nvidia/version ]; then python -m vlmgrpo.driver || exit 1; fi ;;
+esac
+
 case "${1:-}" in
     train|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
 esac

@@ -4,6 +4,7 @@ and the cpu image, built once per session through `imagegen build` as a user run
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,10 @@ WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 CPU_BUILD_ARGS = ["--image", "cpu", "--base-image", "local/debian:bookworm", "--wheelhouse", str(WHEELHOUSE)]
 
 
-def imagegen(*args, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
+def imagegen(*args, cwd: Path = REPO, timeout: int = 1800, env: dict | None = None,
+             stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "imagegen", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+                          timeout=timeout, env={**os.environ, **(env or {})}, input=stdin)
 
 
 def ensure_wheelhouse() -> Path:

@@ -19,6 +19,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -77,13 +79,24 @@ def free_loopback_port() -> int:
         return sock.getsockname()[1]
 
 
-def registry_config(port: int, storage: Path) -> str:
+def registry_config(port: int, storage: Path, htpasswd: Path | None = None) -> str:
+    auth = f"auth:\n  htpasswd:\n    realm: imagegen-test\n    path: {htpasswd}\n" if htpasswd else ""
     return (
         "version: 0.1\n"
         "log:\n  level: warn\n"
         f"storage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\n"
         f"http:\n  addr: 127.0.0.1:{port}\n  secret: imagegen-test\n"
+        + auth
     )
+
+
+@dataclass(frozen=True)
+class AuthRegistry:
+    """A registry that asks for a user name and password (htpasswd, bcrypt)."""
+
+    host: str
+    username: str
+    password: str = field(repr=False)
 
 
 def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> None:
@@ -94,6 +107,8 @@ def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> N
         try:
             with urllib.request.urlopen(f"http://{host}/v2/", timeout=2):
                 return
+        except urllib.error.HTTPError:
+            return  # an answer (401 from a registry with htpasswd auth): it is up
         except (urllib.error.URLError, OSError):
             time.sleep(0.2)
     pytest.fail(f"docker-registry did not answer on {host}: {log_path.read_text()[-2000:]}", pytrace=False)
@@ -122,16 +137,15 @@ def local_base_image(docker_client) -> str:
     return ensure_local_base_image(docker_client)
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory) -> Iterator[str]:
-    """A private registry on a free 127.0.0.1 port; yields "127.0.0.1:PORT"."""
+@contextmanager
+def serve_registry(workdir: Path, htpasswd: Path | None = None) -> Iterator[str]:
+    """Debian's docker-registry on a free 127.0.0.1 port; yields "127.0.0.1:PORT"."""
     binary = shutil.which("docker-registry")
     if binary is None:
         unavailable("docker-registry is not installed (run .ci/setup-docker)")
-    workdir = tmp_path_factory.mktemp("registry")
     port = free_loopback_port()
     config = workdir / "config.yml"
-    config.write_text(registry_config(port, workdir / "storage"))
+    config.write_text(registry_config(port, workdir / "storage", htpasswd))
     log_path = workdir / "registry.log"
     host = f"127.0.0.1:{port}"
     with open(log_path, "wb") as log:
@@ -148,6 +162,26 @@ def registry(tmp_path_factory) -> Iterator[str]:
             process.wait()
         # Pushed images are gigabytes; pytest keeps its last temp dirs, so drop the blobs now.
         shutil.rmtree(workdir / "storage", ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> Iterator[str]:
+    """A registry anyone may push to; yields "127.0.0.1:PORT"."""
+    with serve_registry(tmp_path_factory.mktemp("registry")) as host:
+        yield host
+
+
+@pytest.fixture(scope="session")
+def auth_registry(tmp_path_factory) -> Iterator[AuthRegistry]:
+    """A registry with htpasswd authentication and one user, as a private registry is."""
+    import bcrypt  # a test tool: the registry reads bcrypt htpasswd entries, as `htpasswd -B` writes them
+
+    workdir = tmp_path_factory.mktemp("auth-registry")
+    user = AuthRegistry("", "imagegen-ci", uuid.uuid4().hex)
+    htpasswd = workdir / "htpasswd"
+    htpasswd.write_text(f"{user.username}:{bcrypt.hashpw(user.password.encode(), bcrypt.gensalt()).decode()}\n")
+    with serve_registry(workdir, htpasswd) as host:
+        yield AuthRegistry(host, user.username, user.password)
 
 
 @pytest.fixture(scope="session")

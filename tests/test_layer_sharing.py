@@ -3,6 +3,7 @@
 import docker.errors
 
 from imagegen.build import Builder, PipSettings
+from imagegen.progress import PlainView
 from imagegen.render import LayerContext
 
 from tests.helpers import spec_named
@@ -17,7 +18,7 @@ def test_a_shared_base_layer_is_built_once_and_reused(build_client, local_base_i
     shared = layer("first", "base", local_base_image, "shared-base")
     first = spec_named("cu128-torch2.7")
     second = spec_named("cu128-torch2.8")
-    builder = Builder(build_client, PipSettings(), tmp_path / "logs", echo=lambda line: None,
+    builder = Builder(build_client, PipSettings(), tmp_path / "logs", view=PlainView(lambda line: None),
                       staging=tmp_path / "staging")
     try:
         one = builder.build(first, [shared, layer("first", "trainer", shared.ref, "first-top")], first.labels)

@@ -141,3 +141,12 @@ def test_a_flash_attn_release_without_wheels_of_the_builds_abi_is_refused():
 
     (problem,) = [p for p in problems_of(edited(only_old_abi)) if p.rule == "flash-attn-wheel"]
     assert "the C++11 ABI of torch 2.6.0's CUDA 12.6 build (its wheels: pre-C++11 ABI)" in problem.message
+
+
+def test_max_size_is_read_in_bytes_and_a_bad_one_is_a_size_problem():
+    data = edited(lambda d: image_named(d, "cpu").update(max_size="6.5GiB"))
+    assert problems_of(data) == []
+    [problem] = problems_of(edited(lambda d: image_named(d, "cpu").update(max_size="seven gigs")))
+    assert (problem.key, problem.rule) == ("images[7].max_size", "size")
+    assert "'seven gigs' is not a size" in problem.message and '"7GB"' in problem.message
+    assert next(s for s in specs() if s.name == "cpu").max_size is None

@@ -2,11 +2,16 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import json
+import subprocess
+import time
+from pathlib import Path
 
-import pytest
 import yaml
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen import containers
+from imagegen.registry import Credentials, referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
 from tests.helpers import MATRIX_PATH, REPO
@@ -22,6 +27,31 @@ def test_build_reports_every_layer_size_and_id(cpu_image):
     assert [layer["layer"] for layer in report["layers"]] == ["base", "framework", "trainer"]
     assert report["size_bytes"] > 1e9
     assert report["ref"].endswith(":0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12")
+    labels = containers.image_facts(cpu_image["id"])["labels"]
+    revision, created = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H %cI"], capture_output=True,
+                                       text=True, check=True).stdout.split()
+    assert labels["org.opencontainers.image.revision"] == revision
+    assert labels["org.opencontainers.image.created"] == created  # the source's time: rebuilds stay identical
+    assert labels["io.imagegen.builder"].startswith("imagegen 0.1.0 with docker ")
+
+
+def test_build_writes_a_cyclonedx_sbom_of_what_the_image_holds(cpu_image):
+    report = cpu_image["report"]
+    path = Path(report["sbom_file"])
+    assert path == cpu_image["work"] / "sbom" / "cpu.cdx.json"
+    text = path.read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    document = json.loads(text)
+    components = {c["name"]: c for c in document["components"]}
+    assert components["torch"]["version"] == "2.14.1" and components["torch"]["purl"] == "pkg:pypi/torch@2.14.1"
+    assert components["torch"]["licenses"]  # from the distribution's own metadata
+    assert components["python3"]["purl"].startswith("pkg:deb/debian/python3@3.11")
+    assert "vlmgrpo" in components and "dpkg" in components
+    assert report["sbom_components"] == {
+        "python": sum(c["purl"].startswith("pkg:pypi/") for c in document["components"]),
+        "os": sum(c["purl"].startswith("pkg:deb/") for c in document["components"])}
+    image = document["metadata"]["component"]
+    assert (image["type"], image["bom-ref"]) == ("container", cpu_image["id"])
 
 
 def test_a_second_build_comes_entirely_from_cache(cpu_image, tmp_path):
@@ -69,22 +99,24 @@ def test_require_gpu_turns_the_skips_into_failures(cpu_image, tmp_path):
     assert {"gpu.runtime", "selftest.gpu.cuda_available"} <= failed
 
 
-def broken_matrix(tmp_path):
-    """The real matrix plus an image whose transformers version does not exist."""
+def broken_matrix(tmp_path, after_cpu: tuple[str, ...] = ()):
+    """The real matrix plus an image whose transformers version does not exist, first, and more
+    broken images (named in after_cpu) after the cpu image."""
     data = yaml.safe_load(MATRIX_PATH.read_text())
-    data["os"]["debian12b"] = {"python": "3.11"}  # gives the broken image a tag of its own
     cpu = next(image for image in data["images"] if image["name"] == "cpu")
-    data["images"].insert(0, {**cpu, "name": "broken", "os": "debian12b", "transformers": "99.0.0"})
+    for name in ("broken", *after_cpu):
+        data["os"][f"debian12-{name}"] = {"python": "3.11"}  # gives each broken image a tag of its own
+        entry = {**cpu, "name": name, "os": f"debian12-{name}", "transformers": "99.0.0"}
+        data["images"].insert(0 if name == "broken" else len(data["images"]), entry)
     path = tmp_path / "matrix.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-@pytest.mark.parametrize("keep_going", [True, False])
-def test_a_broken_image_fails_and_keep_going_builds_the_rest(cpu_image, tmp_path, keep_going):
+def test_keep_going_builds_the_rest_after_a_broken_image(cpu_image, tmp_path):
     matrix = broken_matrix(tmp_path)
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"),
-                      "--image", "broken", *CPU_BUILD_ARGS, *(["--keep-going"] if keep_going else []),
+                      "--image", "broken", *CPU_BUILD_ARGS, "--keep-going",
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
     assert result.returncode == 1
     broken, cpu = read_report(tmp_path / "build.json")
@@ -92,26 +124,77 @@ def test_a_broken_image_fails_and_keep_going_builds_the_rest(cpu_image, tmp_path
     assert "pip install" in broken["failed_step"] and "requirements.txt" in broken["failed_step"]
     assert any("transformers==99.0.0" in line for line in broken["log_tail"])
     assert "broken failed in layer framework" in result.stderr
-    assert cpu["status"] == ("built" if keep_going else "skipped")
+    assert cpu["status"] == "built"
 
 
-def test_push_publishes_a_tested_image_and_pulls_back_by_digest(cpu_image, registry, docker_client, tmp_path):
+def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_image, tmp_path):
+    matrix = broken_matrix(tmp_path, after_cpu=("broken-too",))
+    result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), "--image", "broken",
+                      *CPU_BUILD_ARGS, "--image", "broken-too",
+                      "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
+    assert result.returncode == 1
+    broken, cpu, broken_too = read_report(tmp_path / "build.json")
+    assert broken["status"] == "failed"
+    assert [(r["image"], r["status"], r["layers"]) for r in (cpu, broken_too)] == [
+        ("cpu", "skipped", []), ("broken-too", "skipped", [])]
+    assert "[cpu " not in result.stderr and "[broken-too " not in result.stderr  # no layer of theirs was built
+
+
+def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, tmp_path):
+    data = yaml.safe_load(MATRIX_PATH.read_text())
+    next(image for image in data["images"] if image["name"] == "cpu")["max_size"] = "1GB"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), *CPU_BUILD_ARGS,
+                      "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
+    assert result.returncode == 1
+    (report,) = read_report(tmp_path / "build.json")
+    assert (report["status"], report["max_size"]) == ("failed", 10**9)
+    assert report["failed_step"].startswith("the image is 6.") and "over its max_size 1 GB" in report["failed_step"]
+    sizes = [entry["bytes"] for entry in report["largest_paths"]]
+    assert len(sizes) == 10 and sizes == sorted(sizes, reverse=True) and sizes[-1] > 10**8
+    assert all(entry["path"].startswith("/opt/venv/lib/python3.11/site-packages/") for entry in report["largest_paths"])
+    assert "cpu failed: the image is 6." in result.stderr and "its 10 largest files:" in result.stderr
+    assert report["largest_paths"][0]["path"] in result.stderr
+
+
+def test_push_to_a_private_registry_publishes_the_image_and_its_sbom(cpu_image, auth_registry, docker_client,
+                                                                    tmp_path):
     tested = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
     assert tested.returncode == 0, tested.stderr[-2000:]
-    result = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(tmp_path / "test.json"),
-                      "--report", str(tmp_path / "push.json"))
+    push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(tmp_path / "test.json")]
+
+    anonymous = imagegen(*push, "--report", str(tmp_path / "anonymous.json"), env={"DOCKER_CONFIG": str(tmp_path)})
+    assert anonymous.returncode == 1
+    (refused,) = read_report(tmp_path / "anonymous.json")
+    assert refused["status"] == "failed" and f"log in with `docker login {auth_registry.host}`" in refused["reason"]
+
+    started = time.monotonic()
+    result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
+                      "--report", str(tmp_path / "push.json"), stdin=auth_registry.password + "\n")
     assert result.returncode == 0, result.stderr[-3000:]
+    print(f"push of the cpu image and its SBOM: {time.monotonic() - started:.1f} s")
     (report,) = read_report(tmp_path / "push.json")
     assert report["status"] == "pushed" and report["digest"].startswith("sha256:")
     assert set(report["pushed_tags"]) == {"0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12", "cpu"}
-    pulled = docker_client.images.pull(f"{registry}/vlm-grpo@{report['digest']}")
-    assert pulled.id == read_report(tmp_path / "test.json")[0]["image_id"]
+    login = Credentials(auth_registry.username, auth_registry.password)
+    # distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>.
+    assert report["sbom_found_by"] == f"the referrers tag {report['digest'].replace(':', '-')}", report
+    (artifact,) = referrers(auth_registry.host, "vlm-grpo", report["digest"], login)
+    assert (artifact["digest"], artifact["artifactType"]) == (report["sbom_digest"], "application/vnd.cyclonedx+json")
+    assert (tmp_path / "sbom" / "cpu.cdx.json").is_file()  # the document that was attached
 
-    again = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(tmp_path / "test.json"),
-                     "--report", str(tmp_path / "push2.json"))
+    docker_client.login(auth_registry.username, auth_registry.password, registry=auth_registry.host)
+    pulled = docker_client.images.pull(f"{auth_registry.host}/vlm-grpo@{report['digest']}")
+    assert pulled.id == read_report(tmp_path / "test.json")[0]["image_id"]
+    docker_client.images.remove(f"{auth_registry.host}/vlm-grpo@{report['digest']}")
+
+    again = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
+                     "--report", str(tmp_path / "push2.json"), stdin=auth_registry.password)
     assert again.returncode == 0
     (second,) = read_report(tmp_path / "push2.json")
     assert second["already_published"] == ["0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12"]
+    assert second["sbom_digest"] is None  # attached once, when the version was published
 
 
 def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, registry, docker_client,

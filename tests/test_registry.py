@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
 import uuid
 
 import docker.errors
 import pytest
+import requests
 
-from imagegen.registry import RegistryError, push_image, remote_digest
+from imagegen.registry import (Credentials, RegistryError, attach_artifact, credentials_for, push_image, referrers,
+                               remote_digest)
 from tests.docker_env import unique_name
 
 
@@ -27,21 +36,24 @@ def tiny_image(build_client, throwaway_tag, tmp_path):
     return build
 
 
-@pytest.fixture
-def repository(registry, docker_client):
-    """A repository name of its own; drops the local registry-prefixed tags afterwards."""
-    name = unique_name("imagegen-test/push")
-    yield name
-    prefix = f"{registry}/{name}"
+def remove_local_refs(docker_client, prefix: str) -> None:
+    """Drop the local tags (and REPO@DIGEST references a pull by digest leaves) under `prefix`."""
     for image in docker_client.images.list():
-        # Pulling by digest leaves a REPO@DIGEST reference besides the pushed tags; the
-        # images are this test's own (unique payloads), so removing them whole is safe.
+        # The images are the test's own (unique payloads), so removing them whole is safe.
         refs = image.tags + image.attrs.get("RepoDigests", [])
         if any(ref.startswith((f"{prefix}:", f"{prefix}@")) for ref in refs):
             try:
                 docker_client.images.remove(image.id, force=True)
             except docker.errors.ImageNotFound:
                 pass
+
+
+@pytest.fixture
+def repository(registry, docker_client):
+    """A repository name of its own; drops the local registry-prefixed tags afterwards."""
+    name = unique_name("imagegen-test/push")
+    yield name
+    remove_local_refs(docker_client, f"{registry}/{name}")
 
 
 def test_push_version_and_alias_then_pull_back_by_digest(registry, repository, tiny_image, docker_client):
@@ -160,12 +172,165 @@ def test_force_with_the_same_image_already_there_pushes_nothing(registry, reposi
     assert outcome.digest == remote_digest(registry, repository, "1.0.0")
 
 
-def test_errors_inside_the_push_stream_are_raised(tiny_image, docker_client):
-    # Only an alias, so no manifest lookup runs first: the failure comes from the push stream.
-    unreachable = "127.0.0.1:9"
-    name = unique_name("imagegen-test/unreachable")
+def test_errors_inside_the_push_stream_are_raised(auth_registry, tiny_image, docker_client):
+    # Only an alias, so no manifest lookup runs first: the refusal comes from the push stream.
+    name = unique_name("imagegen-test/wrong-password")
+    wrong = Credentials(auth_registry.username, "not-the-password")
     try:
-        with pytest.raises(RegistryError, match=f"push of {unreachable}/{name}:latest failed: .*connection refused"):
-            push_image(tiny_image("unreachable"), unreachable, name, [], ["latest"], False, client=docker_client)
+        with pytest.raises(RegistryError, match=f"push of {auth_registry.host}/{name}:latest failed: .*authentication"):
+            push_image(tiny_image("wrong"), auth_registry.host, name, [], ["latest"], False, client=docker_client,
+                       credentials=wrong)
     finally:
-        docker_client.images.remove(f"{unreachable}/{name}:latest")
+        docker_client.images.remove(f"{auth_registry.host}/{name}:latest")
+
+
+# --- a private registry (htpasswd) ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def private_repository(auth_registry, docker_client):
+    name = unique_name("imagegen-test/private")
+    yield name
+    remove_local_refs(docker_client, f"{auth_registry.host}/{name}")
+
+
+def test_private_registry_with_credentials_pushes_and_answers_tag_checks(auth_registry, private_repository,
+                                                                        tiny_image, docker_client):
+    login = Credentials(auth_registry.username, auth_registry.password)
+    image_id = tiny_image("private")
+
+    outcome = push_image(image_id, auth_registry.host, private_repository, ["1.0.0"], ["latest"], False,
+                         client=docker_client, credentials=login)
+    again = push_image(image_id, auth_registry.host, private_repository, ["1.0.0"], [], False,
+                       client=docker_client, credentials=login)
+
+    assert outcome.pushed_tags == ["1.0.0", "latest"]
+    assert again.already_published == ["1.0.0"]  # the tag check read the private manifest
+    assert remote_digest(auth_registry.host, private_repository, "1.0.0", login) == outcome.digest
+
+
+def test_private_registry_without_credentials_is_one_line_saying_how_to_log_in(auth_registry, private_repository,
+                                                                              tiny_image, docker_client, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no docker login of the user's may answer here
+    with pytest.raises(RegistryError) as raised:
+        push_image(tiny_image("anonymous"), auth_registry.host, private_repository, ["1.0.0"], [], False,
+                   client=docker_client)
+    assert str(raised.value) == (
+        f"registry {auth_registry.host} asks for a user name and password: it needs credentials; log in with "
+        f"`docker login {auth_registry.host}`, or pass --registry-user USER --registry-password-stdin")
+
+
+def docker_config(directory, content: dict) -> None:
+    """What `docker login` writes to $DOCKER_CONFIG/config.json."""
+    (directory / "config.json").write_text(json.dumps(content))
+
+
+def test_credentials_come_from_the_docker_config(auth_registry, private_repository, tiny_image, docker_client,
+                                                 tmp_path, monkeypatch):
+    token = base64.b64encode(f"{auth_registry.username}:{auth_registry.password}".encode()).decode()
+    docker_config(tmp_path, {"auths": {auth_registry.host: {"auth": token}}})
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+
+    outcome = push_image(tiny_image("config"), auth_registry.host, private_repository, ["1.0.0"], [], False,
+                         client=docker_client)
+
+    assert outcome.pushed_tags == ["1.0.0"]
+    assert remote_digest(auth_registry.host, private_repository, "1.0.0") == outcome.digest
+
+
+def test_credentials_come_from_a_credential_helper(auth_registry, tmp_path, monkeypatch):
+    """A credential helper is a program `docker-credential-NAME get` that prints the secret for a host."""
+    helper = tmp_path / "bin" / "docker-credential-imagegen-test"
+    helper.parent.mkdir()
+    answer = json.dumps({"ServerURL": auth_registry.host, "Username": auth_registry.username,
+                         "Secret": auth_registry.password})
+    helper.write_text(f"#!/bin/sh\n[ \"$1\" = get ] || exit 1\ncat > /dev/null\necho '{answer}'\n")
+    helper.chmod(0o755)
+    docker_config(tmp_path, {"credHelpers": {auth_registry.host: "imagegen-test"}})
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{helper.parent}:{os.environ['PATH']}")
+
+    assert credentials_for(auth_registry.host) == Credentials(auth_registry.username, auth_registry.password)
+    assert remote_digest(auth_registry.host, "imagegen-test/never-pushed", "1") is None  # authenticated: a 404
+
+
+class FlakyProxy(http.server.BaseHTTPRequestHandler):
+    """Answers the first requests with 503 and 429, as an overloaded registry does, then forwards."""
+
+    upstream = ""
+    failures = [503, 429]
+    seen: list[int] = []
+
+    def do_HEAD(self):
+        self.forward()
+
+    do_GET = do_HEAD
+
+    def forward(self):
+        if self.failures:
+            status = self.failures.pop(0)
+            self.seen.append(status)
+            self.send_response(status)
+            self.send_header("Retry-After", "0")
+            self.end_headers()
+            return
+        request = urllib.request.Request(f"http://{self.upstream}{self.path}", method=self.command,
+                                         headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                status, headers, body = response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            status, headers, body = error.code, error.headers, error.read()
+        self.seen.append(status)
+        self.send_response(status)
+        for key, value in headers.items():
+            if key.lower() not in ("transfer-encoding", "connection", "date", "server"):
+                self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_429_and_5xx_are_retried_with_backoff(registry, repository, tiny_image, docker_client):
+    pushed = push_image(tiny_image("flaky"), registry, repository, ["1.0.0"], [], False, client=docker_client)
+    FlakyProxy.upstream, FlakyProxy.seen = registry, []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyProxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        FlakyProxy.failures = [503, 429]
+        proxy = f"127.0.0.1:{server.server_address[1]}"
+        assert remote_digest(proxy, repository, "1.0.0") == pushed.digest
+    finally:
+        server.shutdown()
+    assert FlakyProxy.seen == [503, 429, 200, 200]  # /v2/ twice refused, then answered; then the manifest
+
+
+def test_an_artifact_attached_to_an_image_is_listed_under_the_referrers_fallback_tag(
+        auth_registry, private_repository, tiny_image, docker_client, tmp_path):
+    login = Credentials(auth_registry.username, auth_registry.password)
+    image = push_image(tiny_image("subject"), auth_registry.host, private_repository, ["1.0.0"], [], False,
+                       client=docker_client, credentials=login)
+    document = tmp_path / "image.cdx.json"
+    document.write_text('{"bomFormat": "CycloneDX", "specVersion": "1.6"}\n')
+
+    first = attach_artifact(auth_registry.host, private_repository, image.digest, document, "application/x-test", login)
+    second = attach_artifact(auth_registry.host, private_repository, image.digest, document, "text/x-other", login)
+
+    # distribution 2.8 stores a manifest with a subject but has no referrers API; the OCI fallback tag lists them.
+    fallback = f"the referrers tag {image.digest.replace(':', '-')}"
+    assert (first.found_by, second.found_by) == (fallback, fallback)
+    listed = referrers(auth_registry.host, private_repository, image.digest, login)
+    assert [(entry["digest"], entry["artifactType"]) for entry in listed] == [
+        (first.digest, "application/x-test"), (second.digest, "text/x-other")]
+    artifact = requests.get(f"http://{auth_registry.host}/v2/{private_repository}/manifests/{first.digest}",
+                            auth=(login.username, login.password),
+                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).json()
+    assert artifact["subject"]["digest"] == image.digest and artifact["artifactType"] == "application/x-test"
+    blob = requests.get(f"http://{auth_registry.host}/v2/{private_repository}/blobs/{artifact['layers'][0]['digest']}",
+                        auth=(login.username, login.password))
+    assert blob.content == document.read_bytes()

@@ -8,10 +8,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import markupsafe
 import pytest
 from click.testing import CliRunner
 
-from imagegen.report_page import report_command
+from imagegen.cli import main
 # Aliased: pytest would try to collect a class named Test* as a test class.
 from imagegen.reports import BuildResult, Check, LayerResult, PushResult, write_json
 from imagegen.reports import TestResult as ImageTestResult
@@ -19,6 +20,7 @@ from tests.helpers import real_matrix_data
 
 HOSTILE = "<script>alert('x')</script>&\"|"
 PUSHED_DIGEST = "sha256:" + "9f8e" * 16
+SBOM_DIGEST = "sha256:" + "5b0m" * 16
 GPU_SKIP_REASON = "no GPU runtime: docker has no nvidia runtime"
 MATRIX_IMAGES = [image["name"] for image in real_matrix_data()["images"]]
 
@@ -28,6 +30,8 @@ def results(logs: Path) -> tuple[list, list, list]:
     builds = [
         BuildResult("cu124-torch2.6", "repo:tag", "built", 812.0, 14_230_000_000, "sha256:" + "ab12" * 16,
                     log_file=str(logs / "cu124-torch2.6.log"),
+                    sbom_file=str(logs.parent / "sbom" / "cu124-torch2.6.cdx.json"),
+                    sbom_components={"python": 158, "os": 211},
                     layers=[LayerResult("base", "repo:base", "built", 120.0, 3, 10)]),
         BuildResult("cu118-torch2.6", "repo:tag", "failed", 233.0, failed_layer="framework",
                     failed_step=f"RUN pip install flash-attn {HOSTILE}",
@@ -46,7 +50,8 @@ def results(logs: Path) -> tuple[list, list, list]:
     ]
     pushes = [
         PushResult("cu124-torch2.6", "ghcr.io", "imagegen/vlm-grpo", "pushed", PUSHED_DIGEST,
-                   ["0.1.0-torch2.6.0-cu124-cudnn9-py3.11", "cu12.4"]),
+                   ["0.1.0-torch2.6.0-cu124-cudnn9-py3.11", "cu12.4"], sbom_digest=SBOM_DIGEST,
+                   sbom_found_by="the referrers tag sha256-9f8e"),
         PushResult("cpu", "ghcr.io", "imagegen/vlm-grpo", "not pushed", reason="tests failed: version.torch"),
     ]
     return builds, tests, pushes
@@ -65,7 +70,7 @@ def reports(tmp_path) -> Path:
 def run_report(reports: Path, out: Path):
     args = ["--build", reports / "build.json", "--test", reports / "test.json", "--push", reports / "push.json",
             "--out", out]
-    return CliRunner().invoke(report_command, [str(arg) for arg in args])
+    return CliRunner().invoke(main, ["report", *(str(arg) for arg in args)])
 
 
 @pytest.fixture
@@ -103,6 +108,15 @@ def test_statuses_reasons_and_digests_are_on_the_page(page):
         assert "not run" in text
 
 
+def test_the_sbom_is_counted_linked_and_its_artifact_named(page):
+    html_text, markdown = (page / "index.html").read_text(), (page / "index.md").read_text()
+    for text in (html_text, markdown):
+        assert "SBOM: 158 Python, 211 OS" in text
+        assert "SBOM sha256:5b0m5b0m5b0m refers to it (the referrers tag sha256-9f8e)" in text
+    assert 'href="../reports/sbom/cu124-torch2.6.cdx.json">SBOM</a>' in html_text
+    assert "[SBOM](../reports/sbom/cu124-torch2.6.cdx.json)" in markdown
+
+
 def test_a_row_without_results_says_not_run_for_every_stage(page):
     markdown = (page / "index.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| **cu121-torch2.5**"))
@@ -124,7 +138,7 @@ def test_log_links_are_relative_to_the_page(page):
 def test_hostile_text_is_escaped(page):
     html_text = (page / "index.html").read_text()
     assert HOSTILE not in html_text
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&amp;&quot;" in html_text
+    assert str(markupsafe.escape(HOSTILE)) in html_text
     markdown = (page / "index.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| **cu118-torch2.6**"))
     assert "<script>" not in row and row.count(" | ") == 13  # the pipe in the text made no extra column
@@ -205,7 +219,7 @@ def test_from_reads_the_reports_of_every_job(tmp_path):
     write_json(downloaded / "cpu" / "build.json", "build", builds[2:])
     write_json(downloaded / "cpu" / "test.json", "test", tests[1:])
     out = tmp_path / "page"
-    result = CliRunner().invoke(report_command, ["--from", str(downloaded), "--out", str(out)])
+    result = CliRunner().invoke(main, ["report", "--from", str(downloaded), "--out", str(out)])
     assert result.exit_code == 0, result.output
     markdown = (out / "index.md").read_text()
     assert "sha256:9f8e9f8e9f8e" in markdown and "4.1 GB" in markdown and "expected 2.14.1" in markdown

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from . import audit
 from .info import cudnn_parts, cudnn_version, expected_path, installed_version, nccl_version, read_expected
 
 NO_GPU = "no GPU visible"
@@ -217,6 +218,10 @@ def gpu_checks(expected: Optional[dict], require_gpu: bool) -> list[dict[str, st
         available, why = False, f"{NO_GPU} (torch not importable: {exc})"
     if not available:
         return [check(name, FAIL if require_gpu else SKIP, why) for name, _ in checks]
+    return run_checks(checks)
+
+
+def run_checks(checks: list[tuple[str, Callable[[], tuple[str, str]]]]) -> list[dict[str, str]]:
     results = []
     for name, run in checks:
         try:
@@ -264,11 +269,19 @@ def tiny_train_check() -> dict[str, str]:
         return check(name, PASS, f"2 GRPO steps in {seconds:.1f} s (incl. model generation); last: {steps[-1]}")
 
 
+def audit_checks(expected: Optional[dict]) -> list[dict[str, str]]:
+    """The checks that need no GPU: extensions load, torch's CUDA architectures, CUDA libraries twice."""
+    return run_checks([("abi.extensions", audit.extensions_check),
+                       ("cuda.archs", lambda: audit.archs_check(expected)),
+                       ("audit.cuda_duplicates", audit.duplicates_check)])
+
+
 def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False) -> dict:
     path = expected_path(expected_option)
     expected, reason = read_expected(path)
     checks = version_checks(expected, reason)
     checks.append(user_check())
+    checks.extend(audit_checks(expected))
     checks.extend(gpu_checks(expected, require_gpu))
     if skip_train:
         checks.append(check("train.tiny_grpo", SKIP, "--skip-train"))

@@ -1,0 +1,104 @@
+"""The in-image audits that need no GPU, and the driver check the entrypoint runs at start."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vlmgrpo import audit, driver
+from vlmgrpo.selftest import run_selftest
+
+PROC_TEXT = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+
+
+@pytest.mark.parametrize("flags, arch, covered", [
+    (["sm_80", "sm_90"], "8.6", True),  # a sm_80 cubin runs on later minors of Ampere
+    (["sm_80", "sm_90"], "7.5", False),
+    (["sm_75", "compute_75"], "9.0", True),  # PTX compiles on the fly for newer GPUs
+    (["sm_90a"], "9.0", False),  # arch-specific code runs on that one GPU family only
+    (["sm_86"], "8.0", False),
+    (["sm_100", "sm_120"], "12.0", True),
+])
+def test_arch_coverage(flags, arch, covered):
+    assert audit.covers(flags, arch) is covered
+
+
+def test_archs_check_names_what_torch_lacks(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "sm_80 sm_90")
+    assert audit.archs_check({"cuda_archs": ["8.0", "8.6", "9.0"]})[0] == "pass"
+    status, detail = audit.archs_check({"cuda_archs": ["7.0", "8.0", "10.0"]})
+    assert status == "fail" and detail == "torch is built for sm_80 sm_90, which does not run on 7.0, 10.0"
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: None)
+    assert audit.archs_check({"cuda_archs": ["8.0"]})[0] == "skip"  # a CPU-only torch
+    assert audit.archs_check({"cuda_archs": []}) == ("skip", "the matrix lists no CUDA architectures for this image")
+
+
+def test_every_compiled_file_of_torchvision_loads_and_a_broken_one_names_its_symbol(tmp_path):
+    status, detail = audit.extensions_check()
+    assert status == "pass" and "torchvision/" in detail
+    source = tmp_path / "broken.c"
+    source.write_text("extern void imagegen_missing_symbol(void);\nvoid use(void) { imagegen_missing_symbol(); }\n")
+    library = tmp_path / "broken.so"
+    compiled = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], capture_output=True)
+    if compiled.returncode:
+        pytest.skip(f"no C compiler to make a broken extension: {compiled.stderr.decode()[:200]}")
+    assert audit.load_extension(str(library)) == "undefined symbol imagegen_missing_symbol"
+
+
+def test_cuda_libraries_twice_are_listed_with_their_bytes(tmp_path, monkeypatch):
+    base, wheel = tmp_path / "cuda" / "lib64", tmp_path / "nvidia" / "cublas" / "lib"
+    for directory, size in ((base, 3_000_000), (wheel, 2_000_000)):
+        directory.mkdir(parents=True)
+        (directory / "libcublas.so.12").write_bytes(b"\0" * size)
+    (base / "libcurl.so.4").write_bytes(b"\0" * 10)  # not CUDA, though it starts with libcu
+    monkeypatch.setattr(audit, "wheel_library_dirs", lambda: [str(wheel)])
+    status, detail = audit.duplicates_check([str(base)])
+    assert status == "pass"
+    assert detail == "1 CUDA libraries twice, at least 2 MB duplicated: libcublas 3 MB in the base + 2 MB in a wheel"
+    assert audit.library_bytes([str(base)]) == {"libcublas": 3_000_000}
+    assert audit.duplicates_check([str(tmp_path / "none")])[0] == "skip"
+
+
+def test_selftest_reports_the_audits(tmp_path):
+    expected = tmp_path / "expected.json"
+    expected.write_text(json.dumps({"cuda_archs": []}))
+    checks = {c["name"]: c for c in run_selftest(str(expected), skip_train=True)["checks"]}
+    assert checks["abi.extensions"]["status"] == "pass"
+    assert checks["cuda.archs"]["status"] == "skip"
+    assert checks["audit.cuda_duplicates"]["status"] in ("pass", "skip")
+
+
+def test_driver_version_is_read_from_the_kernel_module_line():
+    assert driver.found_driver(PROC_TEXT) == "535.104.05"
+    assert driver.found_driver("garbage") is None
+
+
+@pytest.mark.parametrize("needed, found, says", [
+    ("525.60.13", "535.104.05", None),
+    ("580", "580.95.05", None),
+    ("580", "575.57.08", "error: this image needs NVIDIA driver 580 or newer; the host has 575.57.08."),
+    ("525.60.13", "525.60.12", "error: this image needs NVIDIA driver 525.60.13 or newer; the host has 525.60.12."),
+    (None, "470.82.01", None),  # a CPU image needs none
+])
+def test_driver_problem(needed, found, says):
+    line = driver.problem(needed, found)
+    assert line == says if says is None else line.startswith(says)
+
+
+def test_the_driver_check_is_one_line_and_exit_1(tmp_path):
+    version_file, expected = tmp_path / "version", tmp_path / "expected.json"
+    version_file.write_text(PROC_TEXT)
+    expected.write_text(json.dumps({"min_driver": "580"}))
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
+                            text=True, env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1
+    assert result.stderr == ("error: this image needs NVIDIA driver 580 or newer; the host has 535.104.05. "
+                             "Update the host's driver, or use an image built for an older CUDA\n")
+    expected.write_text(json.dumps({"min_driver": "525.60.13"}))
+    ok = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True, text=True,
+                        env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin"})
+    assert (ok.returncode, ok.stderr) == (0, "")
