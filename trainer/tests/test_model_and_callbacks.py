@@ -1,3 +1,5 @@
+import re
+
 import torch
 import pytest
 from safetensors.torch import load_file
@@ -80,10 +82,11 @@ def test_graceful_stop_exit_codes():
 @pytest.mark.parametrize("name,message", [
     ("nonexistent_module_xyz:f", "cannot import nonexistent_module_xyz"),
     ("os:not_a_function", "os has no function not_a_function"),
-    ("just_a_name", "expected iou, format, or module:function"),
+    ("just_a_name", "unknown reward 'just_a_name'; use one of iou, format, iou_lenient, format_lenient"),
+    ("iuo", "unknown reward 'iuo' (did you mean iou?)"),
 ])
 def test_bad_custom_reward_is_a_config_error(name, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         build_rewards([name], "absolute", None, None)
 
 
