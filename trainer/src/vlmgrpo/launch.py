@@ -104,6 +104,15 @@ def check_batch(config: TrainConfig, processes: int) -> None:
             f"{steps_per_generation} steps per generation) is not divisible by num_generations {generations}; "
             f"change --batch-size, --num-generations or gradient_accumulation_steps"
         )
+    if not config.data.val_split_ratio or grpo.get("eval_strategy", "steps") == "no":
+        return
+    eval_batch = grpo.get("per_device_eval_batch_size", 8) * processes
+    eval_generations = grpo.get("num_generations_eval") or generations
+    if eval_batch % eval_generations:
+        raise LaunchError(
+            f"evaluation batch {eval_batch} (per_device_eval_batch_size x {processes} processes) is not divisible "
+            f"by {eval_generations} generations; set per_device_eval_batch_size or num_generations_eval"
+        )
 
 
 def shm_bytes(path: str = "/dev/shm") -> Optional[int]:
