@@ -1,10 +1,15 @@
+import json
 import re
 
 import torch
+from PIL import Image
 import pytest
 from safetensors.torch import load_file
 
+from click.testing import CliRunner
+
 from conftest import TESTS, read_jsonl, vlmgrpo
+from vlmgrpo.cli import main
 from vlmgrpo.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.model import answer_box_space, choose_attention, choose_dtype
@@ -37,12 +42,44 @@ def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_pa
     assert len(read_jsonl(output / "metrics.jsonl")) == 2
 
 
+def test_internvl_trains_with_its_tiles_and_scores_in_norm1000(tmp_path):
+    """A second family: InternVL (vision tower, pixel-shuffle projector, Qwen2 language model), images cut into
+    tiles; it answers boxes in 0-1000 coordinates."""
+    from vlmgrpo.tiny import make_tiny
+
+    tiny = make_tiny(tmp_path / "tiny", rows=4, family="internvl")
+    output = tmp_path / "out"
+    common = ["--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"]]
+    vlmgrpo("train", *common, "--output", output, "--max-steps", "2", "--num-generations", "2", "--batch-size", "4",
+            "--max-completion-length", "8", "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.01",
+            "--set", "freeze_vision_tower=true",
+            "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:token_sum]", check=True)
+    before = load_file(f"{tiny['model']}/model.safetensors")
+    after = load_file(str(output / "model.safetensors"))
+    vision = [name for name in before if name.startswith("vision_tower.")]
+    language = [name for name in before if name.startswith("language_model.")]
+    assert vision and language
+    assert all(torch.equal(before[name], after[name]) for name in vision)
+    assert any(not torch.equal(before[name], after[name]) for name in language)
+    row = read_jsonl(tiny["data"])[0]
+    width, height = Image.open(f"{tiny['image_root']}/{row['image']}").size
+    x1, y1, x2, y2 = json.loads(row["conversations"][1]["value"])["bbox_2d"]
+    norm1000 = [round(x1 * 1000 / width), round(y1 * 1000 / height), round(x2 * 1000 / width),
+                round(y2 * 1000 / height)]
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"id": row["id"], "completion": f'<think>t</think><answer>{{"bbox_2d": '
+                                                                      f'{norm1000}}}</answer>'}))
+    scored = json.loads(vlmgrpo("score", *common, "--completions", completions, check=True).stdout)
+    assert scored["rewards"]["format"] == 1.0 and scored["rewards"]["iou"] > 0.9
+
+
 def test_cpu_defaults():
     assert choose_attention("auto") == "sdpa"  # no GPU here
     assert choose_attention("eager") == "eager"
     assert choose_dtype("auto") == torch.float32
     assert answer_box_space("auto", "qwen2_5_vl") == "resized"
     assert answer_box_space("auto", "qwen2_vl") == "norm1000"
+    assert answer_box_space("auto", "internvl") == "norm1000"
 
 
 def test_watchdog_warns_after_patience_and_names_what_to_check():
@@ -97,7 +134,9 @@ def test_custom_reward_from_file_keeps_its_name():
 
 
 def test_resume_path_that_is_not_a_checkpoint(tmp_path, tiny):
-    result = vlmgrpo("train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
-                     "--output", tmp_path / "o", "--resume", tmp_path, "--num-generations", "2", "--batch-size", "2")
-    assert result.returncode == 2 and "not a checkpoint directory" in result.stderr
-    assert "Traceback" not in result.stderr
+    for dry_run in (["--dry-run"], []):
+        result = CliRunner().invoke(main, ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root",
+                                           tiny["image_root"], "--output", str(tmp_path / "o"), "--resume",
+                                           str(tmp_path), "--num-generations", "2", "--batch-size", "2", *dry_run])
+        assert result.exit_code == 2 and "not a checkpoint directory" in result.output
+        assert len(result.output.strip().splitlines()) == 1

@@ -125,10 +125,11 @@ def lora_config(config: ModelConfig):
 
 
 def answer_box_space(requested: str, model_type: str) -> str:
-    """Qwen2.5-VL answers in pixels of its resized input, Qwen2-VL in 0-1000 coordinates."""
+    """Qwen2.5-VL answers in pixels of its resized input; Qwen2-VL and InternVL in 0-1000 coordinates (InternVL's
+    grounding format, and the space of VLM-R1's InternVL REC data)."""
     if requested != "auto":
         return requested
-    if model_type.startswith("qwen2_vl"):
+    if model_type.startswith(("qwen2_vl", "internvl")):
         return NORM1000
     if model_type.startswith(("qwen2_5_vl", "qwen3_vl")):
         return RESIZED
