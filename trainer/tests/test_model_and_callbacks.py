@@ -140,3 +140,23 @@ def test_resume_path_that_is_not_a_checkpoint(tmp_path, tiny):
                                            str(tmp_path), "--num-generations", "2", "--batch-size", "2", *dry_run])
         assert result.exit_code == 2 and "not a checkpoint directory" in result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_signal_before_training_exits_at_once(tmp_path):
+    """`docker stop` while the data is checked or the model loads: vlmgrpo is the container's PID 1, which would
+    ignore SIGTERM without a handler; it exits 143 at once instead, as there is nothing to checkpoint yet."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ENV
+
+    code = ("import sys, time\nfrom vlmgrpo.launch import exit_on_signal_until_training\n"
+            "exit_on_signal_until_training()\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=ENV)
+    assert process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 143
+    assert "received SIGTERM before training started: nothing to checkpoint yet, exiting" in stderr

@@ -112,8 +112,10 @@ def run_options(command):
               "load no model.")
 def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
     """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
+    from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
+
+    exit_on_signal_until_training()  # first: the imports below take seconds
     from .config import dump_config, load_config
-    from .launch import check_shm, needs_launch, run_torchrun, torchrun_command
     from .preflight import clear_earlier_run, validate
     from .train import run_training
 

@@ -14,7 +14,7 @@ from .checkpoint import checkpoint_step, resolve_resume, restore_weights
 from .config import TrainConfig
 from .data import LoadedData, to_hf_dataset
 from .errors import ConfigError
-from .launch import resolve_deepspeed
+from .launch import resolve_deepspeed, write_stop_marker
 from .preflight import RUN_LOGS
 from .rewards import build_rewards, completion_text
 
@@ -167,6 +167,7 @@ def run_training(config: TrainConfig, data: LoadedData) -> int:
     finally:
         stop.uninstall()
     if stop.signal_number is not None:
+        write_stop_marker(stop.signal_number)
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code
