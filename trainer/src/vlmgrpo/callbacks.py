@@ -35,6 +35,15 @@ def _clean(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def gpu_memory_peak_gib():
+    """The most GPU memory this process's tensors have held (torch.cuda.max_memory_allocated); None on the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+
+
 def _number(value, spec=".3g") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -81,6 +90,9 @@ class MetricsLogger(TrainerCallback):
         # Wall-clock seconds per optimizer step (generation, rewards and update), averaged over the logging interval.
         steps = max(state.global_step - self.last_step, 1)
         record["step_time"] = round((now - self.last_time) / steps, 4) if self.last_time else None
+        peak = gpu_memory_peak_gib()
+        if peak is not None:
+            record["gpu_memory_peak_gib"] = peak
         self.last_time, self.last_step = now, state.global_step
         with self.path.open("a") as stream:
             stream.write(json.dumps(record) + "\n")
