@@ -141,3 +141,18 @@ def test_deepspeed_without_the_package_is_a_clear_error():
         pytest.skip("deepspeed is installed here")
     result = invoke("--model", "m", "--data", "x.jsonl", "--deepspeed", "zero3", "--dry-run")
     assert result.exit_code == 2 and "deepspeed package is not installed" in result.output
+
+
+def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
+    """examples/qwen2_5_vl_3b_rec_zero3.yaml on 8 GPUs: its reporter (tensorboard) is installed, its batch holds
+    whole groups, and it is VLM-R1's REC run."""
+    from conftest import REPO
+    from vlmgrpo.launch import check_batch
+    from vlmgrpo.preflight import check_evaluation, check_reporting
+
+    config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8})
+    check_reporting(config)
+    check_evaluation(config)
+    check_batch(config, 8)
+    assert config.grpo["report_to"] == "tensorboard" and config.grpo["max_completion_length"] == 2048
+    assert config.grpo["loss_type"] == "grpo" and config.grpo["top_k"] == 50
