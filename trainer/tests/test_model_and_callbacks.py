@@ -22,45 +22,38 @@ class State:
     max_steps = 10
 
 
-def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
+def train_with_a_frozen_vision_tower(tmp_path, family, vision_prefix, language_prefix) -> dict:
+    """Two steps of a tiny model of the family with freeze_vision_tower: the vision weights (saved under
+    vision_prefix) stay as they were, the language model's change."""
     from vlmgrpo.tiny import make_tiny
 
-    tiny = make_tiny(tmp_path / "tiny", rows=4, family="qwen2_vl")
+    tiny = make_tiny(tmp_path / "tiny", rows=4, family=family)
     output = tmp_path / "out"
     vlmgrpo("train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
-            "--output", output, "--max-steps", "2", "--num-generations", "4", "--batch-size", "4",
-            "--max-completion-length", "8", "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
-            "--set", "freeze_vision_tower=true",
-            "--set", f"reward_funcs=[format, {TESTS / 'shaping.py'}:token_sum]", check=True)
-    before = load_file(f"{tiny['model']}/model.safetensors")
-    after = load_file(str(output / "model.safetensors"))
-    vision = [name for name in before if name.startswith("visual.")]
-    language = [name for name in before if name.startswith("model.layers.")]
-    assert vision and language
-    assert all(torch.equal(before[name], after[name]) for name in vision)
-    assert any(not torch.equal(before[name], after[name]) for name in language)
-    assert len(read_jsonl(output / "metrics.jsonl")) == 2
-
-
-def test_internvl_trains_with_its_tiles_and_scores_in_norm1000(tmp_path):
-    """A second family: InternVL (vision tower, pixel-shuffle projector, Qwen2 language model), images cut into
-    tiles; it answers boxes in 0-1000 coordinates."""
-    from vlmgrpo.tiny import make_tiny
-
-    tiny = make_tiny(tmp_path / "tiny", rows=4, family="internvl")
-    output = tmp_path / "out"
-    common = ["--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"]]
-    vlmgrpo("train", *common, "--output", output, "--max-steps", "2", "--num-generations", "2", "--batch-size", "4",
+            "--output", output, "--max-steps", "2", "--num-generations", "2", "--batch-size", "4",
             "--max-completion-length", "8", "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.01",
             "--set", "freeze_vision_tower=true",
             "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:token_sum]", check=True)
     before = load_file(f"{tiny['model']}/model.safetensors")
     after = load_file(str(output / "model.safetensors"))
-    vision = [name for name in before if name.startswith("vision_tower.")]
-    language = [name for name in before if name.startswith("language_model.")]
+    vision = [name for name in before if name.startswith(vision_prefix)]
+    language = [name for name in before if name.startswith(language_prefix)]
     assert vision and language
     assert all(torch.equal(before[name], after[name]) for name in vision)
     assert any(not torch.equal(before[name], after[name]) for name in language)
+    assert len(read_jsonl(output / "metrics.jsonl")) == 2
+    return tiny
+
+
+def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
+    train_with_a_frozen_vision_tower(tmp_path, "qwen2_vl", "visual.", "model.layers.")
+
+
+def test_internvl_trains_with_its_tiles_and_scores_in_norm1000(tmp_path):
+    """A second family: InternVL (vision tower, pixel-shuffle projector, Qwen2 language model), images cut into
+    tiles; it answers boxes in 0-1000 coordinates."""
+    tiny = train_with_a_frozen_vision_tower(tmp_path, "internvl", "vision_tower.", "language_model.")
+    common = ["--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"]]
     row = read_jsonl(tiny["data"])[0]
     width, height = Image.open(f"{tiny['image_root']}/{row['image']}").size
     x1, y1, x2, y2 = json.loads(row["conversations"][1]["value"])["bbox_2d"]

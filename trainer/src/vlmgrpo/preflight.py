@@ -99,6 +99,9 @@ def check_output(config: TrainConfig) -> None:
         raise ConfigError(f"{where}: key 'output_dir': {problem}")
     if config.run.resume not in (None, "auto"):
         resolve_resume(config.run.resume, output)  # a --resume PATH that is no checkpoint fails here
+    if config.run.resume and config.run.overwrite_output:
+        raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output starts over and --resume "
+                          f"{config.run.resume} continues: give one of them")
     if under_torchrun() or config.run.resume or config.run.overwrite_output:
         return  # under torchrun the launching process has checked (and cleared) it already
     found = earlier_run(output)

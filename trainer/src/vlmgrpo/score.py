@@ -47,15 +47,13 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
 
 
 def score_completions(config: TrainConfig, data: LoadedData, completions_path: str) -> Iterator[dict]:
-    from transformers import AutoConfig
-
-    from .model import answer_box_space, load_processor, resize_function
+    from .model import answer_box_space, load_config, load_processor, resize_function
     from .rewards import build_rewards
 
     samples = data.samples + data.validation
     scored = read_completions(completions_path, samples)
     processor = load_processor(config.model)
-    model_type = AutoConfig.from_pretrained(config.model.model_name_or_path).model_type
+    model_type = load_config(config.model.model_name_or_path).model_type
     space = answer_box_space(config.reward.answer_box_space, model_type)
     rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor), config.reward.iou_threshold)
     dataset = to_hf_dataset(samples, config.data.question_template)
