@@ -204,3 +204,16 @@ def test_validation_split_is_seeded_and_rounds_up(tmp_path, images):
     assert {s.location for s in held_out.samples + held_out.validation} == {f"{data}:{n}" for n in range(1, 11)}
     with pytest.raises(DataError, match="holds out 10 of 10 rows, leaving none to train on"):
         split(0.95)
+
+
+def test_joined_paths_in_a_config_file_are_relative_to_it(tmp_path, images):
+    from vlmgrpo.config import load_config
+
+    write_jsonl(tmp_path / "a.jsonl", [conv_row()])
+    write_jsonl(tmp_path / "b.jsonl", [conv_row(), conv_row()])
+    recipe = tmp_path / "recipes" / "rec.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(f"data_file_paths: ../a.jsonl:../b.jsonl\nimage_folders: ../images:{images}\n")
+    config = load_config(str(recipe), {})
+    loaded = load_data(config.data.data, config.data.image_root, config.data.box_space)
+    assert [r.rows_used for r in loaded.reports] == [1, 2]

@@ -136,6 +136,11 @@ def section_field_types() -> dict[str, Any]:
     return types
 
 
+# Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
+# be VLM-R1's JOIN-ed lists of several.
+PATH_KEYS = ("model_name_or_path", "image_root", "deepspeed", "data")
+JOIN = ":"
+
 # VLM-R1's names for our keys (its GRPOModelConfig, TRL's ModelConfig and its grpo_jsonl.py arguments).
 KEY_ALIASES = {
     "use_peft": "use_lora",
@@ -427,17 +432,15 @@ def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]
     def resolve(value):
         if isinstance(value, dict):
             return {k: resolve(v) if k in ("path", "image_root") else v for k, v in value.items()}
-        if not isinstance(value, str) or os.path.isabs(value) or not (base / value).exists():
+        if isinstance(value, list):
+            return [resolve(entry) for entry in value]
+        if not isinstance(value, str) or os.path.isabs(value):
             return value
-        return str(base / value)
+        if JOIN in value:
+            return JOIN.join(resolve(part) for part in value.split(JOIN))
+        return str(base / value) if (base / value).exists() else value
 
-    resolved = dict(values)
-    for key in ("model_name_or_path", "image_root", "deepspeed"):
-        if key in resolved:
-            resolved[key] = resolve(resolved[key])
-    if isinstance(resolved.get("data"), list):
-        resolved["data"] = [resolve(entry) for entry in resolved["data"]]
-    return resolved
+    return {key: resolve(value) if KEY_ALIASES.get(key, key) in PATH_KEYS else value for key, value in values.items()}
 
 
 def dump_config(config: TrainConfig) -> str:

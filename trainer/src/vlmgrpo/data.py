@@ -28,12 +28,11 @@ import yaml
 
 from .access import unreadable
 from .boxes import ABSOLUTE, NORM1000, Box, is_valid_box, parse_label, to_absolute
-from .config import fill_template
+from .config import JOIN, fill_template
 from .errors import DataError
 
 PLACEHOLDER = "<image>"
 _SAMPLING = re.compile(r"^(?:all|(first|end|random):(\d+)(%?))$")  # all: VLM-R1's "no sampling"
-JOIN = ":"  # VLM-R1 joins several data files (and their image folders) with ':' in one argument
 DATA_SUFFIXES = (".jsonl", ".json")
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 

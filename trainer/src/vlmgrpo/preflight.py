@@ -51,8 +51,7 @@ def check_model_source(config: TrainConfig) -> None:
         raise ConfigError(f"{where}: {path} is a file; give the model's directory")
     if not _HUB_ID.match(value):
         ancestor = nearest_existing(Path(path))
-        hidden = unreadable(str(ancestor))
-        reason = f"cannot look inside {hidden}" if hidden else "no such directory"
+        reason = unreadable(str(ancestor)) or "no such directory"  # an ancestor this uid cannot enter hides it
         raise ConfigError(f"{where}: {value} does not exist ({reason}); give the directory of a saved model "
                           "(config.json, weights, processor files) or a hub id such as Qwen/Qwen2.5-VL-3B-Instruct")
     if _offline():
