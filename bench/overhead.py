@@ -22,6 +22,8 @@ SETTINGS = {
     "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 1,
     "max_completion_length": 32,
+    "loss_type": "grpo",  # vlmgrpo's recipe defaults (VLM-R1's), given to both so they sample and learn alike
+    "top_k": 50,
     "learning_rate": 1e-6,
     "beta": 0.04,
     "gradient_checkpointing": True,

@@ -1,8 +1,10 @@
 """End to end, as a user runs the published image: `docker run ... IMAGE train` with the
-data and output mounted from the host, an arbitrary uid, `docker stop` and a resume."""
+data and output mounted from the host, an arbitrary uid, `docker stop` and a resume, and two
+containers on one network as two hosts of one run."""
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.docker_env import unique_name
 from tests.helpers import REPO
 
 USER = "4321:4321"  # no such user in the image: HOME and every cache must still work
@@ -32,20 +35,22 @@ def host_dirs(tmp_path_factory):
                    capture_output=True)
     recipe = yaml.safe_load((REPO / "examples" / "rec_tiny.yaml").read_text())
     recipe.update(model_name_or_path="/data/tiny/model", output_dir="/out/run", max_steps=2, save_steps=2,
-                  data=[{**recipe["data"][0], "path": "/data/tiny/data/rec.jsonl",
-                         "image_root": "/data/tiny/data/images"}])
+                  report_to="tensorboard", data=[{**recipe["data"][0], "path": "/data/tiny/data/rec.jsonl",
+                                                  "image_root": "/data/tiny/data/images"}])
     (data / "rec_tiny.yaml").write_text(yaml.safe_dump(recipe))
+    # A copy as transformers saved it (model.safetensors 0600, owned by the host user): unreadable in the image.
+    shutil.copytree(data / "tiny" / "model", root / "private-model")
     subprocess.run(["chmod", "-R", "a+rX", str(data)], check=True)  # readable by the uid that trains
     out.mkdir()
     uid, gid = map(int, USER.split(":"))
     os.chown(out, uid, gid)
-    return {"data": data, "out": out}
+    return {"data": data, "out": out, "private_model": root / "private-model"}
 
 
-def run_args(image, dirs, name=None):
+def run_args(image, dirs, name=None, network=None):
     """`docker run` as a user types it; with a name, detached so that it can be stopped."""
-    return ["run", *(["-d", "--name", name] if name else ["--rm"]), "--user", USER,
-            "-v", f"{dirs['data']}:/data:ro", "-v", f"{dirs['out']}:/out", image]
+    return ["run", *(["-d", "--name", name] if name else ["--rm"]), *(["--network", network] if network else []),
+            "--user", USER, "-v", f"{dirs['data']}:/data:ro", "-v", f"{dirs['out']}:/out", image]
 
 
 def metrics(path: Path) -> list[dict]:
@@ -53,7 +58,7 @@ def metrics(path: Path) -> list[dict]:
 
 
 def test_train_writes_checkpoint_and_metrics_owned_by_the_caller(cpu_image, host_dirs):
-    result = docker(*run_args(cpu_image["ref"], host_dirs), "train", "--config", "/data/rec_tiny.yaml")
+    result = docker(*run_args(cpu_image["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml")
     run = host_dirs["out"] / "run"
     steps = [row["step"] for row in metrics(run / "metrics.jsonl")]
     assert steps[-1] == 2, result.stdout[-2000:]
@@ -61,17 +66,34 @@ def test_train_writes_checkpoint_and_metrics_owned_by_the_caller(cpu_image, host
     assert (checkpoint / "model.safetensors").is_file() or list(checkpoint.glob("*.safetensors"))
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in run.rglob("*")}
     assert owners == {(4321, 4321)}
+    assert list(run.glob("runs/*/events.out.tfevents.*")), "report_to: tensorboard wrote no event file"
+    assert all("clip_ratio" in row for row in metrics(run / "metrics.jsonl"))
+
+
+def test_bad_inputs_fail_before_the_model_loads(cpu_image, host_dirs):
+    """Weights saved 0600 by another user, and an output directory the training uid cannot write."""
+    weights = "/private/model.safetensors"
+    result = docker("run", "--rm", "--user", USER, "-v", f"{host_dirs['private_model']}:/private:ro",
+                    "-v", f"{host_dirs['data']}:/data:ro", cpu_image["id"], "train", "--config", "/data/rec_tiny.yaml",
+                    "--model", "/private", "--output", "/tmp/run", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().endswith(f"{weights} is not readable by uid 4321 (mode 0600, owner uid "
+                                          f"{os.getuid()}); make it readable: chmod a+r {weights}")
+    result = docker(*run_args(cpu_image["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
+                    "--output", "/data/run", "--dry-run", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "key 'output_dir': cannot write to /data (to create /data/run in it) as uid 4321" in result.stderr
 
 
 def test_selftest_passes_inside_the_image(cpu_image):
-    result = docker("run", "--rm", cpu_image["ref"], "selftest", timeout=600)
+    result = docker("run", "--rm", cpu_image["id"], "selftest", timeout=600)
     report = json.loads(result.stdout)
     assert report["failed"] == 0
     assert {c["name"]: c["status"] for c in report["checks"]}["train.tiny_grpo"] == "pass"
 
 
 def test_any_other_command_runs_as_given(cpu_image):
-    result = docker("run", "--rm", "--user", USER, cpu_image["ref"], "python", "-c",
+    result = docker("run", "--rm", "--user", USER, cpu_image["id"], "python", "-c",
                     "import os, torch; print(os.getuid(), os.access(os.environ['HOME'], os.W_OK), torch.__version__)")
     assert result.stdout.split() == ["4321", "True", "2.14.1+cu130"]
 
@@ -79,7 +101,7 @@ def test_any_other_command_runs_as_given(cpu_image):
 def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(cpu_image, host_dirs):
     name = f"imagegen-e2e-{os.getpid()}"
     run = host_dirs["out"] / "stopped"
-    docker(*run_args(cpu_image["ref"], host_dirs, name=name), "train", "--config", "/data/rec_tiny.yaml",
+    docker(*run_args(cpu_image["id"], host_dirs, name=name), "train", "--config", "/data/rec_tiny.yaml",
            "--output", "/out/stopped", "--max-steps", "500", "--save-steps", "1000")
     try:
         deadline = time.monotonic() + 300
@@ -97,8 +119,65 @@ def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(cpu_image, ho
     saved_step = int(checkpoints[-1].name.split("-")[1])
     steps_before = len(metrics(run / "metrics.jsonl"))
 
-    docker(*run_args(cpu_image["ref"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
+    docker(*run_args(cpu_image["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
            "--output", "/out/stopped", "--max-steps", str(saved_step + 2), "--save-steps", "1000",
            "--resume", "auto")
     resumed = [row["step"] for row in metrics(run / "metrics.jsonl")[steps_before:]]
     assert resumed[0] == saved_step + 1 and resumed[-1] == saved_step + 2
+
+
+def wait_for_step(path: Path, step: int, names: list[str], timeout: int = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(row.get("step", 0) >= step for row in metrics(path)):
+            return
+        time.sleep(1)
+    logs = {name: docker("logs", name, check=False).stderr[-2000:] for name in names}
+    pytest.fail(f"no step {step} in {path} within {timeout} s: {logs}")
+
+
+def two_hosts_until_stopped(image, dirs, network, output, stop_rank, *extra):
+    """Rank 0 and rank 1, one container each on the network, until `docker stop` of the container of stop_rank.
+    Returns (exit codes by rank, logs by rank)."""
+    names = [unique_name("imagegen-node0"), unique_name("imagegen-node1")]
+    common = ["train", "--config", "/data/rec_tiny.yaml", "--output", output, "--max-steps", "500", "--save-steps",
+              "1000", "--batch-size", "2", "--nnodes", "2", "--master-addr", names[0], "--master-port", "29500",
+              *extra]
+    progress = dirs["out"] / output.removeprefix("/out/") / "metrics.jsonl"
+    first_new_step = max((row["step"] for row in metrics(progress)), default=0) + 1
+    try:
+        for rank, name in enumerate(names):
+            docker(*run_args(image, dirs, name=name, network=network), *common, "--node-rank", str(rank))
+        wait_for_step(progress, first_new_step, names)
+        docker("stop", "--time", "120", names[stop_rank], timeout=300)
+        codes = [docker("wait", name, timeout=300).stdout.strip() for name in names]
+        logs = [docker("logs", name, check=False) for name in names]
+    finally:
+        for name in names:
+            docker("rm", "-f", name, check=False)
+    return codes, [log.stdout[-2000:] + log.stderr[-3000:] for log in logs]
+
+
+def test_two_containers_train_as_two_hosts_and_stop_together(cpu_image, host_dirs):
+    """torchrun --nnodes 2 on the CPU (gloo) across two containers of a user-defined network: both ranks train in
+    step, rank 0 writes one checkpoint holding both ranks' state, and `docker stop` of either container makes both
+    checkpoint at the same step and exit 143; the second run resumes the first's checkpoint."""
+    network = unique_name("imagegen-hosts")
+    docker("network", "create", network)
+    run = host_dirs["out"] / "two-hosts"
+    try:
+        stopped_steps = []
+        for stop_rank, extra in ((0, []), (1, ["--resume", "auto"])):
+            before = {p.name for p in run.glob("checkpoint-*")}
+            codes, logs = two_hosts_until_stopped(cpu_image["id"], host_dirs, network, "/out/two-hosts", stop_rank,
+                                                  *extra)
+            assert codes == ["143", "143"], logs
+            (checkpoint,) = [p for p in run.glob("checkpoint-*") if p.name not in before]  # one per stop
+            assert (checkpoint / "trainer_state.json").is_file() and (checkpoint / "model.safetensors").is_file()
+            assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+            step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+            assert [row["step"] for row in metrics(run / "metrics.jsonl")] == list(range(1, step + 1))
+            stopped_steps.append(step)
+        assert stopped_steps[1] > stopped_steps[0]
+    finally:
+        docker("network", "rm", network, check=False)

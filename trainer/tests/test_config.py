@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from conftest import ENV
 from vlmgrpo.cli import main
-from vlmgrpo.config import grpo_field_types, load_config, section_field_types
+from vlmgrpo.config import fill_template, grpo_field_types, load_config, section_field_types
 
 
 def invoke(*args):
@@ -23,6 +23,28 @@ def test_recipe_defaults_follow_vlm_r1():
     assert config.grpo["num_generations"] == 8 and config.grpo["beta"] == 0.04
     assert config.grpo["learning_rate"] == 1e-6 and config.grpo["gradient_checkpointing"] is True
     assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
+    printed = yaml.safe_load(invoke("--print-config").output)
+    # run_grpo_rec.sh: 2048 tokens; its trainer: per-sequence mean loss, GenerationConfig's sampling defaults.
+    assert printed["max_completion_length"] == 2048 and printed["loss_type"] == "grpo"
+    assert (printed["temperature"], printed["top_k"], printed["top_p"], printed["repetition_penalty"]) == (
+        1.0, 50, 1.0, 1.0)
+    assert printed["reward_funcs"] == ["iou", "format"] and printed["val_split_ratio"] == 0.0
+
+
+def test_vlm_r1_spellings(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("use_peft: true\nfreeze_vision_modules: true\nreward_funcs: [accuracy, format]\n"
+                    "question_template: '{Question} Answer in JSON.'\ndata_file_paths: a.jsonl:b.jsonl\n"
+                    "image_folders: ra:rb\n")
+    printed = yaml.safe_load(invoke("--config", str(path), "--print-config").output)
+    assert printed["use_lora"] is True and printed["freeze_vision_tower"] is True
+    assert printed["reward_funcs"] == ["iou", "format"]
+    assert printed["data"] == ["a.jsonl:b.jsonl"] and printed["image_root"] == "ra:rb"
+    assert not {"use_peft", "freeze_vision_modules", "data_file_paths", "image_folders"} & set(printed)
+    assert fill_template(printed["question_template"], "Where?") == "Where? Answer in JSON."
+    path.write_text("use_peft: true\nuse_lora: false\n")
+    result = invoke("--config", str(path), "--print-config")
+    assert result.exit_code == 2 and "keys 'use_peft' and 'use_lora' both set 'use_lora'; keep one" in result.output
 
 
 def test_file_then_flags_then_set(tmp_path):
@@ -106,8 +128,9 @@ def test_torchrun_command_and_shm_hint(monkeypatch):
     assert launch.check_shm(RunConfig()) is None
 
 
-def test_reward_weights_must_match_reward_funcs():
-    result = invoke("--model", "m", "--data", "x.jsonl", "--set", "reward_weights=[1.0, 0.5, 2.0]", "--dry-run")
+def test_reward_weights_must_match_reward_funcs(tiny):
+    result = invoke("--model", tiny["model"], "--data", "x.jsonl", "--set", "reward_weights=[1.0, 0.5, 2.0]",
+                    "--dry-run")
     assert result.exit_code == 2 and "3 weights for 2 reward_funcs ['iou', 'format']" in result.output
 
 
@@ -118,3 +141,18 @@ def test_deepspeed_without_the_package_is_a_clear_error():
         pytest.skip("deepspeed is installed here")
     result = invoke("--model", "m", "--data", "x.jsonl", "--deepspeed", "zero3", "--dry-run")
     assert result.exit_code == 2 and "deepspeed package is not installed" in result.output
+
+
+def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
+    """examples/qwen2_5_vl_3b_rec_zero3.yaml on 8 GPUs: its reporter (tensorboard) is installed, its batch holds
+    whole groups, and it is VLM-R1's REC run."""
+    from conftest import REPO
+    from vlmgrpo.launch import check_batch
+    from vlmgrpo.preflight import check_evaluation, check_reporting
+
+    config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8})
+    check_reporting(config)
+    check_evaluation(config)
+    check_batch(config, 8)
+    assert config.grpo["report_to"] == "tensorboard" and config.grpo["max_completion_length"] == 2048
+    assert config.grpo["loss_type"] == "grpo" and config.grpo["top_k"] == 50

@@ -51,7 +51,7 @@ def test_valid_jsonl_rows(tmp_path, images):
     (conv_row(image=["a.png", "b.png"]), "1 <image> placeholder(s) for 2 image(s)"),
     (conv_row(answer="somewhere on the left"), "cannot parse a box"),
     (conv_row(answer="[40, 10, 10, 40]"), "x2 <= x1"),
-    ({"conversations": conv_row()["conversations"]}, "row has no 'image'"),
+    ({"conversations": conv_row()["conversations"]}, "1 <image> placeholder(s) for 0 image(s)"),
     ({"image": "a.png", "text": "hi"}, "neither 'conversations' nor 'problem'/'solution'"),
     ("{not json", "invalid JSON"),
 ])
@@ -127,8 +127,12 @@ def test_dataset_loads_images_lazily(tmp_path, images):
 
 def test_dry_run_prints_summary_without_a_model(tmp_path, images):
     data = write_jsonl(tmp_path / "d.jsonl", [conv_row(), conv_row()])
-    result = CliRunner().invoke(main, ["train", "--model", "/nonexistent/model", "--data", str(data),
-                                       "--image-root", str(images), "--dry-run"])
+    model = tmp_path / "model"  # checked for config.json and readability, never loaded: the weights are junk
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"not weights")
+    result = CliRunner().invoke(main, ["train", "--model", str(model), "--data", str(data),
+                                       "--image-root", str(images), "--output", str(tmp_path / "out"), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "2 rows read, 2 used, 2 images, 0 errors" in result.output
 
@@ -147,3 +151,69 @@ def test_dataset_transform_pickles_for_loader_workers(tmp_path, images):
     data = write_jsonl(tmp_path / "d.jsonl", [conv_row()])
     dataset = to_hf_dataset(load_data([str(data)], str(images), "absolute").samples, "{question}")
     assert pickle.loads(pickle.dumps(dataset))[0]["images"][0].size == (200, 100)
+
+
+def test_vlm_r1_colon_joined_files_and_image_folders(tmp_path, images):
+    other = tmp_path / "other"
+    other.mkdir()
+    Image.new("RGB", (64, 32)).save(other / "x.png")
+    first = write_jsonl(tmp_path / "a.jsonl", [conv_row()])
+    second = write_jsonl(tmp_path / "b.jsonl", [conv_row(image="x.png"), conv_row(image="x.png")])
+    loaded = load_data([f"{first}:{second}"], f"{images}:{other}", "absolute")
+    assert [s.image_sizes[0] for s in loaded.samples] == [(200, 100), (64, 32), (64, 32)]
+    problems = errors_of([f"{first}:{second}"], f"{images}:{other}:{images}")
+    assert problems == ["image_root lists 3 ':'-joined folders for 2 data file(s); give one folder per data file, in "
+                        "the same order (as VLM-R1's --image_folders)"]
+
+
+def test_sampling_all_and_percentages_round_up_as_vlm_r1():
+    rows = list(range(10))
+    assert apply_sampling(rows, "all", 0) == rows
+    assert apply_sampling(rows, "first:15%", 0) == [0, 1]  # ceil(1.5)
+    assert apply_sampling(rows, "end:1%", 0) == [9]
+
+
+def test_text_only_rows_and_answers_without_a_box(tmp_path, images):
+    text_row = {"id": "t", "conversations": [{"from": "human", "value": "What is 2 + 2?"},
+                                              {"from": "gpt", "value": "<answer>4</answer>"}]}
+    data = write_jsonl(tmp_path / "d.jsonl", [conv_row(), text_row])
+    problems = errors_of([str(data)], images)  # the iou rewards need a box in every answer
+    assert problems == [f"{data}:2: cannot parse a box [x1, y1, x2, y2] from the answer '<answer>4</answer>' (the "
+                        "iou reward needs one)"]
+    loaded = load_data([str(data)], str(images), "absolute", require_box=False)
+    text = loaded.samples[1]
+    assert (text.row_id, text.image_paths, text.solution, text.answer) == ("t", [], None, "<answer>4</answer>")
+    assert loaded.samples[0].row_id == f"{data}:1"  # no "id": the location stands in
+    row = to_hf_dataset(loaded.samples, "{question}")[1]
+    assert row["images"] == [] and row["image_size"] is None
+    assert [block["type"] for block in row["prompt"][0]["content"]] == ["text"]
+
+
+def test_validation_split_is_seeded_and_rounds_up(tmp_path, images):
+    data = write_jsonl(tmp_path / "d.jsonl", [conv_row() for _ in range(10)])
+
+    def split(ratio, seed=42):
+        loaded = load_data([str(data)], str(images), "absolute")
+        loaded.split_validation(ratio, seed)
+        return loaded
+
+    held_out = split(0.25)
+    assert len(held_out.samples) == 7 and len(held_out.validation) == 3  # ceil(2.5)
+    assert [s.location for s in held_out.validation] == [s.location for s in split(0.25).validation]
+    assert "split: 7 training rows, 3 validation rows" in held_out.summary()
+    assert {s.location for s in held_out.samples + held_out.validation} == {f"{data}:{n}" for n in range(1, 11)}
+    with pytest.raises(DataError, match="holds out 10 of 10 rows, leaving none to train on"):
+        split(0.95)
+
+
+def test_joined_paths_in_a_config_file_are_relative_to_it(tmp_path, images):
+    from vlmgrpo.config import load_config
+
+    write_jsonl(tmp_path / "a.jsonl", [conv_row()])
+    write_jsonl(tmp_path / "b.jsonl", [conv_row(), conv_row()])
+    recipe = tmp_path / "recipes" / "rec.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(f"data_file_paths: ../a.jsonl:../b.jsonl\nimage_folders: ../images:{images}\n")
+    config = load_config(str(recipe), {})
+    loaded = load_data(config.data.data, config.data.image_root, config.data.box_space)
+    assert [r.rows_used for r in loaded.reports] == [1, 2]

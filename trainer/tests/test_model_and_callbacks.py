@@ -1,8 +1,15 @@
+import json
+import re
+
 import torch
+from PIL import Image
 import pytest
 from safetensors.torch import load_file
 
+from click.testing import CliRunner
+
 from conftest import TESTS, read_jsonl, vlmgrpo
+from vlmgrpo.cli import main
 from vlmgrpo.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.model import answer_box_space, choose_attention, choose_dtype
@@ -15,24 +22,48 @@ class State:
     max_steps = 10
 
 
-def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
+def train_with_a_frozen_vision_tower(tmp_path, family, vision_prefix, language_prefix) -> dict:
+    """Two steps of a tiny model of the family with freeze_vision_tower: the vision weights (saved under
+    vision_prefix) stay as they were, the language model's change."""
     from vlmgrpo.tiny import make_tiny
 
-    tiny = make_tiny(tmp_path / "tiny", rows=4, family="qwen2_vl")
+    tiny = make_tiny(tmp_path / "tiny", rows=4, family=family)
     output = tmp_path / "out"
     vlmgrpo("train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
-            "--output", output, "--max-steps", "2", "--num-generations", "4", "--batch-size", "4",
-            "--max-completion-length", "8", "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
+            "--output", output, "--max-steps", "2", "--num-generations", "2", "--batch-size", "4",
+            "--max-completion-length", "8", "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.01",
             "--set", "freeze_vision_tower=true",
-            "--set", f"reward_funcs=[format, {TESTS / 'shaping.py'}:token_sum]", check=True)
+            "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:token_sum]", check=True)
     before = load_file(f"{tiny['model']}/model.safetensors")
     after = load_file(str(output / "model.safetensors"))
-    vision = [name for name in before if name.startswith("visual.")]
-    language = [name for name in before if name.startswith("model.layers.")]
+    vision = [name for name in before if name.startswith(vision_prefix)]
+    language = [name for name in before if name.startswith(language_prefix)]
     assert vision and language
     assert all(torch.equal(before[name], after[name]) for name in vision)
     assert any(not torch.equal(before[name], after[name]) for name in language)
     assert len(read_jsonl(output / "metrics.jsonl")) == 2
+    return tiny
+
+
+def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
+    train_with_a_frozen_vision_tower(tmp_path, "qwen2_vl", "visual.", "model.layers.")
+
+
+def test_internvl_trains_with_its_tiles_and_scores_in_norm1000(tmp_path):
+    """A second family: InternVL (vision tower, pixel-shuffle projector, Qwen2 language model), images cut into
+    tiles; it answers boxes in 0-1000 coordinates."""
+    tiny = train_with_a_frozen_vision_tower(tmp_path, "internvl", "vision_tower.", "language_model.")
+    common = ["--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"]]
+    row = read_jsonl(tiny["data"])[0]
+    width, height = Image.open(f"{tiny['image_root']}/{row['image']}").size
+    x1, y1, x2, y2 = json.loads(row["conversations"][1]["value"])["bbox_2d"]
+    norm1000 = [round(x1 * 1000 / width), round(y1 * 1000 / height), round(x2 * 1000 / width),
+                round(y2 * 1000 / height)]
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"id": row["id"], "completion": f'<think>t</think><answer>{{"bbox_2d": '
+                                                                      f'{norm1000}}}</answer>'}))
+    scored = json.loads(vlmgrpo("score", *common, "--completions", completions, check=True).stdout)
+    assert scored["rewards"]["format"] == 1.0 and scored["rewards"]["iou"] > 0.9
 
 
 def test_cpu_defaults():
@@ -41,6 +72,7 @@ def test_cpu_defaults():
     assert choose_dtype("auto") == torch.float32
     assert answer_box_space("auto", "qwen2_5_vl") == "resized"
     assert answer_box_space("auto", "qwen2_vl") == "norm1000"
+    assert answer_box_space("auto", "internvl") == "norm1000"
 
 
 def test_watchdog_warns_after_patience_and_names_what_to_check():
@@ -80,10 +112,11 @@ def test_graceful_stop_exit_codes():
 @pytest.mark.parametrize("name,message", [
     ("nonexistent_module_xyz:f", "cannot import nonexistent_module_xyz"),
     ("os:not_a_function", "os has no function not_a_function"),
-    ("just_a_name", "expected iou, format, or module:function"),
+    ("just_a_name", "unknown reward 'just_a_name'; use one of iou, format, iou_lenient, format_lenient"),
+    ("iuo", "unknown reward 'iuo' (did you mean iou?)"),
 ])
 def test_bad_custom_reward_is_a_config_error(name, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         build_rewards([name], "absolute", None, None)
 
 
@@ -94,7 +127,29 @@ def test_custom_reward_from_file_keeps_its_name():
 
 
 def test_resume_path_that_is_not_a_checkpoint(tmp_path, tiny):
-    result = vlmgrpo("train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
-                     "--output", tmp_path / "o", "--resume", tmp_path, "--num-generations", "2", "--batch-size", "2")
-    assert result.returncode == 2 and "not a checkpoint directory" in result.stderr
-    assert "Traceback" not in result.stderr
+    for dry_run in (["--dry-run"], []):
+        result = CliRunner().invoke(main, ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root",
+                                           tiny["image_root"], "--output", str(tmp_path / "o"), "--resume",
+                                           str(tmp_path), "--num-generations", "2", "--batch-size", "2", *dry_run])
+        assert result.exit_code == 2 and "not a checkpoint directory" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_signal_before_training_exits_at_once(tmp_path):
+    """`docker stop` while the data is checked or the model loads: vlmgrpo is the container's PID 1, which would
+    ignore SIGTERM without a handler; it exits 143 at once instead, as there is nothing to checkpoint yet."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ENV
+
+    code = ("import sys, time\nfrom vlmgrpo.launch import exit_on_signal_until_training\n"
+            "exit_on_signal_until_training()\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=ENV)
+    assert process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 143
+    assert "received SIGTERM before training started: nothing to checkpoint yet, exiting" in stderr

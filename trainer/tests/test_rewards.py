@@ -1,7 +1,8 @@
 import pytest
 
-from vlmgrpo.boxes import NORM1000, RESIZED, answer_box, first_box, iou, parse_label, to_absolute
-from vlmgrpo.rewards import format_reward, make_iou_reward
+from vlm_r1_table import IMAGES, TABLE
+from vlmgrpo.boxes import NORM1000, RESIZED, answer_box, first_box, iou, parse_label, pixel_iou, to_absolute
+from vlmgrpo.rewards import format_lenient_reward, format_reward, make_iou_reward
 
 LABEL = [10.0, 20.0, 50.0, 60.0]
 
@@ -10,8 +11,8 @@ def as_messages(text):
     return [{"role": "assistant", "content": text}]
 
 
-def iou_of(text, label=LABEL, size=(100, 100), space="absolute", resize=None, threshold=None):
-    reward = make_iou_reward(space, resize, threshold)
+def iou_of(text, label=LABEL, size=(100, 100), space="absolute", resize=None, threshold=None, lenient=True):
+    reward = make_iou_reward(space, resize, threshold, lenient=lenient)
     return reward(prompts=[None], completions=[as_messages(text)], solution=[label], image_size=[list(size)])[0]
 
 
@@ -64,13 +65,14 @@ def test_iou_norm1000_answers():
 
 def test_iou_threshold():
     half = "<answer>[30, 20, 70, 60]</answer>"  # IoU 1/3
-    assert iou_of(half, threshold=0.5) == 0.0
-    assert iou_of(half, threshold=0.3) == 1.0
+    for lenient in (True, False):
+        assert iou_of(half, threshold=0.5, lenient=lenient) == 0.0
+        assert iou_of(half, threshold=0.3, lenient=lenient) == 1.0
 
 
 def test_iou_accepts_plain_string_completions():
     reward = make_iou_reward("absolute")
-    assert reward(prompts=["p"], completions=["[10,20,50,60]"], solution=[LABEL], image_size=[[100, 100]]) == [1.0]
+    assert reward(prompts=["p"], completions=["<answer>[10,20,50,60]</answer>"], solution=[LABEL], image_size=[[100, 100]]) == [1.0]
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -81,8 +83,8 @@ def test_iou_accepts_plain_string_completions():
     ("<think>look</think><answer>the dog</answer>", 0.0),  # no box
     ("<think>a</think><answer>[1,2,3,4]</answer> trailing words", 0.0),
 ])
-def test_format_reward(text, expected):
-    assert format_reward(prompts=[None], completions=[as_messages(text)]) == [expected]
+def test_format_lenient_reward(text, expected):
+    assert format_lenient_reward(prompts=[None], completions=[as_messages(text)]) == [expected]
 
 
 def test_box_helpers():
@@ -94,3 +96,31 @@ def test_box_helpers():
     assert parse_label("a dog") is None
     assert to_absolute((100, 100, 500, 500), NORM1000, (200, 100)) == (20, 10, 100, 50)
     assert iou((0, 0, 10, 10), (20, 20, 30, 30)) == 0.0
+
+
+def table_resize(width, height):
+    """What the tiny Qwen2.5-VL processor does to the two table images (the score test uses the real one)."""
+    return {(200, 100): (140, 56), (30, 20): (28, 28)}[(width, height)]
+
+
+@pytest.mark.parametrize("row,text,expected_iou,expected_format,why", TABLE, ids=[t[4] for t in TABLE])
+def test_default_rewards_give_vlm_r1_values(row, text, expected_iou, expected_format, why):
+    size, label = IMAGES[row]
+    reward = make_iou_reward(RESIZED, table_resize)
+    assert reward(prompts=[None], completions=[as_messages(text)], solution=[label], image_size=[size])[0] == \
+        pytest.approx(expected_iou, abs=1e-4)
+    assert format_reward(prompts=[None], completions=[as_messages(text)]) == [float(expected_format)]
+
+
+@pytest.mark.parametrize("text", ["<think>[10, 20, 50, 60]</think>", "<answer>[10.0, 20, 50, 60]</answer>",
+                                  "<answer>[ 10, 20, 50, 60 ]</answer>"])
+def test_lenient_iou_reads_what_vlm_r1_does_not(text):
+    assert iou_of(text, lenient=False) == 0.0
+    assert iou_of(text) == pytest.approx(1.0)
+
+
+def test_pixel_iou_needs_more_than_one_pixel_of_overlap():
+    assert pixel_iou((0, 0, 10, 10), (9, 0, 20, 10)) == 0.0  # one shared column
+    assert iou((0, 0, 10, 10), (9, 0, 20, 10)) == pytest.approx(10 / 200)
+    assert pixel_iou((0, 0, 10, 10), (8, 0, 20, 10)) == pytest.approx(20 / 200)
+    assert pixel_iou((10, 20, 50, 60), (10, 20, 50, 60)) == 1.0

@@ -43,7 +43,7 @@ def test_train_writes_metrics_and_changes_weights(tiny, trained):
     assert [m["step"] for m in metrics] == [1, 2, 3]
     first = metrics[0]
     assert set(first["rewards"]) == {"iou", "format", "token_sum"}
-    for key in ("reward_std", "kl", "completion_length", "step_time", "learning_rate"):
+    for key in ("reward_std", "kl", "completion_length", "step_time", "learning_rate", "clip_ratio"):
         assert key in first
     assert first["rewards"]["token_sum"] > 0 and first["reward_std"] > 0
     assert sum(line.startswith("step ") for line in result.stdout.splitlines()) == 3
@@ -53,6 +53,7 @@ def test_train_writes_metrics_and_changes_weights(tiny, trained):
     assert len(changed) > len(initial) // 2, f"only {len(changed)} of {len(initial)} tensors changed"
     assert (output / "checkpoint-2" / "optimizer.pt").is_file() and (output / "checkpoint-2" / "scheduler.pt").is_file()
     assert (output / "vlmgrpo_config.yaml").is_file()
+    assert list((output / "runs").glob("*/events.out.tfevents.*"))  # report_to auto: tensorboard is a dependency
 
 
 def test_trainer_resume_alone_would_lose_the_weights(trained):
@@ -87,7 +88,8 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
     from trl import GRPOTrainer
 
     from vlmgrpo.config import load_config
-    from vlmgrpo.train import build_grpo_config, build_trainer, validate
+    from vlmgrpo.preflight import validate
+    from vlmgrpo.train import build_grpo_config, build_trainer
 
     overrides = {"model_name_or_path": tiny["model"], "data": [tiny["data"]], "image_root": tiny["image_root"],
                  "output_dir": str(output), "num_generations": 4, "per_device_train_batch_size": 4,
@@ -129,13 +131,53 @@ def test_resume_auto_continues_at_the_next_step(tiny, trained, tmp_path):
     target = tmp_path / "out"
     target.mkdir()
     shutil.copytree(output / "checkpoint-2", target / "checkpoint-2")
+    shutil.copy(output / "metrics.jsonl", target)  # steps 1-3: step 3 came after the checkpoint and runs again
     result = vlmgrpo(*train_args(tiny, target, "--max-steps", "3", "--resume", "auto"), check=True)
-    assert [m["step"] for m in read_jsonl(target / "metrics.jsonl")] == [3]
+    assert [m["step"] for m in read_jsonl(target / "metrics.jsonl")] == [1, 2, 3]
     assert "step 3/3" in result.stdout
     state = json.loads((target / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     # The optimizer, scheduler and RNG state came back too: the continued run matches the uninterrupted one.
     assert_same(tensors(target), tensors(output))
+
+
+def test_an_earlier_run_is_refused_then_overwritten(tiny, trained, tmp_path):
+    output, _ = trained
+    target = tmp_path / "out"
+    shutil.copytree(output, target)
+    refused = vlmgrpo(*train_args(tiny, target, "--max-steps", "1"))
+    assert refused.returncode == 2 and "already holds an earlier run (checkpoint-2, checkpoint-3, metrics.jsonl)" in \
+        refused.stderr
+    result = vlmgrpo(*train_args(tiny, target, "--max-steps", "1", "--save-steps", "1", "--overwrite-output"),
+                     check=True)
+    assert "--overwrite-output: removed checkpoint-2, checkpoint-3, metrics.jsonl" in result.stderr
+    assert sorted(p.name for p in target.glob("checkpoint-*")) == ["checkpoint-1"]
+    assert [m["step"] for m in read_jsonl(target / "metrics.jsonl")] == [1]
+
+
+def test_text_only_rows_and_a_validation_split(tiny, tmp_path):
+    """VLM-R1's text-only rows, in the same batches as image rows, and eval loss and reward on held-out rows."""
+    rows = read_jsonl(tiny["data"])[:4]
+    for index in range(4):
+        rows.append({"id": f"text-{index}", "conversations": [
+            {"from": "human", "value": f"A box {index} pixels from the corner, 20 wide?"},
+            {"from": "gpt", "value": f"[{index}, {index}, {index + 20}, {index + 20}]"}]})
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    output = tmp_path / "out"
+    args = train_args(tiny, output, "--max-steps", "2", "--batch-size", "12", "--num-generations", "2",
+                      "--set", "val_split_ratio=0.25", "--set", "eval_steps=2", "--set", "dump_completions=true")
+    args[args.index("--data") + 1] = data
+    vlmgrpo(*args, check=True)
+    metrics = read_jsonl(output / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 2]
+    evaluation = metrics[2]
+    assert evaluation["eval_loss"] is not None and evaluation["eval_reward"] is not None
+    assert set(evaluation["eval_rewards"]) == {"iou", "format", "token_sum"}
+    dumped = read_jsonl(output / "completions.jsonl")
+    for step in (1, 2):  # 6 training rows, 6 prompts a step: every batch mixes both kinds
+        lines = {d["row"].rsplit(":", 1)[1] for d in dumped if d["step"] == step}
+        assert {"1", "2", "3", "4"} & lines and {"5", "6", "7", "8"} & lines, lines
 
 
 def test_sigterm_writes_a_checkpoint_that_resume_auto_continues(tiny, tmp_path):

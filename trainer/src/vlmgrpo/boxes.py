@@ -16,6 +16,10 @@ BOX_SPACES = (ABSOLUTE, NORM1000, RESIZED)
 
 _NUMBER = r"-?\d+(?:\.\d+)?"
 _BOX_LIST = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
+# VLM-R1 reads only non-negative integers, written "[" right before the first and "]" right after the last,
+# with whitespace allowed only after the commas: "[1, 2, 3, 4]" is a box, "[ 1, 2, 3, 4 ]" and "[1.5, 2, 3, 4]" are not.
+INTEGER_BOX = r"\[(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\]"
+_INTEGER_BOX = re.compile(INTEGER_BOX)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -31,6 +35,13 @@ def answer_box(text: str) -> Optional[Box]:
     """Box from the <answer> block when present, otherwise from the whole text."""
     answer = _ANSWER.search(text)
     return first_box(answer.group(1) if answer else text)
+
+
+def strict_answer_box(text: str) -> Optional[Box]:
+    """VLM-R1's reading: the first integer box inside the first <answer>...</answer>; nothing without that block."""
+    answer = _ANSWER.search(text)
+    box = _INTEGER_BOX.search(answer.group(1)) if answer else None
+    return tuple(float(v) for v in box.groups()) if box else None  # type: ignore[return-value]
 
 
 def parse_label(value) -> Optional[Box]:
@@ -76,6 +87,18 @@ def to_absolute(box: Box, space: str, image_size: tuple[int, int], resized_size:
         raise ValueError(f"unknown box space {space!r}, allowed: {', '.join(BOX_SPACES)}")
     x1, y1, x2, y2 = box
     return (x1 * sx, y1 * sy, x2 * sx, y2 * sy)
+
+
+def pixel_iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """IoU with VLM-R1's pixel convention: a box covers pixels x1..x2-1, and the overlap counts only when it spans
+    more than one pixel in each direction (so boxes that share a single pixel column score 0). Areas are not
+    clamped, as there; a box with x2 <= x1 or y2 <= y1 never overlaps and scores 0."""
+    overlap_width = min(a[2], b[2]) - max(a[0], b[0])
+    overlap_height = min(a[3], b[3]) - max(a[1], b[1])
+    if overlap_width <= 1 or overlap_height <= 1:
+        return 0.0
+    inter = overlap_width * overlap_height
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
 
 
 def iou(a: Sequence[float], b: Sequence[float]) -> float:

@@ -24,11 +24,40 @@ METRIC_KEYS = {
     "learning_rate": "learning_rate",
     "completions/mean_length": "completion_length",
     "entropy": "entropy",
+    # Share of completion tokens whose probability ratio was clipped (VLM-R1 logs it as clip_ratio).
+    "clip_ratio/region_mean": "clip_ratio",
 }
+# Keys of an evaluation's logs (Trainer.evaluate) that go to metrics.jsonl.
+EVAL_KEYS = ("eval_loss", "eval_reward", "eval_reward_std", "eval_kl")
 
 
 def _clean(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def gpu_memory_peak_gib():
+    """The most GPU memory this process's tensors have held (torch.cuda.max_memory_allocated); None on the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+
+
+def _number(value, spec=".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def drop_steps_after(path: Path, step: int) -> None:
+    """Keep the JSON lines of steps up to `step`: a run resumed from that step logs the later ones again."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+    if len(kept) != len(lines):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text("".join(kept))
+        partial.replace(path)
 
 
 class MetricsLogger(TrainerCallback):
@@ -44,7 +73,11 @@ class MetricsLogger(TrainerCallback):
             self.last_time, self.last_step = time.monotonic(), state.global_step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
+        if not state.is_world_process_zero or not logs:
+            return
+        if "eval_loss" in logs:
+            self.log_evaluation(state, logs)
+        if "reward" not in logs:
             return
         now = time.monotonic()
         record = {"step": state.global_step, "epoch": _clean(logs.get("epoch"))}
@@ -57,22 +90,36 @@ class MetricsLogger(TrainerCallback):
         # Wall-clock seconds per optimizer step (generation, rewards and update), averaged over the logging interval.
         steps = max(state.global_step - self.last_step, 1)
         record["step_time"] = round((now - self.last_time) / steps, 4) if self.last_time else None
+        peak = gpu_memory_peak_gib()
+        if peak is not None:
+            record["gpu_memory_peak_gib"] = peak
         self.last_time, self.last_step = now, state.global_step
         with self.path.open("a") as stream:
             stream.write(json.dumps(record) + "\n")
         print(self.format_line(record, state.max_steps), flush=True)
 
+    def log_evaluation(self, state, logs: dict) -> None:
+        record = {"step": state.global_step, "epoch": _clean(logs.get("epoch"))}
+        record.update({key: _clean(logs[key]) for key in EVAL_KEYS if key in logs})
+        record["eval_rewards"] = {
+            key.split("/")[1]: _clean(value)
+            for key, value in logs.items()
+            if key.startswith("eval_rewards/") and key.endswith("/mean")
+        }
+        with self.path.open("a") as stream:
+            stream.write(json.dumps(record) + "\n")
+        rewards = " ".join(f"{name}={_number(value)}" for name, value in record["eval_rewards"].items())
+        print(f"eval at step {state.global_step}: loss={_number(record.get('eval_loss'))} "
+              f"reward={_number(record.get('eval_reward'))} [{rewards}]", flush=True)
+
     @staticmethod
     def format_line(record: dict, max_steps: int) -> str:
-        def number(value, spec=".3g"):
-            return "-" if value is None else format(value, spec)
-
-        rewards = " ".join(f"{name}={number(value)}" for name, value in record["rewards"].items())
+        rewards = " ".join(f"{name}={_number(value)}" for name, value in record["rewards"].items())
         return (
-            f"step {record['step']}/{max_steps} reward={number(record.get('reward'))} "
-            f"std={number(record.get('reward_std'))} [{rewards}] kl={number(record.get('kl'))} "
-            f"len={number(record.get('completion_length'))} lr={number(record.get('learning_rate'))} "
-            f"time={number(record.get('step_time'))}s"
+            f"step {record['step']}/{max_steps} reward={_number(record.get('reward'))} "
+            f"std={_number(record.get('reward_std'))} [{rewards}] kl={_number(record.get('kl'))} "
+            f"len={_number(record.get('completion_length'))} lr={_number(record.get('learning_rate'))} "
+            f"time={_number(record.get('step_time'))}s"
         )
 
 

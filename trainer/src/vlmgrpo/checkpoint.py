@@ -9,6 +9,7 @@ conversion, and check that every tensor arrived.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -21,17 +22,31 @@ log = logging.getLogger("vlmgrpo")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
-def latest_checkpoint(output_dir: str) -> Optional[str]:
-    """The complete checkpoint-N with the largest N (an interrupted save lacks trainer_state.json)."""
+def checkpoint_dirs(output_dir: str) -> list[str]:
+    """Every checkpoint-N directory under output_dir, complete or not, by step."""
     if not os.path.isdir(output_dir):
-        return None
-    found = []
-    for entry in os.listdir(output_dir):
-        match = _CHECKPOINT.match(entry)
-        path = os.path.join(output_dir, entry)
-        if match and os.path.isfile(os.path.join(path, "trainer_state.json")):
-            found.append((int(match.group(1)), path))
-    return max(found)[1] if found else None
+        return []
+    found = [(int(match.group(1)), os.path.join(output_dir, entry)) for entry in os.listdir(output_dir)
+             if (match := _CHECKPOINT.match(entry)) and os.path.isdir(os.path.join(output_dir, entry))]
+    return [path for _, path in sorted(found)]
+
+
+def is_complete(checkpoint: str) -> bool:
+    return os.path.isfile(os.path.join(checkpoint, "trainer_state.json"))  # an interrupted save lacks it
+
+
+def latest_checkpoint(output_dir: str) -> Optional[str]:
+    """The complete checkpoint-N with the largest N."""
+    complete = [path for path in checkpoint_dirs(output_dir) if is_complete(path)]
+    return complete[-1] if complete else None
+
+
+def checkpoint_step(checkpoint: Optional[str]) -> int:
+    """The optimizer step a checkpoint was saved at; 0 for a fresh start."""
+    if checkpoint is None:
+        return 0
+    with open(os.path.join(checkpoint, "trainer_state.json")) as stream:
+        return int(json.load(stream)["global_step"])
 
 
 def resolve_resume(resume: Optional[str], output_dir: str) -> Optional[str]:
@@ -42,7 +57,7 @@ def resolve_resume(resume: Optional[str], output_dir: str) -> Optional[str]:
         if checkpoint is None:
             log.warning("--resume auto: no checkpoint under %s, starting fresh", output_dir)
         return checkpoint
-    if not os.path.isfile(os.path.join(resume, "trainer_state.json")):
+    if not is_complete(resume):
         raise ConfigError(f"--resume {resume}: not a checkpoint directory (no trainer_state.json); "
                           "give a checkpoint-N directory or 'auto'")
     return resume

@@ -1,4 +1,4 @@
-"""Command line: vlmgrpo train | info | selftest | make-tiny."""
+"""Command line: vlmgrpo train | score | info | selftest | make-tiny."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Optional
 import click
 
 from .errors import UserError
+from .tiny import FAMILIES
 
 log = logging.getLogger("vlmgrpo")
 
@@ -53,6 +54,7 @@ def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
         "max_completion_length": "max_completion_length",
         "save_steps": "save_steps",
         "resume": "resume",
+        "overwrite_output": "overwrite_output",
         "deepspeed": "deepspeed",
         "nproc_per_node": "nproc_per_node",
         "nnodes": "nnodes",
@@ -69,32 +71,53 @@ def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
+# The options `train` and `score` share: one configuration, read the same way by both.
+RUN_OPTIONS = [
+    click.option("--config", "config_path", type=str, help="YAML file; any config key or trl.GRPOConfig field."),
+    click.option("--model", help="Local model directory or hub name."),
+    click.option("--data", multiple=True, help="Data file (.jsonl/.json) or mixture (.yaml); repeatable; "
+                 "VLM-R1's ':'-joined lists work too."),
+    click.option("--image-root", help="Directory that relative image paths are resolved against (':'-joined: one "
+                 "per data file)."),
+    click.option("--output", help="Output directory (checkpoints, metrics.jsonl, final model)."),
+    click.option("--max-steps", type=int),
+    click.option("--num-generations", type=int),
+    click.option("--batch-size", type=int, help="Per-device train batch size (completions)."),
+    click.option("--max-completion-length", type=int),
+    click.option("--save-steps", type=int),
+    click.option("--resume", help="auto (latest checkpoint under --output, fresh if none) or a checkpoint directory."),
+    click.option("--overwrite-output", is_flag=True, default=None,
+                 help="Start over in an output directory that holds an earlier run (removes its checkpoints and "
+                      "logs)."),
+    click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file."),
+    click.option("--nproc-per-node", type=int, envvar="NPROC_PER_NODE"),
+    click.option("--nnodes", type=int, envvar="NNODES"),
+    click.option("--node-rank", type=int, envvar="NODE_RANK"),
+    click.option("--master-addr", envvar="MASTER_ADDR"),
+    click.option("--master-port", type=int, envvar="MASTER_PORT"),
+    click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
+]
+
+
+def run_options(command):
+    for option in reversed(RUN_OPTIONS):
+        command = option(command)
+    return command
+
+
 @main.command()
-@click.option("--config", "config_path", type=str, help="YAML file; any config key or trl.GRPOConfig field.")
-@click.option("--model", help="Local model directory or hub name.")
-@click.option("--data", multiple=True, help="Data file (.jsonl/.json) or mixture (.yaml); repeatable.")
-@click.option("--image-root", help="Directory that relative image paths are resolved against.")
-@click.option("--output", help="Output directory (checkpoints, metrics.jsonl, final model).")
-@click.option("--max-steps", type=int)
-@click.option("--num-generations", type=int)
-@click.option("--batch-size", type=int, help="Per-device train batch size (completions).")
-@click.option("--max-completion-length", type=int)
-@click.option("--save-steps", type=int)
-@click.option("--resume", help="auto (latest checkpoint under --output, fresh if none) or a checkpoint directory.")
-@click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file.")
-@click.option("--nproc-per-node", type=int, envvar="NPROC_PER_NODE")
-@click.option("--nnodes", type=int, envvar="NNODES")
-@click.option("--node-rank", type=int, envvar="NODE_RANK")
-@click.option("--master-addr", envvar="MASTER_ADDR")
-@click.option("--master-port", type=int, envvar="MASTER_PORT")
-@click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable.")
+@run_options
 @click.option("--print-config", is_flag=True, help="Print the effective configuration and exit.")
-@click.option("--dry-run", is_flag=True, help="Validate config and every data row, print a summary, load no model.")
+@click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
+              "load no model.")
 def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
     """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
+    from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
+
+    exit_on_signal_until_training()  # first: the imports below take seconds
     from .config import dump_config, load_config
-    from .launch import check_shm, needs_launch, run_torchrun, torchrun_command
-    from .train import run_training, validate
+    from .preflight import clear_earlier_run, validate
+    from .train import run_training
 
     try:
         config = load_config(config_path, collect_overrides(options))
@@ -105,6 +128,9 @@ def train(config_path: Optional[str], print_config: bool, dry_run: bool, **optio
         if dry_run:
             click.echo(data.summary())
             return
+        removed = clear_earlier_run(config)
+        if removed:
+            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.grpo["output_dir"])
         hint = check_shm(config.run)
         if hint:
             log.warning(hint)
@@ -112,6 +138,26 @@ def train(config_path: Optional[str], print_config: bool, dry_run: bool, **optio
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
         sys.exit(run_training(config, data))
+    except UserError as error:
+        fail(error)
+
+
+@main.command()
+@run_options
+@click.option("--completions", "completions_path", required=True,
+              help='JSONL file, one {"id": <a data row\'s id>, "completion": "<text>"} per line.')
+def score(config_path: Optional[str], completions_path: str, **options) -> None:
+    """Score completions with the configured rewards, without training: one JSON line per completion,
+    {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""
+    from .config import load_config
+    from .preflight import check_model_source, load_checked_data
+    from .score import score_completions
+
+    try:
+        config = load_config(config_path, collect_overrides(options))
+        check_model_source(config)
+        for line in score_completions(config, load_checked_data(config), completions_path):
+            click.echo(json.dumps(line))
     except UserError as error:
         fail(error)
 
@@ -142,9 +188,9 @@ def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> No
 @click.option("--out", required=True, help="Directory for model/ and data/.")
 @click.option("--rows", type=int, default=16, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--family", type=click.Choice(["qwen2_5_vl", "qwen2_vl"]), default="qwen2_5_vl", show_default=True)
+@click.option("--family", type=click.Choice(FAMILIES), default=FAMILIES[0], show_default=True)
 def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
-    """A tiny random Qwen2.5-VL (or Qwen2-VL) and a rectangle-grounding dataset, made locally."""
+    """A tiny random Qwen2.5-VL (or Qwen2-VL, InternVL) and a rectangle-grounding dataset, made locally."""
     from .tiny import make_tiny
 
     click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))

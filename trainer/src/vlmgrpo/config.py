@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import enum
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ import yaml
 
 from .errors import ConfigError
 
+# {question} is replaced by the row's question; VLM-R1 spells it {Question}, which works too.
+QUESTION_PLACEHOLDERS = ("{question}", "{Question}")
 REC_QUESTION_TEMPLATE = (
     "{question} First output the thinking process in <think> </think> tags and then output the final answer in "
     "<answer> </answer> tags. Output the final answer in JSON format."
@@ -56,11 +59,14 @@ class DataConfig:
     # Space of the boxes in the dataset labels: absolute (pixels) or norm1000 (0-1000).
     box_space: str = "absolute"
     question_template: str = REC_QUESTION_TEMPLATE
+    # Fraction of the rows held out for evaluation (eval loss and reward in metrics.jsonl), as VLM-R1's
+    # val_split_ratio; the split is seeded by data_seed.
+    val_split_ratio: float = 0.0
 
 
 @dataclass
 class RewardConfig:
-    # Names: iou, format, or module:function / path/to/file.py:function.
+    # Names: iou, format (VLM-R1's), iou_lenient, format_lenient, or module:function / path/to/file.py:function.
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"])
     iou_threshold: Optional[float] = None
     # Space of the boxes the model answers in. auto: resized for Qwen2.5-VL, norm1000 for Qwen2-VL.
@@ -72,6 +78,8 @@ class RewardConfig:
 @dataclass
 class RunConfig:
     resume: Optional[str] = None  # auto | path to a checkpoint-N directory
+    # Start over in an output directory that holds an earlier run: its checkpoints and metrics are removed.
+    overwrite_output: bool = False
     dump_completions: bool = False
     nproc_per_node: int = 1
     nnodes: int = 1
@@ -92,7 +100,15 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "learning_rate": 1e-6,
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 2,
-    "max_completion_length": 1024,
+    "max_completion_length": 2048,
+    # VLM-R1 averages each completion's token losses, then over the batch: TRL's "grpo" (TRL defaults to "dapo").
+    "loss_type": "grpo",
+    # VLM-R1 generates with GenerationConfig(do_sample=True, temperature=1) and transformers' defaults for the
+    # rest, so top-k 50 (TRL's default top_k 0 turns top-k off).
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+    "repetition_penalty": 1.0,
     "num_train_epochs": 2,
     "gradient_checkpointing": True,
     "logging_steps": 1,
@@ -120,6 +136,20 @@ def section_field_types() -> dict[str, Any]:
     return types
 
 
+# Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
+# be VLM-R1's JOIN-ed lists of several.
+PATH_KEYS = ("model_name_or_path", "image_root", "deepspeed", "data")
+JOIN = ":"
+
+# VLM-R1's names for our keys (its GRPOModelConfig, TRL's ModelConfig and its grpo_jsonl.py arguments).
+KEY_ALIASES = {
+    "use_peft": "use_lora",
+    "freeze_vision_modules": "freeze_vision_tower",
+    "data_file_paths": "data",
+    "image_folders": "image_root",
+}
+
+
 @dataclass
 class TrainConfig:
     model: ModelConfig
@@ -128,6 +158,10 @@ class TrainConfig:
     run: RunConfig
     grpo: dict[str, Any]  # GRPOConfig keyword arguments; built into a GRPOConfig by the trainer
     source: str = "<defaults>"
+    origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
+
+    def where(self, key: str) -> str:
+        return self.origins.get(key, self.source)
 
     def flat(self) -> dict[str, Any]:
         values = {}
@@ -194,13 +228,28 @@ def check_value(source: str, key: str, value, hint) -> None:
 # --- loading -------------------------------------------------------------------------------------------------------
 
 
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says; YAML 1.2 and every user mean a number."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str):
+    return yaml.load(text, Loader=YamlLoader)
+
+
 def read_yaml_file(path: str) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
     try:
-        values = yaml.safe_load(text) or {}
+        values = load_yaml(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):
@@ -216,7 +265,7 @@ def parse_set(items: typing.Iterable[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ConfigError(f"--set: expected key=value, got {item!r}")
         try:
-            values[key.strip()] = yaml.safe_load(raw) if raw else ""
+            values[key.strip()] = load_yaml(raw) if raw else ""
         except yaml.YAMLError:
             values[key.strip()] = raw
     return values
@@ -231,16 +280,33 @@ def _unknown_key_error(source: str, key: str, known: typing.Iterable[str]) -> Co
     )
 
 
+def _canonical(origin: str, key: str, value, seen: dict[str, str]):
+    """VLM-R1's spellings: aliased keys, the reward name `accuracy`."""
+    from .rewards import REWARD_ALIASES
+
+    canonical = KEY_ALIASES.get(key, key)
+    if canonical in seen and seen[canonical] != key:
+        raise ConfigError(f"{origin}: keys '{seen[canonical]}' and '{key}' both set '{canonical}'; keep one")
+    seen[canonical] = key
+    if canonical in ("data", "reward_funcs", "lora_target_modules") and isinstance(value, str):
+        value = [value]
+    if canonical == "reward_funcs" and isinstance(value, list):
+        value = [REWARD_ALIASES.get(name, name) for name in value]
+    return canonical, value
+
+
 def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any]) -> TrainConfig:
     """Merge recipe defaults < file < command line, checking every key and value."""
     ours = section_field_types()
     grpo_types = grpo_field_types()
     sections: dict[type, dict[str, Any]] = {section: {} for section in SECTIONS}
     grpo = dict(RECIPE_DEFAULTS)
+    origins: dict[str, str] = {}
     for origin, values in ((source, file_values), ("command line", overrides)):
+        seen: dict[str, str] = {}
         for key, value in values.items():
-            if key in ("data", "reward_funcs", "lora_target_modules") and isinstance(value, str):
-                value = [value]
+            key, value = _canonical(origin, key, value, seen)
+            origins[key] = origin
             if key in ours:
                 check_value(origin, key, value, ours[key])
                 section = next(s for s in SECTIONS if key in {f.name for f in dataclasses.fields(s)})
@@ -258,8 +324,11 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
         run=RunConfig(**sections[RunConfig]),
         grpo=grpo,
         source=source,
+        origins=origins,
     )
     check_choices(config)
+    check_ranges(config)
+    check_question_template(config)
     return config
 
 
@@ -274,15 +343,77 @@ def check_choices(config: TrainConfig) -> None:
     ]
     for key, value, allowed in choices:
         if value not in allowed:
-            raise ConfigError(f"{config.source}: key '{key}': {value!r} is not one of: {', '.join(allowed)}")
-    positive = {
-        "nproc_per_node": config.run.nproc_per_node,
-        "nnodes": config.run.nnodes,
-        "zero_reward_patience": config.reward.zero_reward_patience,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{config.source}: key '{key}': must be >= 1, got {value}")
+            raise ConfigError(f"{config.where(key)}: key '{key}': {value!r} is not one of: {', '.join(allowed)}")
+
+
+# key -> (lowest allowed, whether the lowest is excluded, why); None values (unset) are not checked.
+RANGES: dict[str, tuple[float, bool, str]] = {
+    "num_generations": (2, False, "GRPO compares at least 2 completions of each prompt"),
+    "per_device_train_batch_size": (1, False, "completions per device and step"),
+    "per_device_eval_batch_size": (1, False, "completions per device in evaluation"),
+    "gradient_accumulation_steps": (1, False, "steps"),
+    "max_completion_length": (1, False, "tokens"),
+    "learning_rate": (0, True, "a step size"),
+    "num_train_epochs": (0, True, "epochs"),
+    "save_steps": (0, True, "steps, or a fraction of the run below 1"),
+    "logging_steps": (0, True, "steps, or a fraction of the run below 1"),
+    "num_iterations": (1, False, "updates per generation"),
+    "beta": (0, False, "the KL coefficient"),
+    "epsilon": (0, False, "the clipping range"),
+    "temperature": (0, True, "the sampling temperature"),
+    "top_k": (0, False, "0 turns top-k off"),
+    "top_p": (0, True, "a probability mass"),
+    "val_split_ratio": (0, False, "a fraction of the rows"),
+    "min_pixels": (1, False, "pixels"),
+    "max_pixels": (1, False, "pixels"),
+    "lora_r": (1, False, "the LoRA rank"),
+    "nproc_per_node": (1, False, "processes"),
+    "nnodes": (1, False, "hosts"),
+    "node_rank": (0, False, "the host's index"),
+    "master_port": (1, False, "a TCP port"),
+    "zero_reward_patience": (1, False, "logged steps"),
+    "shutdown_timeout": (1, False, "seconds"),
+}
+# key -> (highest allowed, whether the highest is excluded)
+UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True), "master_port": (65535, False)}
+
+
+def check_ranges(config: TrainConfig) -> None:
+    values = config.flat()
+    for key, (low, open_low, why) in RANGES.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        high, open_high = UPPER.get(key, (None, False))
+        too_low = value <= low if open_low else value < low
+        too_high = high is not None and (value >= high if open_high else value > high)
+        if too_low or too_high:
+            bounds = f"{'>' if open_low else '>='} {low:g}"
+            if high is not None:
+                bounds += f" and {'<' if open_high else '<='} {high:g}"
+            raise ConfigError(f"{config.where(key)}: key '{key}': must be {bounds} ({why}), got {value}")
+    if config.run.node_rank >= config.run.nnodes:
+        raise ConfigError(f"{config.where('node_rank')}: key 'node_rank': {config.run.node_rank} is not below "
+                          f"nnodes {config.run.nnodes} (ranks count from 0)")
+    low, high = config.model.min_pixels, config.model.max_pixels
+    if low is not None and high is not None and low > high:
+        raise ConfigError(f"{config.where('min_pixels')}: key 'min_pixels': {low} is above max_pixels {high}")
+
+
+def check_question_template(config: TrainConfig) -> None:
+    template = config.data.question_template
+    found = [p for p in QUESTION_PLACEHOLDERS if p in template]
+    if len(found) != 1:
+        problem = "has no" if not found else "mixes"
+        raise ConfigError(f"{config.where('question_template')}: key 'question_template' {problem} "
+                          f"{' or '.join(QUESTION_PLACEHOLDERS)} placeholder; write {QUESTION_PLACEHOLDERS[0]} "
+                          "once where the row's question goes")
+
+
+def fill_template(template: str, question: str) -> str:
+    for placeholder in QUESTION_PLACEHOLDERS:
+        template = template.replace(placeholder, question)
+    return template
 
 
 def load_config(path: Optional[str], overrides: dict[str, Any]) -> TrainConfig:
@@ -301,17 +432,15 @@ def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]
     def resolve(value):
         if isinstance(value, dict):
             return {k: resolve(v) if k in ("path", "image_root") else v for k, v in value.items()}
-        if not isinstance(value, str) or os.path.isabs(value) or not (base / value).exists():
+        if isinstance(value, list):
+            return [resolve(entry) for entry in value]
+        if not isinstance(value, str) or os.path.isabs(value):
             return value
-        return str(base / value)
+        if JOIN in value:
+            return JOIN.join(resolve(part) for part in value.split(JOIN))
+        return str(base / value) if (base / value).exists() else value
 
-    resolved = dict(values)
-    for key in ("model_name_or_path", "image_root", "deepspeed"):
-        if key in resolved:
-            resolved[key] = resolve(resolved[key])
-    if isinstance(resolved.get("data"), list):
-        resolved["data"] = [resolve(entry) for entry in resolved["data"]]
-    return resolved
+    return {key: resolve(value) if KEY_ALIASES.get(key, key) in PATH_KEYS else value for key, value in values.items()}
 
 
 def dump_config(config: TrainConfig) -> str:

@@ -6,13 +6,16 @@ Two row forms are read, in either file type:
                   -- one <image> placeholder per image, at the image's position.
   problem:       {"image": ..., "problem": "...", "solution": [x1,y1,x2,y2] | "text with a box"}
                   -- placeholders optional; without them the images go before the question.
-Boxes are stored in original-image pixels of the first image whatever space the dataset declares.
+A row without "image" is text-only, as in VLM-R1. Boxes are stored in original-image pixels of the first image
+whatever space the dataset declares (a text-only row's box as written). Rows may carry an "id" (`vlmgrpo score`
+refers to rows by it).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import random
 import re
@@ -23,11 +26,13 @@ from typing import Any, Iterator, Optional
 
 import yaml
 
+from .access import unreadable
 from .boxes import ABSOLUTE, NORM1000, Box, is_valid_box, parse_label, to_absolute
+from .config import JOIN, fill_template
 from .errors import DataError
 
 PLACEHOLDER = "<image>"
-_SAMPLING = re.compile(r"^(first|end|random):(\d+)(%?)$")
+_SAMPLING = re.compile(r"^(?:all|(first|end|random):(\d+)(%?))$")  # all: VLM-R1's "no sampling"
 DATA_SUFFIXES = (".jsonl", ".json")
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 
@@ -44,9 +49,11 @@ class DatasetSpec:
 @dataclass
 class Sample:
     location: str  # file:line, for error messages and completion dumps
-    image_paths: list[str]
+    row_id: Any  # the row's "id", or its location when it has none
+    image_paths: list[str]  # empty for a text-only row
     question: str
-    solution: Box  # original-image pixels of the first image
+    answer: str  # the row's answer as text
+    solution: Optional[Box]  # original-image pixels of the first image; None when the answer holds no box
     image_sizes: list[tuple[int, int]]  # (width, height)
 
 
@@ -61,15 +68,32 @@ class FileReport:
 
 @dataclass
 class LoadedData:
-    samples: list[Sample]
+    samples: list[Sample]  # the training rows
     reports: list[FileReport] = field(default_factory=list)
+    validation: list[Sample] = field(default_factory=list)  # held out by val_split_ratio
 
     def summary(self) -> str:
         lines = [f"{r.path}: {r.rows_read} rows read, {r.rows_used} used, {r.images} images, {r.errors} errors"
                  for r in self.reports]
         images = sum(r.images for r in self.reports)
-        lines.append(f"total: {len(self.samples)} rows, {images} images, {sum(r.errors for r in self.reports)} errors")
+        rows = len(self.samples) + len(self.validation)
+        lines.append(f"total: {rows} rows, {images} images, {sum(r.errors for r in self.reports)} errors")
+        if self.validation:
+            lines.append(f"split: {len(self.samples)} training rows, {len(self.validation)} validation rows")
         return "\n".join(lines)
+
+    def split_validation(self, ratio: float, seed: int) -> None:
+        """Hold out ceil(ratio x rows) rows, as datasets' train_test_split (which VLM-R1 uses) sizes its test set."""
+        if not ratio:
+            return
+        count = math.ceil(ratio * len(self.samples))
+        if count >= len(self.samples):
+            raise DataError([f"val_split_ratio {ratio} holds out {count} of {len(self.samples)} rows, leaving none "
+                             "to train on; lower it or add rows"])
+        order = random.Random(seed).sample(range(len(self.samples)), len(self.samples))
+        held_out = set(order[:count])
+        self.validation = [s for i, s in enumerate(self.samples) if i in held_out]
+        self.samples = [s for i, s in enumerate(self.samples) if i not in held_out]
 
 
 # --- dataset specs ---------------------------------------------------------------------------------------------
@@ -107,15 +131,31 @@ def _mixture_specs(path: str, default_root, default_space) -> list[DatasetSpec]:
             for e in entries]
 
 
+def _image_roots(count: int, image_root: Optional[str]) -> list[Optional[str]]:
+    """One image root per data file: the same for all, or VLM-R1's ':'-joined list, one per file in order."""
+    if not image_root or JOIN not in image_root:
+        return [image_root] * count
+    roots = image_root.split(JOIN)
+    if len(roots) != count:
+        raise DataError([f"image_root lists {len(roots)} ':'-joined folders for {count} data file(s); give one "
+                         "folder per data file, in the same order (as VLM-R1's --image_folders)"])
+    return roots
+
+
 def expand_specs(entries: list[Any], image_root: Optional[str], box_space: str) -> list[DatasetSpec]:
+    entries = [part for entry in entries
+               for part in (str(entry).split(JOIN) if not isinstance(entry, dict) else [entry])]
+    files = [i for i, e in enumerate(entries) if not isinstance(e, dict) and not e.endswith(MIXTURE_SUFFIXES)]
+    roots = dict(zip(files, _image_roots(len(files), image_root)))
+    shared_root = None if image_root and JOIN in image_root else image_root  # mixtures and mappings name their own
     specs = []
-    for entry in entries:
+    for index, entry in enumerate(entries):
         if isinstance(entry, dict):
-            specs.append(_spec_from_mapping(entry, Path("."), "config", image_root, box_space))
-        elif str(entry).endswith(MIXTURE_SUFFIXES):
-            specs.extend(_mixture_specs(str(entry), image_root, box_space))
+            specs.append(_spec_from_mapping(entry, Path("."), "config", shared_root, box_space))
+        elif entry.endswith(MIXTURE_SUFFIXES):
+            specs.extend(_mixture_specs(entry, shared_root, box_space))
         else:
-            specs.append(DatasetSpec(path=str(entry), image_root=image_root, box_space=box_space))
+            specs.append(DatasetSpec(path=entry, image_root=roots[index], box_space=box_space))
     if not specs:
         raise DataError(["no data: set 'data' in the config or pass --data FILE"])
     return specs
@@ -127,9 +167,11 @@ def check_spec(spec: DatasetSpec) -> list[str]:
         problems.append(f"{spec.declared_in}: {spec.path}: data files must be .jsonl or .json (mixtures .yaml)")
     elif not os.path.isfile(spec.path):
         problems.append(f"{spec.declared_in}: data file {spec.path} does not exist")
+    elif unreadable(spec.path):
+        problems.append(f"{spec.declared_in}: data file {unreadable(spec.path)}")
     if spec.sampling is not None and not _SAMPLING.match(str(spec.sampling)):
-        problems.append(f"{spec.declared_in}: {spec.path}: sampling {spec.sampling!r} is not one of first:N, end:N, "
-                        "random:N (N a count or a percentage like 10%)")
+        problems.append(f"{spec.declared_in}: {spec.path}: sampling {spec.sampling!r} is not one of all, first:N, "
+                        "end:N, random:N (N a count or a percentage like 10%)")
     if spec.box_space not in (ABSOLUTE, NORM1000):
         problems.append(f"{spec.declared_in}: {spec.path}: box_space {spec.box_space!r} is not one of: "
                         f"{ABSOLUTE}, {NORM1000}")
@@ -181,10 +223,10 @@ def _skip_space(text: str, position: int) -> int:
 
 
 def apply_sampling(rows: list, sampling: Optional[str], seed: int) -> list:
-    if not sampling:
+    kind, number, percent = _SAMPLING.match(sampling).groups() if sampling else (None, None, None)
+    if kind is None:
         return rows
-    kind, number, percent = _SAMPLING.match(sampling).groups()
-    count = len(rows) * int(number) // 100 if percent else int(number)
+    count = math.ceil(len(rows) * int(number) / 100) if percent else int(number)  # VLM-R1 rounds N% up
     count = min(count, len(rows))
     if kind == "first":
         return rows[:count]
@@ -215,7 +257,7 @@ def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Option
 def _image_paths(record: dict, image_root: Optional[str]) -> tuple[list[str], Optional[str]]:
     images = record.get("image", record.get("images"))
     if images is None:
-        return [], "row has no 'image'"
+        return [], None  # a text-only row
     if isinstance(images, str):
         images = [images]
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images) or not images:
@@ -231,11 +273,14 @@ def _image_size(path: str) -> tuple[Optional[tuple[int, int]], Optional[str]]:
             return image.size, None
     except FileNotFoundError:
         return None, f"image not found: {path}"
+    except PermissionError:
+        return None, f"image {unreadable(path)}"
     except (UnidentifiedImageError, OSError) as exc:
         return None, f"image unreadable: {path} ({exc.__class__.__name__})"
 
 
-def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any]) -> tuple[Optional[Sample], list[str]]:
+def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any],
+                 require_box: bool = True) -> tuple[Optional[Sample], list[str]]:
     where = f"{spec.path}:{line}"
     if not isinstance(record, dict):
         return None, [f"{where}: row is not a JSON object"]
@@ -252,19 +297,21 @@ def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any
         if problem:
             problems.append(problem)
         image_sizes.append(size)
-    if question is not None and paths:
+    if question is not None:
         count = question.count(PLACEHOLDER)
         if count != len(paths) and (placeholders_required or count):
             problems.append(f"{count} {PLACEHOLDER} placeholder(s) for {len(paths)} image(s)")
     box = parse_label(answer) if answer is not None else None
-    if answer is not None and box is None:
-        problems.append(f"cannot parse a box [x1, y1, x2, y2] from the answer {str(answer)[:80]!r}")
+    if answer is not None and box is None and require_box:
+        problems.append(f"cannot parse a box [x1, y1, x2, y2] from the answer {str(answer)[:80]!r} "
+                        "(the iou reward needs one)")
     elif box is not None and not is_valid_box(box):
         problems.append(f"box {list(box)} has x2 <= x1 or y2 <= y1")
     if problems:
         return None, [f"{where}: {p}" for p in problems]
-    solution = to_absolute(box, spec.box_space, image_sizes[0])
-    return Sample(where, paths, question, solution, image_sizes), []
+    solution = to_absolute(box, spec.box_space, image_sizes[0]) if box and image_sizes else box
+    answer_text = answer if isinstance(answer, str) else json.dumps(answer)
+    return Sample(where, record.get("id", where), paths, question, answer_text, solution, image_sizes), []
 
 
 def _read_sizes(paths: set[str]) -> dict[str, Any]:
@@ -272,7 +319,7 @@ def _read_sizes(paths: set[str]) -> dict[str, Any]:
         return dict(zip(paths, pool.map(_image_size, paths)))
 
 
-def load_spec(spec: DatasetSpec, seed: int) -> tuple[list[Sample], FileReport, list[str]]:
+def load_spec(spec: DatasetSpec, seed: int, require_box: bool = True) -> tuple[list[Sample], FileReport, list[str]]:
     report = FileReport(spec.path)
     problems = check_spec(spec)
     if problems:
@@ -290,7 +337,7 @@ def load_spec(spec: DatasetSpec, seed: int) -> tuple[list[Sample], FileReport, l
     sizes = _read_sizes(wanted)
     samples = []
     for line, record in rows:
-        sample, row_problems = validate_row(record, spec, line, sizes)
+        sample, row_problems = validate_row(record, spec, line, sizes, require_box)
         problems.extend(row_problems)
         if sample:
             samples.append(sample)
@@ -299,12 +346,15 @@ def load_spec(spec: DatasetSpec, seed: int) -> tuple[list[Sample], FileReport, l
     return samples, report, problems
 
 
-def load_data(entries: list[Any], image_root: Optional[str], box_space: str, seed: int = 42) -> LoadedData:
-    """Read and validate every dataset; raise one DataError listing all problems."""
+def load_data(entries: list[Any], image_root: Optional[str], box_space: str, seed: int = 42,
+              require_box: bool = True) -> LoadedData:
+    """Read and validate every dataset; raise one DataError listing all problems.
+
+    require_box: every answer must hold a box (the iou rewards need one); otherwise answers may be any text."""
     loaded = LoadedData(samples=[])
     problems: list[str] = []
     for spec in expand_specs(entries, image_root, box_space):
-        samples, report, spec_problems = load_spec(spec, seed)
+        samples, report, spec_problems = load_spec(spec, seed, require_box)
         loaded.samples.extend(samples)
         loaded.reports.append(report)
         problems.extend(spec_problems)
@@ -320,7 +370,7 @@ def load_data(entries: list[Any], image_root: Optional[str], box_space: str, see
 
 def prompt_messages(question: str, template: str) -> list[dict]:
     """One user turn: text with an image block at each <image>, or the images first when there are none."""
-    text = template.replace("{question}", question).strip()
+    text = fill_template(template, question).strip()
     parts = text.split(PLACEHOLDER)
     content: list[dict] = []
     for index, part in enumerate(parts):
@@ -343,8 +393,9 @@ def to_hf_dataset(samples: list[Sample], question_template: str):
         {
             "question": implicit_image_prefix(s.question, len(s.image_paths)),
             "image_paths": s.image_paths,
-            "solution": list(s.solution),
-            "image_size": list(s.image_sizes[0]),
+            "answer": s.answer,
+            "solution": list(s.solution) if s.solution else None,
+            "image_size": list(s.image_sizes[0]) if s.image_sizes else None,
             "location": s.location,
         }
         for s in samples
@@ -364,6 +415,7 @@ def _materialize(batch: dict[str, list], question_template: str) -> dict[str, li
     return {
         "prompt": [prompt_messages(q, question_template) for q in batch["question"]],
         "images": [[load(p) for p in paths] for paths in batch["image_paths"]],
+        "answer": batch["answer"],
         "solution": batch["solution"],
         "image_size": batch["image_size"],
         "location": batch["location"],

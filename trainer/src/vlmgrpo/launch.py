@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from importlib import resources
 from typing import Any, Optional
 
@@ -18,6 +19,9 @@ from .errors import LaunchError
 log = logging.getLogger("vlmgrpo")
 
 PRESETS = ("zero2", "zero3", "zero3_offload")
+# A worker that stopped on a signal (its own or, through the all-reduce in GracefulStop, another host's) writes the
+# signal number here, so that the launching process exits 128 + signal on every host, not torchrun's 1.
+STOP_MARKER_VARIABLE = "VLMGRPO_STOP_MARKER"
 MIN_SHM_BYTES = 1 << 30  # NCCL and dataloader workers need more than Docker's default 64 MB
 
 
@@ -57,23 +61,63 @@ def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
 
 def run_torchrun(run: RunConfig, argv: list[str]) -> int:
     """Run torchrun as a child and pass SIGTERM/SIGINT on, so a preempted run exits with 128 + signal like a
-    single-process one (torchrun itself would exit 1 with a traceback) after the workers have checkpointed."""
-    process = subprocess.Popen(torchrun_command(run, argv), env=torchrun_environment(run))
-    received: list[int] = []
+    single-process one (torchrun itself would exit 1 with a traceback) after the workers have checkpointed.
+    A host whose workers stopped because another host was signalled exits the same way."""
+    with tempfile.TemporaryDirectory(prefix="vlmgrpo-launch-") as work:
+        marker = os.path.join(work, "stopped")
+        environment = dict(torchrun_environment(run), **{STOP_MARKER_VARIABLE: marker})
+        received: list[int] = []
+        process: Optional[subprocess.Popen] = None
 
-    def forward(signum, frame):
-        received.append(signum)
-        process.send_signal(signum)
+        def forward(signum, frame):
+            received.append(signum)
+            if process is not None:
+                process.send_signal(signum)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, forward)
+        process = subprocess.Popen(torchrun_command(run, argv), env=environment)
+        if received:  # arrived while torchrun was starting
+            process.send_signal(received[0])
+        code = process.wait()
+        stopped_by = received[0] if received else read_stop_marker(marker)
+    if stopped_by is None:
+        return code
+    cause = "" if received else " sent to another process of the run"
+    log.warning("stopped by %s%s: the workers wrote a checkpoint at the end of their step (torchrun's traceback "
+                "above is expected); continue with --resume auto", signal.Signals(stopped_by).name, cause)
+    return 128 + stopped_by
+
+
+def exit_on_signal_until_training() -> None:
+    """SIGTERM or SIGINT before training starts: exit 128 + signal at once, with nothing to checkpoint yet.
+
+    Without this a container's PID 1 (vlmgrpo, exec'd by the entrypoint) ignores SIGTERM while it checks the data
+    or loads the model, and `docker stop` waits out its grace period to kill it. GracefulStop and run_torchrun
+    replace this handler when they start."""
+
+    def leave(signum, frame):
+        log.warning("received %s before training started: nothing to checkpoint yet, exiting",
+                    signal.Signals(signum).name)
+        sys.exit(128 + signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, forward)
-    code = process.wait()
-    if not received:
-        return code
-    log.warning("stopped by %s: the workers wrote a checkpoint at the end of their step (torchrun's "
-                "SignalException traceback above is expected); continue with --resume auto",
-                signal.Signals(received[0]).name)
-    return 128 + received[0]
+        signal.signal(signum, leave)
+
+
+def read_stop_marker(path: str) -> Optional[int]:
+    try:
+        return int(open(path).read())
+    except (OSError, ValueError):
+        return None
+
+
+def write_stop_marker(signal_number: int) -> None:
+    """Called by a worker that stopped on a signal; a no-op outside a launch."""
+    path = os.environ.get(STOP_MARKER_VARIABLE)
+    if path:
+        with open(path, "w") as stream:
+            stream.write(str(int(signal_number)))
 
 
 def resolve_deepspeed(value: Any) -> Any:
@@ -103,6 +147,15 @@ def check_batch(config: TrainConfig, processes: int) -> None:
             f"global batch {generation_batch} (per-device batch {per_device} x {processes} processes x "
             f"{steps_per_generation} steps per generation) is not divisible by num_generations {generations}; "
             f"change --batch-size, --num-generations or gradient_accumulation_steps"
+        )
+    if not config.data.val_split_ratio or grpo.get("eval_strategy", "steps") == "no":
+        return
+    eval_batch = grpo.get("per_device_eval_batch_size", 8) * processes
+    eval_generations = grpo.get("num_generations_eval") or generations
+    if eval_batch % eval_generations:
+        raise LaunchError(
+            f"evaluation batch {eval_batch} (per_device_eval_batch_size x {processes} processes) is not divisible "
+            f"by {eval_generations} generations; set per_device_eval_batch_size or num_generations_eval"
         )
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 from .boxes import ABSOLUTE, NORM1000, RESIZED
 from .config import ModelConfig
+from .errors import ConfigError
 
 log = logging.getLogger("vlmgrpo")
 
@@ -50,6 +51,22 @@ def choose_dtype(requested: str):
     return torch.float32
 
 
+def from_pretrained(auto_class, name: str, **kwargs):
+    """A hub id that does not exist, or a download that fails, is the user's to fix: one line, no traceback."""
+    try:
+        return auto_class.from_pretrained(name, **kwargs)
+    except OSError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"key 'model_name_or_path': cannot load {name} ({reason}); give the directory of a saved "
+                          "model, or a hub id this machine can download") from None
+
+
+def load_config(name: str):
+    from transformers import AutoConfig
+
+    return from_pretrained(AutoConfig, name)
+
+
 def load_processor(config: ModelConfig):
     from transformers import AutoProcessor
 
@@ -58,7 +75,7 @@ def load_processor(config: ModelConfig):
         kwargs["min_pixels"] = config.min_pixels
     if config.max_pixels is not None:
         kwargs["max_pixels"] = config.max_pixels
-    processor = AutoProcessor.from_pretrained(config.model_name_or_path, **kwargs)
+    processor = from_pretrained(AutoProcessor, config.model_name_or_path, **kwargs)
     _apply_pixel_bounds(processor.image_processor, config)
     # Generation batches are left padded so every completion starts at the same position.
     processor.tokenizer.padding_side = "left"
@@ -81,9 +98,8 @@ def load_model(config: ModelConfig):
     if not cuda_available():
         log.warning("no GPU visible: training on the CPU in %s (slow; fine for tiny models and tests)",
                     str(dtype).replace("torch.", ""))
-    model = AutoModelForImageTextToText.from_pretrained(
-        config.model_name_or_path, dtype=dtype, attn_implementation=attention
-    )
+    model = from_pretrained(AutoModelForImageTextToText, config.model_name_or_path, dtype=dtype,
+                            attn_implementation=attention)
     if config.freeze_vision_tower:
         freeze_vision_tower(model)
     return model
@@ -125,10 +141,11 @@ def lora_config(config: ModelConfig):
 
 
 def answer_box_space(requested: str, model_type: str) -> str:
-    """Qwen2.5-VL answers in pixels of its resized input, Qwen2-VL in 0-1000 coordinates."""
+    """Qwen2.5-VL answers in pixels of its resized input; Qwen2-VL and InternVL in 0-1000 coordinates (InternVL's
+    grounding format, and the space of VLM-R1's InternVL REC data)."""
     if requested != "auto":
         return requested
-    if model_type.startswith("qwen2_vl"):
+    if model_type.startswith(("qwen2_vl", "internvl")):
         return NORM1000
     if model_type.startswith(("qwen2_5_vl", "qwen3_vl")):
         return RESIZED

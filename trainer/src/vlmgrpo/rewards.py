@@ -6,19 +6,32 @@ Dataset columns reach them as keyword lists: `solution` (box in original-image p
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from .boxes import RESIZED, Box, answer_box, iou, to_absolute
+from .boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
 from .errors import ConfigError
 
 RewardFunc = Callable[..., list]
 ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> processor input (width, height)
 
-_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
+# VLM-R1's REC rewards are the defaults; the *_lenient variants read any box anywhere (floats, negative numbers,
+# inner spaces, no <answer> block) and use the plain continuous IoU.
+IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "format_lenient"
+BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT)
+BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
+REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
+
+# format (VLM-R1): a <think>...</think> block, then (whitespace and) <answer>, after which a "{", an integer box,
+# a "}" and "</answer>" follow in that order. Text before <think> or after </answer> is allowed.
+_REASONING_THEN_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>", re.DOTALL)
+_BRACED_BOX_THEN_CLOSE = re.compile(r"\{.*?" + INTEGER_BOX + r".*?\}.*?</answer>", re.DOTALL)
+# format_lenient: exactly <think>...</think><answer>...</answer>, nothing around it, any box in the answer.
+_LENIENT_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
 
 
 def completion_text(completion) -> str:
@@ -34,48 +47,66 @@ def completion_text(completion) -> str:
     return "".join(parts)
 
 
-def predicted_box(text: str, space: str, image_size, resize: Optional[ResizeFunc]) -> Optional[Box]:
-    box = answer_box(text)
-    if box is None:
-        return None
+def predicted_box(box: Optional[Box], space: str, image_size, resize: Optional[ResizeFunc]) -> Optional[Box]:
+    """The answered box in original-image pixels; a text-only row has no image to scale by, so it stays as read."""
+    if box is None or image_size is None:
+        return box
     resized = resize(*image_size) if space == RESIZED and resize else None
     return to_absolute(box, space, tuple(image_size), resized)
 
 
-def make_iou_reward(answer_space: str, resize: Optional[ResizeFunc] = None, threshold: Optional[float] = None):
-    """IoU of the first answered box with the label; with a threshold, 1.0 at or above it and 0.0 below."""
+def make_iou_reward(answer_space: str, resize: Optional[ResizeFunc] = None, threshold: Optional[float] = None,
+                    lenient: bool = False):
+    """IoU of the answered box with the label; with a threshold, 1.0 at or above it and 0.0 below.
+
+    Default (VLM-R1): the first integer box in the first <answer> block, VLM-R1's pixel IoU. Lenient: the first
+    box of any form in the answer block, or in the whole text when there is none, and the continuous IoU.
+    """
+    read, overlap = (answer_box, iou) if lenient else (strict_answer_box, pixel_iou)
 
     def iou_reward(prompts, completions, solution, image_size, **kwargs) -> list[float]:
         rewards = []
         for completion, label, size in zip(completions, solution, image_size):
-            box = predicted_box(completion_text(completion), answer_space, size, resize)
-            score = iou(box, label) if box is not None else 0.0
+            box = predicted_box(read(completion_text(completion)), answer_space, size, resize)
+            score = overlap(box, label) if box is not None else 0.0
             if threshold is not None:
                 score = 1.0 if score >= threshold else 0.0
             rewards.append(score)
         return rewards
 
-    iou_reward.__name__ = "iou"  # TRL logs rewards under the function's name
+    iou_reward.__name__ = IOU_LENIENT if lenient else IOU  # TRL logs rewards under the function's name
     return iou_reward
 
 
+def is_vlm_r1_format(text: str) -> bool:
+    opening = _REASONING_THEN_ANSWER.search(text)
+    return opening is not None and _BRACED_BOX_THEN_CLOSE.search(text, opening.end()) is not None
+
+
+def is_lenient_format(text: str) -> bool:
+    match = _LENIENT_FORMAT.match(text)
+    return match is not None and answer_box(f"<answer>{match.group(1)}</answer>") is not None
+
+
 def format_reward(prompts, completions, **kwargs) -> list[float]:
-    """1.0 for <think>...</think><answer>...</answer> whose answer holds a box, else 0.0."""
-    rewards = []
-    for completion in completions:
-        match = _FORMAT.match(completion_text(completion))
-        rewards.append(1.0 if match and answer_box(f"<answer>{match.group(1)}</answer>") else 0.0)
-    return rewards
+    """VLM-R1's REC format: <think>...</think> <answer>...{...[x1, y1, x2, y2]...}...</answer>, integers only."""
+    return [1.0 if is_vlm_r1_format(completion_text(c)) else 0.0 for c in completions]
 
 
-format_reward.__name__ = "format"
+def format_lenient_reward(prompts, completions, **kwargs) -> list[float]:
+    """Only <think>...</think><answer>...</answer> (whitespace around tags allowed), any box in the answer."""
+    return [1.0 if is_lenient_format(completion_text(c)) else 0.0 for c in completions]
+
+
+format_reward.__name__ = FORMAT
+format_lenient_reward.__name__ = FORMAT_LENIENT
 
 
 def load_custom(spec: str) -> RewardFunc:
     """module:function, or path/to/file.py:function."""
     module_name, sep, function_name = spec.rpartition(":")
     if not sep or not module_name or not function_name:
-        raise ConfigError(f"reward '{spec}': expected iou, format, or module:function")
+        raise ConfigError(f"reward '{spec}': expected {', '.join(BUILTIN_REWARDS)}, or module:function")
     try:
         if module_name.endswith(".py"):
             location = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
@@ -93,15 +124,30 @@ def load_custom(spec: str) -> RewardFunc:
     return function
 
 
-def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float]):
-    rewards = []
+def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
+    """Resolve every reward before any model loads: built-in names, or importable custom functions (returned)."""
+    if not names:
+        raise ConfigError(f"{source}: key 'reward_funcs' is empty: name at least one of "
+                          f"{', '.join(BUILTIN_REWARDS)} or module:function")
+    custom = {}
     for name in names:
-        if name == "iou":
-            rewards.append(make_iou_reward(answer_space, resize, threshold))
-        elif name == "format":
-            rewards.append(format_reward)
-        else:
-            rewards.append(load_custom(name))
-    if not rewards:
-        raise ConfigError("reward_funcs is empty: name at least one of iou, format, module:function")
-    return rewards
+        if name in BUILTIN_REWARDS:
+            continue
+        if ":" not in name:
+            close = difflib.get_close_matches(name, BUILTIN_REWARDS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{source}: key 'reward_funcs': unknown reward '{name}'{hint}; use one of "
+                              f"{', '.join(BUILTIN_REWARDS)}, or module:function / path/to/file.py:function")
+        custom[name] = load_custom(name)
+    return custom
+
+
+def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float]):
+    factories = {
+        IOU: lambda: make_iou_reward(answer_space, resize, threshold),
+        IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),
+        FORMAT: lambda: format_reward,
+        FORMAT_LENIENT: lambda: format_lenient_reward,
+    }
+    custom = check_reward_names(names, "config")
+    return [factories[name]() if name in factories else custom[name] for name in names]

@@ -1,4 +1,5 @@
-"""A tiny random Qwen2.5-VL, its tokenizer and processor, and a matching REC dataset, all made locally.
+"""A tiny random vision-language model (Qwen2.5-VL, Qwen2-VL or InternVL), its tokenizer and processor, and a
+matching REC dataset, all made locally.
 
 Used by the tests, `vlmgrpo selftest` and examples/rec_tiny.yaml: nothing is downloaded.
 """
@@ -27,12 +28,21 @@ SPECIAL_TOKENS = [
     "<|image_pad|>",
     "<|video_pad|>",
 ]
+# InternVL's image tokens, which its processor reads from the tokenizer's attributes of these names.
+INTERNVL_TOKENS = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                   "video_token": "<video>"}
+INTERNVL_IMAGE_SIZE = 56  # tiles of 56x56 pixels: 16 patches of 14, 4 tokens after the 0.5 pixel shuffle
 COLORS = {"red": (220, 30, 30), "green": (30, 180, 30), "blue": (30, 60, 220), "yellow": (230, 210, 20)}
 QUESTION = "Please provide the bounding box coordinate of the region this sentence describes: the {color} rectangle."
 
 
-def chat_template() -> str:
-    return resources.files("vlmgrpo").joinpath("templates/qwen2_vl_chat_template.jinja").read_text()
+def chat_template(family: str = "qwen2_5_vl") -> str:
+    """Qwen's ChatML template; InternVL's is the same with its own image and video placeholders."""
+    template = resources.files("vlmgrpo").joinpath("templates/qwen2_vl_chat_template.jinja").read_text()
+    if family == "internvl":
+        template = template.replace("<|vision_start|><|image_pad|><|vision_end|>", "<IMG_CONTEXT>")
+        template = template.replace("<|vision_start|><|video_pad|><|vision_end|>", "<video>")
+    return template
 
 
 def _corpus(rng: random.Random, lines: int = 2000) -> list[str]:
@@ -46,16 +56,19 @@ def _corpus(rng: random.Random, lines: int = 2000) -> list[str]:
     return corpus
 
 
-def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
+def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0, named_tokens: dict[str, str] | None = None):
+    """A byte-level BPE with Qwen's special tokens; named_tokens also become attributes (InternVL's image tokens)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
+    named_tokens = named_tokens or {}
+    specials = SPECIAL_TOKENS + list(named_tokens.values())
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -64,21 +77,24 @@ def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0):
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIAL_TOKENS[1:],
+        additional_special_tokens=specials[1:],
         model_max_length=4096,
+        **({"extra_special_tokens": named_tokens} if named_tokens else {}),
     )
     wrapped.padding_side = "left"
     wrapped.save_pretrained(out_dir)
     return wrapped
 
 
-FAMILIES = ("qwen2_5_vl", "qwen2_vl")
+FAMILIES = ("qwen2_5_vl", "qwen2_vl", "internvl")
 
 
 def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
     from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    if family == "internvl":
+        return internvl_config(tokenizer, ids)
     text_config = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -117,38 +133,84 @@ def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
     )
 
 
-def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl") -> Path:
-    """Write a random tiny Qwen2.5-VL (or Qwen2-VL) with tokenizer, processor and chat template to out_dir."""
-    import torch
+def internvl_config(tokenizer, ids: dict[str, int]):
+    """InternVL (the transformers-native InternVLForConditionalGeneration): a vision tower, a pixel-shuffle
+    projector and a Qwen2 language model."""
+    from transformers import InternVLConfig
+
+    patch = 14
+    text_config = dict(
+        model_type="qwen2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+    )
+    vision_config = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                         image_size=INTERNVL_IMAGE_SIZE, patch_size=patch)
+    return InternVLConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_id=tokenizer.convert_tokens_to_ids(INTERNVL_TOKENS["context_image_token"]),
+        image_seq_length=internvl_tokens_per_tile(patch),
+        downsample_ratio=0.5,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+
+def internvl_tokens_per_tile(patch: int = 14) -> int:
+    return (INTERNVL_IMAGE_SIZE // patch) ** 2 // 4  # the 0.5 pixel shuffle merges 2x2 patches
+
+
+def make_processor(tokenizer, family: str):
     from transformers import (
-        AutoModelForImageTextToText,
-        GenerationConfig,
+        GotOcr2ImageProcessor,
+        InternVLProcessor,
+        InternVLVideoProcessor,
         Qwen2_5_VLProcessor,
         Qwen2VLImageProcessor,
         Qwen2VLProcessor,
         Qwen2VLVideoProcessor,
     )
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = make_tokenizer(out_dir, seed=seed)
-    tokenizer.chat_template = chat_template()
-    torch.manual_seed(seed)
-    config = make_model_config(tokenizer, family)
-    model = AutoModelForImageTextToText.from_config(config).to(torch.float32)
-    model.generation_config = GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=True
-    )
-    model.save_pretrained(out_dir)
+    if family == "internvl":
+        tile = {"height": INTERNVL_IMAGE_SIZE, "width": INTERNVL_IMAGE_SIZE}
+        # Up to 2 tiles plus a thumbnail per image, so training sees InternVL's tiling at a tiny size.
+        return InternVLProcessor(
+            image_processor=GotOcr2ImageProcessor(size=tile, crop_to_patches=True, min_patches=1, max_patches=2),
+            tokenizer=tokenizer,
+            video_processor=InternVLVideoProcessor(size=tile),
+            image_seq_length=internvl_tokens_per_tile(),
+            chat_template=chat_template(family),
+        )
     pixel_limits = {"min_pixels": 28 * 28, "max_pixels": 112 * 112}
     processor_class = Qwen2VLProcessor if family == "qwen2_vl" else Qwen2_5_VLProcessor
-    processor = processor_class(
+    return processor_class(
         image_processor=Qwen2VLImageProcessor(**pixel_limits),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(**pixel_limits),
-        chat_template=chat_template(),
+        chat_template=chat_template(family),
     )
-    processor.save_pretrained(out_dir)
+
+
+def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl") -> Path:
+    """Write a random tiny model of the family with tokenizer, processor and chat template to out_dir."""
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(out_dir, seed=seed, named_tokens=INTERNVL_TOKENS if family == "internvl" else None)
+    tokenizer.chat_template = chat_template(family)
+    torch.manual_seed(seed)
+    config = make_model_config(tokenizer, family)
+    model = AutoModelForImageTextToText.from_config(config).to(torch.float32)
+    text = config.get_text_config()
+    model.generation_config = GenerationConfig(
+        eos_token_id=text.eos_token_id, pad_token_id=text.pad_token_id, do_sample=True
+    )
+    model.save_pretrained(out_dir)
+    make_processor(tokenizer, family).save_pretrained(out_dir)
     return out_dir
 
 

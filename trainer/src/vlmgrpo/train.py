@@ -9,39 +9,26 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from .callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
-from .checkpoint import resolve_resume, restore_weights
+from .callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog, drop_steps_after
+from .checkpoint import checkpoint_step, resolve_resume, restore_weights
 from .config import TrainConfig
-from .data import LoadedData, load_data, to_hf_dataset
-from .errors import ConfigError, LaunchError
-from .launch import check_batch, resolve_deepspeed, world_size
+from .data import LoadedData, to_hf_dataset
+from .errors import ConfigError
+from .launch import resolve_deepspeed, write_stop_marker
+from .preflight import RUN_LOGS
 from .rewards import build_rewards, completion_text
 
 log = logging.getLogger("vlmgrpo")
 
 
-def validate(config: TrainConfig) -> LoadedData:
-    """Everything that can be checked without a model: config values, batch shape, every data row."""
-    if not config.model.model_name_or_path:
-        raise ConfigError(f"{config.source}: key 'model_name_or_path' is not set (or pass --model PATH)")
-    weights = config.grpo.get("reward_weights")
-    if weights is not None and len(weights) != len(config.reward.reward_funcs):
-        raise ConfigError(f"{config.source}: key 'reward_weights': {len(weights)} weights for "
-                          f"{len(config.reward.reward_funcs)} reward_funcs {config.reward.reward_funcs}")
-    check_batch(config, world_size(config.run))
-    if config.grpo.get("deepspeed"):
-        resolve_deepspeed(config.grpo["deepspeed"])  # a missing or broken JSON fails here, before any model
-        if importlib.util.find_spec("deepspeed") is None:
-            raise LaunchError(f"deepspeed {config.grpo['deepspeed']} requested but the deepspeed package is not "
-                              "installed; use an image with DeepSpeed or drop --deepspeed")
-    seed = config.grpo.get("data_seed") or config.grpo.get("seed", 42)
-    return load_data(config.data.data, config.data.image_root, config.data.box_space, seed=seed)
-
-
-def resolve_grpo_kwargs(grpo: dict[str, Any]) -> dict[str, Any]:
+def resolve_grpo_kwargs(config: TrainConfig) -> dict[str, Any]:
     from .model import cuda_available
 
-    kwargs = dict(grpo)
+    kwargs = dict(config.grpo)
+    if config.data.val_split_ratio and "eval_strategy" not in kwargs:
+        # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
+        kwargs["eval_strategy"] = "steps"
+        kwargs.setdefault("eval_steps", kwargs["save_steps"])
     kwargs["deepspeed"] = resolve_deepspeed(kwargs.get("deepspeed"))
     if kwargs.get("bf16") == "auto":
         import torch
@@ -62,7 +49,7 @@ def build_grpo_config(config: TrainConfig):
     from trl import GRPOConfig
 
     try:
-        return GRPOConfig(**resolve_grpo_kwargs(config.grpo))
+        return GRPOConfig(**resolve_grpo_kwargs(config))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{config.source}: invalid GRPO settings: {exc}") from None
 
@@ -72,7 +59,8 @@ def _trainer_class():
     from trl import GRPOTrainer
 
     class VLMGRPOTrainer(GRPOTrainer):
-        """TRL's GRPOTrainer plus a correct weight restore on resume and an optional completions dump."""
+        """TRL's GRPOTrainer plus a correct weight restore on resume, batches that mix text-only and image rows, and
+        an optional completions dump."""
 
         completions_path: Optional[Path] = None
 
@@ -84,6 +72,14 @@ def _trainer_class():
                 return
             count = restore_weights(target, resume_from_checkpoint)
             log.info("restored %d weight tensors from %s", count, resume_from_checkpoint)
+
+        def _generate(self, prompts):
+            # TRL marks a text-only prompt's images None, and the processor then rejects a batch that mixes such
+            # prompts with prompts that have images; an empty list is what it accepts (text-only rows as VLM-R1's).
+            *rest, images, tool_images = super()._generate(prompts)
+            if images is not None:
+                images = [image_list or [] for image_list in images]
+            return (*rest, images, tool_images)
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -125,6 +121,7 @@ def build_trainer(config: TrainConfig, data: LoadedData, grpo_config):
         reward_funcs=rewards,
         args=grpo_config,
         train_dataset=to_hf_dataset(data.samples, config.data.question_template),
+        eval_dataset=to_hf_dataset(data.validation, config.data.question_template) if data.validation else None,
         peft_config=lora_config(config.model) if config.model.use_lora else None,
     )
     if config.run.dump_completions:
@@ -159,6 +156,8 @@ def run_training(config: TrainConfig, data: LoadedData) -> int:
     resume = resolve_resume(config.run.resume, str(output))
     if grpo_config.process_index == 0:
         write_run_config(config, output)
+        for name in RUN_LOGS:
+            drop_steps_after(output / name, checkpoint_step(resume))
     trainer = build_trainer(config, data, grpo_config)
     stop = GracefulStop()
     trainer.add_callback(stop)
@@ -168,6 +167,7 @@ def run_training(config: TrainConfig, data: LoadedData) -> int:
     finally:
         stop.uninstall()
     if stop.signal_number is not None:
+        write_stop_marker(stop.signal_number)
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code

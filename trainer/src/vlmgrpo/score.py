@@ -1,0 +1,72 @@
+"""`vlmgrpo score`: the configured rewards on given completions, without training.
+
+For a user whose reward is stuck at 0: dump a few completions (or write them by hand), score them, and see which
+reward rejects which text. The rewards receive what they receive in training: the row's prompt and columns, the
+completion as an assistant message, and its token ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, Iterator
+
+from .config import TrainConfig
+from .data import LoadedData, Sample, read_records, to_hf_dataset
+from .errors import DataError
+
+EXPECTED_LINE = '{"id": <a data row\'s id>, "completion": "<text>"}'
+
+
+def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, int]]:
+    """(row id, completion text, index of the row) per line; every problem of the file at once."""
+    by_id: dict[Any, list[int]] = defaultdict(list)
+    for index, sample in enumerate(samples):
+        by_id[json.dumps(sample.row_id)].append(index)
+    try:
+        records = list(read_records(path))
+    except OSError as exc:
+        raise DataError([f"{path}: cannot read the completions file: {exc.strerror}"]) from None
+    found, problems = [], []
+    for line, record, error in records:
+        where = f"{path}:{line}"
+        if error or not isinstance(record, dict) or not isinstance(record.get("completion"), str) or "id" not in record:
+            problems.append(f"{where}: {error or 'expected ' + EXPECTED_LINE}")
+            continue
+        rows = by_id.get(json.dumps(record["id"]), [])
+        if len(rows) != 1:
+            locations = ", ".join(samples[i].location for i in rows)
+            problems.append(f"{where}: id {record['id']!r} " + (
+                f"names {len(rows)} rows ({locations}); give the rows unique ids" if rows
+                else "is not the id of any data row (rows are matched by their \"id\", or file:line without one)"))
+            continue
+        found.append((record["id"], record["completion"], rows[0]))
+    if problems:
+        raise DataError(problems)
+    return found
+
+
+def score_completions(config: TrainConfig, data: LoadedData, completions_path: str) -> Iterator[dict]:
+    from .model import answer_box_space, load_config, load_processor, resize_function
+    from .rewards import build_rewards
+
+    samples = data.samples + data.validation
+    scored = read_completions(completions_path, samples)
+    processor = load_processor(config.model)
+    model_type = load_config(config.model.model_name_or_path).model_type
+    space = answer_box_space(config.reward.answer_box_space, model_type)
+    rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor), config.reward.iou_threshold)
+    dataset = to_hf_dataset(samples, config.data.question_template)
+    rows = [dataset[index] for _, _, index in scored]
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}
+    texts = [text for _, text, _ in scored]
+    tokenizer = getattr(processor, "tokenizer", processor)
+    arguments = dict(
+        prompts=[row["prompt"] for row in rows],
+        completions=[[{"role": "assistant", "content": text}] for text in texts],
+        completion_ids=[tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts],
+        **columns,
+    )
+    values = {reward.__name__: reward(**arguments) for reward in rewards}
+    for index, (row_id, _, _) in enumerate(scored):
+        yield {"id": row_id, "rewards": {name: scores[index] for name, scores in values.items()}}

@@ -1,0 +1,135 @@
+"""Every bad input stops `train` (and `--dry-run`) before any weights load: exit 2, one line, no traceback."""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ENV
+from vlmgrpo.cli import main
+
+
+def run_train(tiny, output, *extra, dry_run=False):
+    args = ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+            "--output", str(output), "--num-generations", "2", "--batch-size", "2", "--max-steps", "1", *extra]
+    return CliRunner().invoke(main, args + (["--dry-run"] if dry_run else []))
+
+
+def earlier_run(path: Path) -> Path:
+    (path / "checkpoint-1").mkdir(parents=True)
+    return path
+
+
+BAD = [
+    (["--model", "/nonexistent/model"], "key 'model_name_or_path': /nonexistent/model does not exist (no such "
+                                        "directory); give the directory of a saved model"),
+    (["--num-generations", "0"], "command line: key 'num_generations': must be >= 2 (GRPO compares at least 2"),
+    (["--batch-size", "0"], "command line: key 'per_device_train_batch_size': must be >= 1"),
+    (["--max-completion-length", "0"], "command line: key 'max_completion_length': must be >= 1"),
+    (["--set", "learning_rate=-1e-6"], "command line: key 'learning_rate': must be > 0 (a step size), got -1e-06"),
+    (["--set", "reward_funcs=[iou, formatt]"], "unknown reward 'formatt' (did you mean format?)"),
+    (["--set", "question_template=Where is it? Answer."], "key 'question_template' has no {question} or "
+                                                          "{Question} placeholder"),
+    (["--set", "report_to=wandb"], "key 'report_to': wandb is not installed in this environment; pip install wandb"),
+    (["--set", "report_to=tensorbored"], "key 'report_to': unknown reporter 'tensorbored'"),
+    (["--set", "eval_strategy=steps"], "key 'eval_strategy': steps needs rows to evaluate on; set val_split_ratio"),
+    (["--set", "val_split_ratio=1.0"], "key 'val_split_ratio': must be >= 0 and < 1"),
+    (["--nnodes", "2", "--node-rank", "2"], "key 'node_rank': 2 is not below nnodes 2"),
+]
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "train"])
+@pytest.mark.parametrize("extra,message", BAD, ids=[" ".join(b[0]) for b in BAD])
+def test_bad_input_is_one_line_before_any_model_loads(tiny, tmp_path, extra, message, dry_run):
+    if "wandb" in " ".join(extra) and importlib.util.find_spec("wandb"):
+        pytest.skip("wandb is installed here")
+    result = run_train(tiny, tmp_path / "out", *extra, dry_run=dry_run)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error: ")
+
+
+def test_output_and_model_paths(tiny, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    result = run_train(tiny, a_file)
+    assert result.exit_code == 2 and f"key 'output_dir': {a_file} exists and is not a directory" in result.output
+    result = run_train(tiny, a_file / "out")
+    assert result.exit_code == 2 and f"{a_file} is not a directory, so {a_file / 'out'} cannot be created" in \
+        result.output
+    result = run_train(tiny, tmp_path / "out", "--model", str(tmp_path))
+    assert result.exit_code == 2 and f"{tmp_path} has no config.json, so it is not a saved transformers model" in \
+        result.output
+
+
+def test_an_earlier_run_needs_resume_or_overwrite(tiny, tmp_path):
+    output = earlier_run(tmp_path / "out")
+    (output / "metrics.jsonl").write_text('{"step": 1}\n')
+    result = run_train(tiny, output, dry_run=True)
+    assert result.exit_code == 2
+    assert (f"{output} already holds an earlier run (checkpoint-1, metrics.jsonl); continue it with --resume auto, "
+            "start over with --overwrite-output") in result.output
+    for flag in (["--resume", "auto"], ["--overwrite-output"]):
+        assert run_train(tiny, output, *flag, dry_run=True).exit_code == 0
+    assert (output / "checkpoint-1").is_dir()  # a dry run removes nothing
+
+
+@pytest.mark.parametrize("model,message", [
+    ("{tmp}/missing", "key 'model_name_or_path': {tmp}/missing does not exist"),
+    ("nosuchorg/nosuchmodel", "key 'model_name_or_path': nosuchorg/nosuchmodel is neither a local directory nor a "
+                              "model in the hub cache, and downloads are off (HF_HUB_OFFLINE=1)"),
+])
+def test_a_real_process_prints_no_traceback(tiny, tmp_path, model, message):
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo", "train", "--model", model.format(tmp=tmp_path),
+                             "--data", tiny["data"], "--output", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: command line: {message.format(tmp=tmp_path)}")
+
+
+def as_another_user(command: list[str], uid: int = 4321) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *command],
+                          capture_output=True, text=True, env=dict(ENV, HOME="/dev/null"), timeout=120)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every uid can enter (pytest's own tmp_path is root's 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="vlmgrpo-uid-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_files_another_uid_cannot_read_or_write(tiny, shared_dir):
+    """A model saved by root (transformers writes model.safetensors 0600) and an output directory root owns, as the
+    image's arbitrary training uid meets them."""
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the check as another uid")
+    probe = as_another_user([sys.executable, "-c", "import vlmgrpo"])
+    if probe.returncode:
+        pytest.skip(f"uid 4321 cannot run this Python: {probe.stderr.strip()[-200:]}")
+    model = shared_dir / "model"
+    shutil.copytree(tiny["model"], model)  # keeps the 0600 of model.safetensors
+    (model / "model.safetensors").chmod(0o600)
+    owned = shared_dir / "out"
+    owned.mkdir()
+    os.chown(owned, 4321, 4321)
+    # The model and the output are checked before the data, which this uid never gets to read.
+    command = [sys.executable, "-m", "vlmgrpo", "train", "--model", str(model), "--data", tiny["data"]]
+    result = as_another_user(command + ["--output", str(owned / "run")])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    weights = model / "model.safetensors"
+    assert result.stderr.strip() == (f"error: command line: key 'model_name_or_path': {weights} is not readable by "
+                                     f"uid 4321 (mode 0600, owner uid 0); make it readable: chmod a+r {weights}")
+    weights.chmod(0o644)  # the fix the message names; the model passes now, and the output is checked next
+    result = as_another_user(command + ["--output", str(shared_dir / "root-owned" / "run"), "--dry-run"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"key 'output_dir': cannot write to {shared_dir} (to create {shared_dir}/root-owned/run in it) as uid " \
+           "4321 (mode 0755, owner uid 0, or a read-only mount)" in result.stderr
