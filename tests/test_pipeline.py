@@ -2,11 +2,11 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
 
-import yaml
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
@@ -14,7 +14,8 @@ from imagegen import containers
 from imagegen.registry import Credentials, referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
-from tests.helpers import MATRIX_PATH, REPO
+from tests.docker_env import unique_name
+from tests.helpers import REPO, image_named, locked_matrix
 
 
 def read_report(path):
@@ -26,7 +27,7 @@ def test_build_reports_every_layer_size_and_id(cpu_image):
     assert report["status"] == "built" and report["image_id"].startswith("sha256:")
     assert [layer["layer"] for layer in report["layers"]] == ["base", "framework", "trainer"]
     assert report["size_bytes"] > 1e9
-    assert report["ref"].endswith(":0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12")
+    assert re.search(r":0\.1\.0-torch2\.14\.1-cu130-cudnn9-py3\.11-debian12-[0-9a-f]{12}$", report["ref"])
     labels = containers.image_facts(cpu_image["id"])["labels"]
     revision, created = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H %cI"], capture_output=True,
                                        text=True, check=True).stdout.split()
@@ -100,16 +101,20 @@ def test_require_gpu_turns_the_skips_into_failures(cpu_image, tmp_path):
 
 
 def broken_matrix(tmp_path, after_cpu: tuple[str, ...] = ()):
-    """The real matrix plus an image whose transformers version does not exist, first, and more
-    broken images (named in after_cpu) after the cpu image."""
-    data = yaml.safe_load(MATRIX_PATH.read_text())
-    cpu = next(image for image in data["images"] if image["name"] == "cpu")
+    """The locked images plus copies of cpu whose locks hold a wrong hash for one package of the stack
+    (what pip meets when a file, or the lock, was tampered with): "broken" first, the ones named in
+    after_cpu after the cpu image."""
+    def add_broken(data):
+        cpu = image_named(data, "cpu")
+        for name in ("broken", *after_cpu):
+            data["images"].insert(0 if name == "broken" else len(data["images"]), {**cpu, "name": name})
+
+    path = locked_matrix(tmp_path, add_broken)
+    lock = json.loads((tmp_path / "locks" / "cpu.json").read_text())
+    tzdata = next(package for package in lock["platforms"]["linux/amd64"]["packages"] if package["name"] == "tzdata")
+    tzdata["hashes"] = ["sha256:" + "0" * 64]
     for name in ("broken", *after_cpu):
-        data["os"][f"debian12-{name}"] = {"python": "3.11"}  # gives each broken image a tag of its own
-        entry = {**cpu, "name": name, "os": f"debian12-{name}", "transformers": "99.0.0"}
-        data["images"].insert(0 if name == "broken" else len(data["images"]), entry)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+        (tmp_path / "locks" / f"{name}.json").write_text(json.dumps({**lock, "image": name}))
     return path
 
 
@@ -121,8 +126,8 @@ def test_keep_going_builds_the_rest_after_a_broken_image(cpu_image, tmp_path):
     assert result.returncode == 1
     broken, cpu = read_report(tmp_path / "build.json")
     assert (broken["status"], broken["failed_layer"]) == ("failed", "framework")
-    assert "pip install" in broken["failed_step"] and "requirements.txt" in broken["failed_step"]
-    assert any("transformers==99.0.0" in line for line in broken["log_tail"])
+    assert "pip install" in broken["failed_step"] and "requirements/stack.txt" in broken["failed_step"]
+    assert any("DO NOT MATCH THE HASHES" in line for line in broken["log_tail"]), broken["log_tail"]
     assert "broken failed in layer framework" in result.stderr
     assert cpu["status"] == "built"
 
@@ -141,10 +146,7 @@ def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_i
 
 
 def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, tmp_path):
-    data = yaml.safe_load(MATRIX_PATH.read_text())
-    next(image for image in data["images"] if image["name"] == "cpu")["max_size"] = "1GB"
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    matrix = locked_matrix(tmp_path, lambda d: image_named(d, "cpu").update(max_size="1GB"))
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), *CPU_BUILD_ARGS,
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
     assert result.returncode == 1
@@ -176,7 +178,8 @@ def test_push_to_a_private_registry_publishes_the_image_and_its_sbom(cpu_image, 
     print(f"push of the cpu image and its SBOM: {time.monotonic() - started:.1f} s")
     (report,) = read_report(tmp_path / "push.json")
     assert report["status"] == "pushed" and report["digest"].startswith("sha256:")
-    assert set(report["pushed_tags"]) == {"0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12", "cpu"}
+    version_tag = cpu_image["ref"].rsplit(":", 1)[1]
+    assert set(report["pushed_tags"]) == {version_tag, "cpu"}
     login = Credentials(auth_registry.username, auth_registry.password)
     # distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>.
     assert report["sbom_found_by"] == f"the referrers tag {report['digest'].replace(':', '-')}", report
@@ -193,8 +196,37 @@ def test_push_to_a_private_registry_publishes_the_image_and_its_sbom(cpu_image, 
                      "--report", str(tmp_path / "push2.json"), stdin=auth_registry.password)
     assert again.returncode == 0
     (second,) = read_report(tmp_path / "push2.json")
-    assert second["already_published"] == ["0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12"]
+    assert second["already_published"] == [version_tag]
     assert second["sbom_digest"] is None  # attached once, when the version was published
+
+
+def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu_image, registry, docker_client,
+                                                                               tmp_path):
+    """Every step runs again (--no-cache): a new image id, the same inputs and so the same version tag; the
+    registry already holds that tag, so the push says so and exits 0. The rebuild goes under a repository
+    of its own, so the session's cpu image keeps its tags."""
+    namespace = f"{registry}/{unique_name('rebuild')}"
+    first = imagegen("push", "--image", "cpu", "--registry", namespace, "--skip-tests",
+                     "--report", str(tmp_path / "first.json"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    matrix = locked_matrix(tmp_path, lambda d: d.update(repository=f"imagegen-test/{unique_name('r')}/vlm-grpo"))
+    rebuilt = imagegen("build", "--matrix", str(matrix), *CPU_BUILD_ARGS, "--no-cache", "--test", "--skip-train",
+                       "--push", "--registry", namespace, "--context-dir", str(tmp_path / "contexts"),
+                       "--report", str(tmp_path / "build.json"))
+    (build,) = read_report(tmp_path / "build.json")
+    try:
+        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+        (pushed,) = read_report(tmp_path / "push.json")
+        assert build["ref"].rsplit(":", 1)[1] == cpu_image["ref"].rsplit(":", 1)[1]
+        assert build["image_id"] != cpu_image["id"]
+        assert pushed["status"] == "pushed" and pushed["already_published"] == [build["ref"].rsplit(":", 1)[1]]
+        assert pushed["digest"] == read_report(tmp_path / "first.json")[0]["digest"]
+        assert "(already published)" in rebuilt.stderr
+    finally:  # the rebuild's images are this test's own: gigabytes, each layer built anew
+        made = {layer["image_id"] for layer in build["layers"]} - {layer["image_id"] for layer in
+                                                                   cpu_image["report"]["layers"]}
+        for image_id in sorted(made - {None}):
+            docker_client.images.remove(image_id, force=True)
 
 
 def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, registry, docker_client,
