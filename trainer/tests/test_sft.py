@@ -1,5 +1,6 @@
 """`vlmgrpo sft` end to end on tiny models made locally, through the real CLI in child processes, and SFT then GRPO."""
 
+import importlib.util
 import re
 import shutil
 import sys
@@ -138,3 +139,27 @@ def test_sft_then_grpo_example_runs_on_cpu_in_under_two_minutes(tmp_path):
                           check=True)
     assert "step 1/1" in adapter_run.stdout
     assert (tmp_path / "from-adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_qlora_settings_become_the_4bit_loading_arguments():
+    from vlmgrpo.config import ModelConfig
+    from vlmgrpo.model import quantization
+
+    assert quantization(ModelConfig(), torch.bfloat16) == {}
+    loading = quantization(ModelConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", bnb_4bit_use_double_quant=False),
+                           torch.bfloat16)
+    settings = loading["quantization_config"]
+    assert settings.load_in_4bit and settings.bnb_4bit_quant_type == "fp4" and not settings.bnb_4bit_use_double_quant
+    assert settings.bnb_4bit_compute_dtype == torch.bfloat16 and loading["device_map"] == {"": 0}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("bitsandbytes") is None,
+                    reason="QLoRA needs a CUDA GPU and bitsandbytes (not on this machine)")
+def test_qlora_trains_on_a_gpu_and_logs_peak_memory_per_step(tiny_text, tmp_path):
+    output = tmp_path / "out"
+    vlmgrpo(*sft_args(tiny_text, output, "--max-steps", "2", *LORA, "--set", "load_in_4bit=true",
+                      "--set", "merge_lora=true"), check=True)
+    metrics = read_jsonl(output / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2] and all(m["gpu_memory_peak_gib"] > 0 for m in metrics)
+    assert (output / "adapter" / "adapter_model.safetensors").is_file()
+    assert (output / "merged" / "model.safetensors").is_file()

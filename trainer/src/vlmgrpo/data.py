@@ -345,6 +345,7 @@ def load_spec(spec: DatasetSpec, seed: int, validate: RowValidator) -> tuple[lis
         problems.extend(row_problems)
         if sample:
             samples.append(sample)
+    problems.sort(key=lambda problem: int(problem[len(spec.path) + 1:].split(":", 1)[0]))  # by line
     report.rows_used, report.images = len(samples), sum(len(s.image_paths) for s in samples)
     report.errors = len(problems)
     return samples, report, problems
