@@ -5,6 +5,7 @@ import re
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,16 +13,20 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from conftest import LORA, REPO, read_jsonl, sft_args, vlmgrpo
-from test_train import run_until_step_then_signal
+from test_train import free_port, run_until_step_then_signal
 from vlmgrpo.cli import main
 
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_text, tmp_path_factory):
-    """LoRA on the three formats, a quarter of the rows held out, checkpoints (and evaluations) at steps 2 and 4."""
-    output = tmp_path_factory.mktemp("sft") / "out"
-    result = vlmgrpo(*sft_args(tiny_text, output, "--max-steps", "4", "--save-steps", "2",
-                               "--set", "val_split_ratio=0.25", "--set", "merge_lora=true", *LORA), check=True)
+    """examples/sft_chat_tiny.yaml: LoRA on the three formats, a quarter of the rows held out, evaluations at steps 2
+    and 4, checkpoints at 2 and 4, merged."""
+    work = tmp_path_factory.mktemp("sft")
+    shutil.copy(REPO / "examples" / "sft_chat_tiny.yaml", work)
+    (work / "tiny-chat").symlink_to(Path(tiny_text["model"]).parent)
+    output = work / "out"
+    result = vlmgrpo("sft", "--config", work / "sft_chat_tiny.yaml", "--output", output, "--max-steps", "4",
+                     "--save-steps", "2", check=True)
     return output, result
 
 
@@ -106,6 +111,15 @@ def test_sigterm_checkpoints_then_resume_continues_at_the_next_step_and_merges(t
     assert result.stdout.splitlines()[0].startswith(f"step {step + 1}/{step + 1} ")
     assert [m["step"] for m in read_jsonl(output / "metrics.jsonl")] == list(range(1, step + 2))
     assert (output / "merged" / "model.safetensors").is_file()
+
+
+def test_two_processes_through_torchrun(tiny_text, tmp_path):
+    output = tmp_path / "out"
+    result = vlmgrpo(*sft_args(tiny_text, output, "--max-steps", "2", "--save-steps", "2", "--batch-size", "2", *LORA,
+                               "--nproc-per-node", "2", "--master-port", free_port()), check=True)
+    assert "torch.distributed.run --nproc-per-node=2" in result.stderr
+    assert [m["step"] for m in read_jsonl(output / "metrics.jsonl")] == [1, 2]
+    assert torch.load(output / "checkpoint-2" / "training_args.bin", weights_only=False).world_size == 2
 
 
 def distance(a: dict, b: dict) -> float:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import click
 
+from .config import GRPO, SFT, Command
 from .errors import UserError
 from .tiny import FAMILIES
 
@@ -102,21 +103,21 @@ def with_options(*groups):
     return decorate
 
 
-def run_command(command_name: str, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
+def run_command(command: Command, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
     """`train` and `sft`: load and check the configuration and every row, then train here or through torchrun."""
     from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
-    from .config import GRPO, SFT, dump_config, load_config
+    from .config import dump_config, load_config
     from .preflight import clear_earlier_run
 
-    if command_name == SFT.name:
+    if command is SFT:
         from .sft import run, validate
     else:
         from .preflight import validate
         from .train import run
     try:
-        config = load_config(config_path, collect_overrides(options), SFT if command_name == SFT.name else GRPO)
+        config = load_config(config_path, collect_overrides(options), command)
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
@@ -142,7 +143,7 @@ def run_command(command_name: str, config_path: Optional[str], print_config: boo
 @with_options(RUN_OPTIONS, GRPO_OPTIONS, TRAINING_OPTIONS)
 def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
     """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
-    run_command("train", config_path, print_config, dry_run, options)
+    run_command(GRPO, config_path, print_config, dry_run, options)
 
 
 @main.command()
@@ -150,7 +151,7 @@ def train(config_path: Optional[str], print_config: bool, dry_run: bool, **optio
 def sft(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
     """Supervised fine-tuning on chat rows (OpenAI messages, ShareGPT, Alpaca), full, LoRA or QLoRA. Exit codes:
     0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
-    run_command("sft", config_path, print_config, dry_run, options)
+    run_command(SFT, config_path, print_config, dry_run, options)
 
 
 @main.command()
@@ -180,7 +181,7 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
 @click.option("--overwrite-output", is_flag=True, help="Replace an existing --output.")
 def merge(adapter: str, model: Optional[str], output: str, overwrite_output: bool) -> None:
     """Merge a LoRA adapter into its base model and save the result (safetensors, with the processor or tokenizer)."""
-    from .config import SFT, build_config
+    from .config import build_config
     from .errors import ConfigError
     from .model import merge_adapter
     from .access import unwritable_directory

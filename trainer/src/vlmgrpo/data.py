@@ -9,6 +9,9 @@ Two row forms are read, in either file type:
 A row without "image" is text-only, as in VLM-R1. Boxes are stored in original-image pixels of the first image
 whatever space the dataset declares (a text-only row's box as written). Rows may carry an "id" (`vlmgrpo score`
 refers to rows by it).
+
+Reading files, mixtures, sampling, image roots and image headers is shared with SFT's chat rows (chat_data.py):
+load_data takes the function that validates a row.
 """
 
 from __future__ import annotations

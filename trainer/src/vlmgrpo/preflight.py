@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .access import nearest_existing, unreadable, unreadable_in_tree, unwritable_directory
+from .boxes import ABSOLUTE
 from .checkpoint import checkpoint_dirs, resolve_resume
 from .config import TrainConfig
-from .boxes import ABSOLUTE
 from .data import LoadedData, RowValidator, load_data, validate_row
 from .errors import ConfigError, LaunchError
 from .launch import check_batch, resolve_deepspeed, under_torchrun, world_size
