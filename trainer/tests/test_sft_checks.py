@@ -132,6 +132,9 @@ def test_bad_sft_settings_are_one_line_before_any_weights_load(tiny_text, tmp_pa
     check("--set", "num_generations=4", message="command line: unknown key 'num_generations'; allowed keys are the "
                                                 "fields of vlmgrpo's model/data/run configs and of trl.SFTConfig")
     check("--set", "max_length=0", message="key 'max_length': must be >= 1 (tokens)")
+    check(*LORA, "--set", "lora_target_modules=[qkv]", message=f"key 'lora_target_modules': qkv match no layer of "
+          f"{tiny_text['model']}'s language model; its linear layers are named down_proj, gate_proj, k_proj, lm_head, "
+          "o_proj, q_proj, up_proj, v_proj")
     check("--set", "val_split_ratio=0.1", "--eval-data", tiny_text["alpaca"],
           message="key 'eval_data': give evaluation rows either as eval_data or by val_split_ratio, not both")
     check("--adapter", tmp_path / "none", message=f"key 'adapter_name_or_path': {tmp_path / 'none'} does not exist "
@@ -165,12 +168,15 @@ def test_a_model_without_a_chat_template_is_named(tiny_text, tmp_path):
                    f"{model}'s chat template: none; chat rows need one: set chat_template_path")
 
 
-def test_grpo_needs_a_vision_language_model(tiny_text, tiny, tmp_path):
-    result = CliRunner().invoke(main, ["train", "--model", tiny_text["model"], "--data", tiny["data"],
-                                       "--image-root", tiny["image_root"], "--output", str(tmp_path / "out"),
-                                       "--dry-run"])
-    one_line_error(result, f"{tiny_text['model']} is a text-only causal LM; `train` (GRPO on grounding data) needs a "
-                           "vision-language model")
+def test_grpo_needs_a_vision_language_model_and_lora_targets_outside_its_vision_tower(tiny_text, tiny, tmp_path):
+    common = ["train", "--data", tiny["data"], "--image-root", tiny["image_root"], "--output", tmp_path / "out",
+              "--dry-run"]
+    one_line_error(cli(*common, "--model", tiny_text["model"]),
+                   f"{tiny_text['model']} is a text-only causal LM; `train` (GRPO on grounding data) needs a "
+                   "vision-language model")
+    # Qwen2.5-VL's vision tower has qkv layers, its language model none.
+    one_line_error(cli(*common, "--model", tiny["model"], *LORA, "--set", "lora_target_modules=[qkv]"),
+                   "key 'lora_target_modules': qkv match no layer of")
 
 
 @pytest.fixture

@@ -204,6 +204,23 @@ def lora_config(config: ModelConfig):
     )
 
 
+def unmatched_lora_targets(config: ModelConfig, vision: bool) -> list[str]:
+    """The language model's linear layer names (sorted) when lora_target_modules match none of its modules, else
+    []. The model is built on the meta device from its config: no weights are read or allocated."""
+    import torch
+    from accelerate import init_empty_weights
+
+    pattern = re.compile(lora_config(config).target_modules)
+    with init_empty_weights():
+        model = auto_model_class(vision).from_config(load_config(config.model_name_or_path))
+    names = [name for name, _ in model.named_modules()]
+    if any(pattern.fullmatch(name) for name in names):
+        return []
+    vision_prefixes = tuple(f"{name}." for name in vision_module_names(model))
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and not name.startswith(vision_prefixes)})
+
+
 def peft_config(config: ModelConfig):
     """The LoRA config for the trainer to apply; None without LoRA, or when a starting adapter trains on."""
     return lora_config(config) if config.use_lora and not config.adapter_name_or_path else None

@@ -110,6 +110,20 @@ def check_model_source(config: TrainConfig) -> None:
     check_source(where, value, MODEL)
 
 
+def check_model_kind(config: TrainConfig, vision: bool) -> None:
+    """What needs the model's config (read, no weights): LoRA targets that exist in its language model."""
+    from .model import unmatched_lora_targets
+
+    if not config.model.use_lora or config.model.adapter_name_or_path:
+        return
+    linear = unmatched_lora_targets(config.model, vision)
+    if linear:
+        raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
+                          f"{', '.join(config.model.lora_target_modules)} match no layer of "
+                          f"{config.model.model_name_or_path}'s language model; its linear layers are named "
+                          f"{', '.join(linear)}")
+
+
 def check_quantization(config: TrainConfig) -> None:
     """QLoRA: 4-bit weights under a LoRA adapter, which needs bitsandbytes and a CUDA GPU."""
     if not config.model.load_in_4bit:
@@ -245,4 +259,5 @@ def validate(config: TrainConfig) -> LoadedData:
         raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': "
                           f"{config.model.model_name_or_path} is a text-only causal LM; `train` (GRPO on grounding "
                           "data) needs a vision-language model such as Qwen2.5-VL (`vlmgrpo sft` trains both kinds)")
+    check_model_kind(config, vision=True)
     return data

@@ -13,7 +13,7 @@ from .chat_data import to_sft_dataset, validate_chat_row
 from .config import TrainConfig
 from .data import LoadedData
 from .errors import ConfigError, DataError
-from .preflight import check_run, load_rows
+from .preflight import check_model_kind, check_run, load_rows
 from .runner import attach_metrics, run_training
 
 log = logging.getLogger("vlmgrpo")
@@ -86,6 +86,7 @@ def validate(config: TrainConfig) -> LoadedData:
 
     check_run(config)
     vision = is_vision_language(config.model.model_name_or_path)
+    check_model_kind(config, vision)
     check_chat_template(config, load_processing_class(config.model, vision), vision)
     data = load_rows(config, validate_chat_row)
     check_images_fit(data, vision, config.model.model_name_or_path)
