@@ -1,6 +1,6 @@
 #!/bin/sh
-# imagegen entrypoint: `train`, `info`, `selftest` and `make-tiny` run the vlmgrpo trainer;
-# any other command (bash, python ...) runs as given.
+# imagegen entrypoint: `train`, `sft`, `merge`, `score`, `info`, `selftest` and `make-tiny` run
+# the vlmgrpo trainer; any other command (bash, python ...) runs as given.
 set -e
 
 # `docker run --user UID:GID` gives a uid without a home directory: every cache of the
@@ -16,11 +16,11 @@ export MPLCONFIGDIR="${MPLCONFIGDIR:-$XDG_CACHE_HOME/matplotlib}"
 
 # On a GPU host, a driver older than the image needs is said in one line before training starts.
 case "${1:-}" in
-    train|selftest)
+    train|sft|selftest)
         if [ -r /proc/driver/nvidia/version ]; then python -m vlmgrpo.driver || exit 1; fi ;;
 esac
 
 case "${1:-}" in
-    train|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
+    train|sft|merge|score|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
 esac
 exec "$@"

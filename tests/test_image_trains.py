@@ -1,5 +1,5 @@
-"""End to end, as a user runs the published image: `docker run ... IMAGE train` with the
-data and output mounted from the host, an arbitrary uid, `docker stop` and a resume, and two
+"""End to end, as a user runs the published image: `docker run ... IMAGE train` (and `sft`) with
+the data and output mounted from the host, an arbitrary uid, `docker stop` and a resume, and two
 containers on one network as two hosts of one run."""
 
 import json
@@ -28,16 +28,22 @@ def docker(*args, timeout=900, check=True):
 
 @pytest.fixture(scope="module")
 def host_dirs(tmp_path_factory):
-    """A tiny model and grounding set made on the host, and an output dir the user owns."""
+    """Tiny models made on the host (a vision-language model with a grounding set, a text-only one with chat rows),
+    the examples' recipes pointing at them under /data, and an output dir the user owns."""
     root = tmp_path_factory.mktemp("e2e")
     data, out = root / "data", root / "out"
-    subprocess.run([str(VENV_BIN / "vlmgrpo"), "make-tiny", "--out", str(data / "tiny")], check=True,
-                   capture_output=True)
+    for name, family in (("tiny", "qwen2_5_vl"), ("tiny-chat", "qwen2")):
+        subprocess.run([str(VENV_BIN / "vlmgrpo"), "make-tiny", "--out", str(data / name), "--family", family],
+                       check=True, capture_output=True)
     recipe = yaml.safe_load((REPO / "examples" / "rec_tiny.yaml").read_text())
     recipe.update(model_name_or_path="/data/tiny/model", output_dir="/out/run", max_steps=2, save_steps=2,
                   report_to="tensorboard", data=[{**recipe["data"][0], "path": "/data/tiny/data/rec.jsonl",
                                                   "image_root": "/data/tiny/data/images"}])
     (data / "rec_tiny.yaml").write_text(yaml.safe_dump(recipe))
+    chat = yaml.safe_load((REPO / "examples" / "sft_chat_tiny.yaml").read_text())
+    chat.update(model_name_or_path="/data/tiny-chat/model", output_dir="/out/sft", report_to="tensorboard",
+                data=[f"/data/{path}" for path in chat["data"]])
+    (data / "sft_chat_tiny.yaml").write_text(yaml.safe_dump(chat))
     # A copy as transformers saved it (model.safetensors 0600, owned by the host user): unreadable in the image.
     shutil.copytree(data / "tiny" / "model", root / "private-model")
     subprocess.run(["chmod", "-R", "a+rX", str(data)], check=True)  # readable by the uid that trains
@@ -83,6 +89,12 @@ def test_bad_inputs_fail_before_the_model_loads(cpu_image, host_dirs):
                     "--output", "/data/run", "--dry-run", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "key 'output_dir': cannot write to /data (to create /data/run in it) as uid 4321" in result.stderr
+    result = docker(*run_args(cpu_image["id"], host_dirs), "sft", "--config", "/data/sft_chat_tiny.yaml",
+                    "--output", "/out/qlora", "--set", "use_lora=true", "--set", "load_in_4bit=true", check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: command line: key 'load_in_4bit': QLoRA needs an NVIDIA GPU (bitsandbytes' 4-bit layers run on CUDA "
+        "only) and none is visible here; run on a GPU host (docker run --gpus all with a CUDA image), or drop "
+        "load_in_4bit to train LoRA on the full-precision model"]
 
 
 def test_selftest_passes_inside_the_image(cpu_image):
@@ -124,6 +136,36 @@ def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(cpu_image, ho
            "--resume", "auto")
     resumed = [row["step"] for row in metrics(run / "metrics.jsonl")[steps_before:]]
     assert resumed[0] == saved_step + 1 and resumed[-1] == saved_step + 2
+
+
+def test_sft_stops_on_docker_stop_resumes_at_the_next_step_and_merges(cpu_image, host_dirs):
+    """`docker run --user UID:GID ... IMAGE sft --config ...`: LoRA on the three chat formats of a text-only model
+    with a validation split, `docker stop` (a checkpoint, exit 143), `--resume auto` at the next step, merged."""
+    name = unique_name("imagegen-sft")
+    run = host_dirs["out"] / "sft"
+    docker(*run_args(cpu_image["id"], host_dirs, name=name), "sft", "--config", "/data/sft_chat_tiny.yaml",
+           "--max-steps", "500", "--save-steps", "1000")
+    try:
+        wait_for_step(run / "metrics.jsonl", 1, [name])
+        docker("stop", "--time", "60", name)
+        exit_code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
+    finally:
+        logs = docker("logs", name, check=False)
+        docker("rm", "-f", name, check=False)
+    assert exit_code == "143", logs.stdout[-2000:] + logs.stderr[-2000:]
+    assert "trainable parameters:" in logs.stderr
+    (checkpoint,) = run.glob("checkpoint-*")
+    step = int(checkpoint.name.split("-")[1])
+
+    docker(*run_args(cpu_image["id"], host_dirs), "sft", "--config", "/data/sft_chat_tiny.yaml",
+           "--max-steps", str(step + 2), "--save-steps", "1000", "--resume", "auto")
+    rows = metrics(run / "metrics.jsonl")
+    assert [row["step"] for row in rows if "loss" in row] == list(range(1, step + 3))
+    # eval_steps 2, and transformers evaluates after the last step too.
+    assert [row["step"] for row in rows if "eval_loss" in row] == sorted({*range(2, step + 3, 2), step + 2})
+    assert (run / "adapter" / "adapter_model.safetensors").is_file() and (run / "merged" / "model.safetensors").is_file()
+    assert list(run.glob("runs/*/events.out.tfevents.*"))
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in run.rglob("*")} == {(4321, 4321)}
 
 
 def wait_for_step(path: Path, step: int, names: list[str], timeout: int = 300) -> None:

@@ -31,6 +31,14 @@ def tiny(tmp_path_factory):
     return make_tiny(tmp_path_factory.mktemp("tiny"), rows=8)
 
 
+@pytest.fixture(scope="session")
+def tiny_text(tmp_path_factory):
+    """A tiny text-only Qwen2 causal LM with chat rows in the three SFT formats, made once per session."""
+    from vlmgrpo.tiny import make_tiny
+
+    return make_tiny(tmp_path_factory.mktemp("tiny-text"), rows=8, family="qwen2")
+
+
 def train_args(tiny, output, *extra):
     """A small, fast run; the dense shaping reward (tests only) makes gradients non-zero for a random policy."""
     return ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
@@ -41,3 +49,13 @@ def train_args(tiny, output, *extra):
 
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def sft_args(tiny_text, output, *extra):
+    """A small, fast SFT run on all three formats of the tiny text model's rows."""
+    return ["sft", "--model", tiny_text["model"], "--data", tiny_text["messages"], "--data", tiny_text["sharegpt"],
+            "--data", tiny_text["alpaca"], "--output", output, "--batch-size", "4", "--set", "logging_steps=1",
+            "--set", "learning_rate=0.01", *extra]
+
+
+LORA = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "lora_alpha=8"]

@@ -7,21 +7,22 @@ from click.testing import CliRunner
 
 from conftest import ENV
 from vlmgrpo.cli import main
-from vlmgrpo.config import fill_template, grpo_field_types, load_config, section_field_types
+from vlmgrpo.config import GRPO, SFT, fill_template, load_config, section_field_types, trl_field_types
 
 
 def invoke(*args):
     return CliRunner().invoke(main, ["train", *args])
 
 
-def test_our_keys_do_not_shadow_grpo_config_fields():
-    assert not set(section_field_types()) & set(grpo_field_types())
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_our_keys_do_not_shadow_trl_config_fields(command):
+    assert not set(section_field_types(command)) & set(trl_field_types(command))
 
 
 def test_recipe_defaults_follow_vlm_r1():
     config = load_config(None, {})
-    assert config.grpo["num_generations"] == 8 and config.grpo["beta"] == 0.04
-    assert config.grpo["learning_rate"] == 1e-6 and config.grpo["gradient_checkpointing"] is True
+    assert config.trl["num_generations"] == 8 and config.trl["beta"] == 0.04
+    assert config.trl["learning_rate"] == 1e-6 and config.trl["gradient_checkpointing"] is True
     assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
     printed = yaml.safe_load(invoke("--print-config").output)
     # run_grpo_rec.sh: 2048 tokens; its trainer: per-sequence mean loss, GenerationConfig's sampling defaults.
@@ -56,7 +57,7 @@ def test_file_then_flags_then_set(tmp_path):
     printed = yaml.safe_load(result.output)
     assert printed["max_steps"] == 7 and printed["beta"] == 0.1 and printed["warmup_steps"] == 3
     assert printed["lr_scheduler_type"] == "cosine" and printed["top_p"] == 0.9
-    assert set(grpo_field_types()) <= set(printed)  # every GRPOConfig field is listed and settable
+    assert set(trl_field_types()) <= set(printed)  # every GRPOConfig field is listed and settable
 
 
 @pytest.mark.parametrize("content,expected", [
@@ -154,5 +155,5 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     check_reporting(config)
     check_evaluation(config)
     check_batch(config, 8)
-    assert config.grpo["report_to"] == "tensorboard" and config.grpo["max_completion_length"] == 2048
-    assert config.grpo["loss_type"] == "grpo" and config.grpo["top_k"] == 50
+    assert config.trl["report_to"] == "tensorboard" and config.trl["max_completion_length"] == 2048
+    assert config.trl["loss_type"] == "grpo" and config.trl["top_k"] == 50

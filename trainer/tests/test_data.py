@@ -1,3 +1,4 @@
+import functools
 import json
 
 import pytest
@@ -5,7 +6,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from vlmgrpo.cli import main
-from vlmgrpo.data import apply_sampling, load_data, prompt_messages, to_hf_dataset
+from vlmgrpo.data import apply_sampling, load_data, prompt_messages, to_hf_dataset, validate_row
 from vlmgrpo.errors import DataError
 
 
@@ -129,7 +130,7 @@ def test_dry_run_prints_summary_without_a_model(tmp_path, images):
     data = write_jsonl(tmp_path / "d.jsonl", [conv_row(), conv_row()])
     model = tmp_path / "model"  # checked for config.json and readability, never loaded: the weights are junk
     model.mkdir()
-    (model / "config.json").write_text("{}")
+    (model / "config.json").write_text('{"model_type": "qwen2_5_vl"}')  # read for the model's kind
     (model / "model.safetensors").write_bytes(b"not weights")
     result = CliRunner().invoke(main, ["train", "--model", str(model), "--data", str(data),
                                        "--image-root", str(images), "--output", str(tmp_path / "out"), "--dry-run"])
@@ -180,7 +181,8 @@ def test_text_only_rows_and_answers_without_a_box(tmp_path, images):
     problems = errors_of([str(data)], images)  # the iou rewards need a box in every answer
     assert problems == [f"{data}:2: cannot parse a box [x1, y1, x2, y2] from the answer '<answer>4</answer>' (the "
                         "iou reward needs one)"]
-    loaded = load_data([str(data)], str(images), "absolute", require_box=False)
+    loaded = load_data([str(data)], str(images), "absolute",
+                       validate=functools.partial(validate_row, require_box=False))
     text = loaded.samples[1]
     assert (text.row_id, text.image_paths, text.solution, text.answer) == ("t", [], None, "<answer>4</answer>")
     assert loaded.samples[0].row_id == f"{data}:1"  # no "id": the location stands in

@@ -63,7 +63,7 @@ def test_bad_completions_are_listed_at_once(tiny, table_data, tmp_path):
     assert f"{completions}:2: id 'nope' is not the id of any data row" in result.output
     assert f'{completions}:3: expected {{"id": <a data row\'s id>, "completion": "<text>"}}' in result.output
     assert f"{completions}:4: invalid JSON" in result.output
-    assert "3 data error(s)" in result.output
+    assert "3 data errors:" in result.output
 
 
 def test_the_right_answer_for_each_tiny_row_scores_one(tiny, tmp_path):

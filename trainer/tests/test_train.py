@@ -89,13 +89,14 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
 
     from vlmgrpo.config import load_config
     from vlmgrpo.preflight import validate
-    from vlmgrpo.train import build_grpo_config, build_trainer
+    from vlmgrpo.runner import build_trl_config
+    from vlmgrpo.train import build_trainer
 
     overrides = {"model_name_or_path": tiny["model"], "data": [tiny["data"]], "image_root": tiny["image_root"],
                  "output_dir": str(output), "num_generations": 4, "per_device_train_batch_size": 4,
                  "gradient_accumulation_steps": 1, "max_completion_length": 12, "max_steps": 3}
     config = load_config(None, overrides)
-    trainer = build_trainer(config, validate(config), build_grpo_config(config))
+    trainer = build_trainer(config, validate(config), build_trl_config(config))
     if not fixed:  # what plain transformers/TRL would do
         trainer._load_from_checkpoint = lambda path, model=None: GRPOTrainer._load_from_checkpoint(trainer, path, model)
     snapshot = {}

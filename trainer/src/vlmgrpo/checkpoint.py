@@ -1,4 +1,4 @@
-"""Finding checkpoints to resume from, and restoring a vision-language model's weights from one.
+"""Finding checkpoints to resume from, and restoring a vision-language model's weights from one (RestoresWeights).
 
 transformers 5.x saves checkpoints with the legacy key names (e.g. `model.layers.*`, `visual.*` for Qwen2.5-VL)
 while the in-memory model uses new ones (`model.language_model.layers.*`, `model.visual.*`). Trainer's resume
@@ -80,3 +80,16 @@ def restore_weights(model, checkpoint: str) -> int:
     del saved
     return len(target_state)
 
+
+
+class RestoresWeights:
+    """Mixed into a TRL trainer class (before it): resume restores the checkpoint's weights through restore_weights.
+    DeepSpeed engine state, FSDP shards and PEFT adapters load by their own keys, through the trainer's loader."""
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        target = self.accelerator.unwrap_model(model if model is not None else self.model)
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled or hasattr(target, "peft_config"):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+            return
+        count = restore_weights(target, resume_from_checkpoint)
+        log.info("restored %d weight tensors from %s", count, resume_from_checkpoint)

@@ -1,4 +1,4 @@
-"""Command line: vlmgrpo train | score | info | selftest | make-tiny."""
+"""Command line: vlmgrpo train | sft | merge | score | info | selftest | make-tiny."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import click
 
+from .config import GRPO, SFT, Command
 from .errors import UserError
 from .tiny import FAMILIES
 
@@ -37,53 +38,41 @@ def fail(error: UserError) -> None:
 
 @click.group()
 def main() -> None:
-    """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL)."""
+    """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
+    fine-tuning of language and vision-language models before it."""
     setup_logging()
+
+
+# Options -> config keys, where the key is not the option's own name.
+RENAMED = {"model": "model_name_or_path", "adapter": "adapter_name_or_path", "output": "output_dir",
+           "batch_size": "per_device_train_batch_size"}
 
 
 def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
     from .config import parse_set
 
-    renamed = {
-        "model": "model_name_or_path",
-        "image_root": "image_root",
-        "output": "output_dir",
-        "max_steps": "max_steps",
-        "num_generations": "num_generations",
-        "batch_size": "per_device_train_batch_size",
-        "max_completion_length": "max_completion_length",
-        "save_steps": "save_steps",
-        "resume": "resume",
-        "overwrite_output": "overwrite_output",
-        "deepspeed": "deepspeed",
-        "nproc_per_node": "nproc_per_node",
-        "nnodes": "nnodes",
-        "node_rank": "node_rank",
-        "master_addr": "master_addr",
-        "master_port": "master_port",
-    }
-    overrides = parse_set(options["set_values"])
-    for option, key in renamed.items():
-        if options[option] is not None:
-            overrides[key] = options[option]
-    if options["data"]:
-        overrides["data"] = list(options["data"])
+    overrides = parse_set(options.pop("set_values"))
+    for option, value in options.items():
+        if value is not None and value != ():
+            overrides[RENAMED.get(option, option)] = list(value) if isinstance(value, tuple) else value
     return overrides
 
 
-# The options `train` and `score` share: one configuration, read the same way by both.
+# The options `train`, `sft` and `score` share: one configuration, read the same way by each.
 RUN_OPTIONS = [
-    click.option("--config", "config_path", type=str, help="YAML file; any config key or trl.GRPOConfig field."),
+    click.option("--config", "config_path", type=str, help="YAML file; any config key or field of the TRL config."),
     click.option("--model", help="Local model directory or hub name."),
+    click.option("--adapter", help="A PEFT adapter directory to start from (an SFT run's OUTPUT/adapter); its base "
+                 "model unless --model is given."),
     click.option("--data", multiple=True, help="Data file (.jsonl/.json) or mixture (.yaml); repeatable; "
                  "VLM-R1's ':'-joined lists work too."),
+    click.option("--eval-data", multiple=True, help="Rows to evaluate on, as --data (or hold some out with "
+                 "--set val_split_ratio=0.05)."),
     click.option("--image-root", help="Directory that relative image paths are resolved against (':'-joined: one "
                  "per data file)."),
     click.option("--output", help="Output directory (checkpoints, metrics.jsonl, final model)."),
     click.option("--max-steps", type=int),
-    click.option("--num-generations", type=int),
-    click.option("--batch-size", type=int, help="Per-device train batch size (completions)."),
-    click.option("--max-completion-length", type=int),
+    click.option("--batch-size", type=int, help="Per-device train batch size (completions for train, rows for sft)."),
     click.option("--save-steps", type=int),
     click.option("--resume", help="auto (latest checkpoint under --output, fresh if none) or a checkpoint directory."),
     click.option("--overwrite-output", is_flag=True, default=None,
@@ -97,30 +86,38 @@ RUN_OPTIONS = [
     click.option("--master-port", type=int, envvar="MASTER_PORT"),
     click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
 ]
+GRPO_OPTIONS = [click.option("--num-generations", type=int), click.option("--max-completion-length", type=int)]
+TRAINING_OPTIONS = [
+    click.option("--print-config", is_flag=True, help="Print the effective configuration and exit."),
+    click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
+                 "load no weights."),
+]
 
 
-def run_options(command):
-    for option in reversed(RUN_OPTIONS):
-        command = option(command)
-    return command
+def with_options(*groups):
+    def decorate(command):
+        for option in reversed([option for group in groups for option in group]):
+            command = option(command)
+        return command
+
+    return decorate
 
 
-@main.command()
-@run_options
-@click.option("--print-config", is_flag=True, help="Print the effective configuration and exit.")
-@click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
-              "load no model.")
-def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
-    """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
+def run_command(command: Command, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
+    """`train` and `sft`: load and check the configuration and every row, then train here or through torchrun."""
     from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
     from .config import dump_config, load_config
-    from .preflight import clear_earlier_run, validate
-    from .train import run_training
+    from .preflight import clear_earlier_run
 
+    if command is SFT:
+        from .sft import run, validate
+    else:
+        from .preflight import validate
+        from .train import run
     try:
-        config = load_config(config_path, collect_overrides(options))
+        config = load_config(config_path, collect_overrides(options), command)
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
@@ -130,20 +127,35 @@ def train(config_path: Optional[str], print_config: bool, dry_run: bool, **optio
             return
         removed = clear_earlier_run(config)
         if removed:
-            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.grpo["output_dir"])
+            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.trl["output_dir"])
         hint = check_shm(config.run)
         if hint:
             log.warning(hint)
         if needs_launch(config.run):
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
-        sys.exit(run_training(config, data))
+        sys.exit(run(config, data))
     except UserError as error:
         fail(error)
 
 
 @main.command()
-@run_options
+@with_options(RUN_OPTIONS, GRPO_OPTIONS, TRAINING_OPTIONS)
+def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
+    """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
+    run_command(GRPO, config_path, print_config, dry_run, options)
+
+
+@main.command()
+@with_options(RUN_OPTIONS, TRAINING_OPTIONS)
+def sft(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
+    """Supervised fine-tuning on chat rows (OpenAI messages, ShareGPT, Alpaca), full, LoRA or QLoRA. Exit codes:
+    0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
+    run_command(SFT, config_path, print_config, dry_run, options)
+
+
+@main.command()
+@with_options(RUN_OPTIONS, GRPO_OPTIONS)
 @click.option("--completions", "completions_path", required=True,
               help='JSONL file, one {"id": <a data row\'s id>, "completion": "<text>"} per line.')
 def score(config_path: Optional[str], completions_path: str, **options) -> None:
@@ -158,6 +170,34 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
         check_model_source(config)
         for line in score_completions(config, load_checked_data(config), completions_path):
             click.echo(json.dumps(line))
+    except UserError as error:
+        fail(error)
+
+
+@main.command()
+@click.option("--adapter", required=True, help="The PEFT adapter directory (an SFT run's OUTPUT/adapter).")
+@click.option("--model", help="Its base model (default: the one its adapter_config.json names).")
+@click.option("--output", required=True, help="Directory for the merged model.")
+@click.option("--overwrite-output", is_flag=True, help="Replace an existing --output.")
+def merge(adapter: str, model: Optional[str], output: str, overwrite_output: bool) -> None:
+    """Merge a LoRA adapter into its base model and save the result (safetensors, with the processor or tokenizer)."""
+    from .config import build_config
+    from .errors import ConfigError
+    from .model import merge_adapter
+    from .access import unwritable_directory
+    from .preflight import check_model_source
+
+    try:
+        config = build_config({}, "command line", {"adapter_name_or_path": adapter, "model_name_or_path": model,
+                                                   "output_dir": output}, SFT)
+        check_model_source(config)
+        problem = unwritable_directory(output)
+        if problem:
+            raise ConfigError(f"--output: {problem}")
+        if os.path.exists(output) and os.listdir(output) and not overwrite_output:
+            raise ConfigError(f"--output: {output} exists and is not empty; choose another --output, or replace it "
+                              "with --overwrite-output")
+        merge_adapter(adapter, config.model.model_name_or_path, output)
     except UserError as error:
         fail(error)
 
@@ -190,7 +230,8 @@ def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> No
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--family", type=click.Choice(FAMILIES), default=FAMILIES[0], show_default=True)
 def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
-    """A tiny random Qwen2.5-VL (or Qwen2-VL, InternVL) and a rectangle-grounding dataset, made locally."""
+    """A tiny random model made locally, with data: a vision-language model (Qwen2.5-VL, Qwen2-VL, InternVL) and a
+    rectangle-grounding dataset, or a text-only causal LM (Qwen2, Llama) and chat rows in the SFT formats."""
     from .tiny import make_tiny
 
     click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))

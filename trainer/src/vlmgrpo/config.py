@@ -1,7 +1,9 @@
-"""Run configuration: our dataclasses plus every TRL GRPOConfig field, from YAML and command-line overrides.
+"""Run configuration: our dataclasses plus every field of the command's TRL config, from YAML and command-line
+overrides.
 
-The YAML file is flat: any field of ModelConfig, DataConfig, RewardConfig, RunConfig or TRL's GRPOConfig is a
-top-level key. Unknown keys and badly typed values are reported with the file and key before anything heavy runs.
+The YAML file is flat: any field of the command's sections (ModelConfig, DataConfig or RecDataConfig, RewardConfig,
+RunConfig) or of its TRL config (GRPOConfig for `train`, SFTConfig for `sft`) is a top-level key. Unknown keys and
+badly typed values are reported with the file and key before anything heavy runs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ REC_QUESTION_TEMPLATE = (
 @dataclass
 class ModelConfig:
     model_name_or_path: Optional[str] = None
+    # A PEFT adapter to start from (an SFT run's OUTPUT/adapter); the base model is the one its adapter_config.json
+    # names unless model_name_or_path is set. With use_lora the adapter trains on; without, it is merged in first.
+    adapter_name_or_path: Optional[str] = None
     # auto: flash_attention_2 when flash_attn imports and the GPU is sm80+, else sdpa.
     attn_implementation: str = "auto"
     # auto: bfloat16 on a bf16-capable GPU, float32 on CPU.
@@ -48,6 +53,10 @@ class ModelConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     merge_lora: bool = False
+    # QLoRA: the base model's linear layers in 4 bits (bitsandbytes, CUDA only) under a LoRA adapter.
+    load_in_4bit: bool = False
+    bnb_4bit_quant_type: str = "nf4"
+    bnb_4bit_use_double_quant: bool = True
 
 
 @dataclass
@@ -56,12 +65,20 @@ class DataConfig:
     # {path, image_root, sampling, box_space} (see data.py).
     data: list[Any] = field(default_factory=list)
     image_root: Optional[str] = None
+    # Fraction of the rows held out for evaluation (eval loss in metrics.jsonl), as VLM-R1's val_split_ratio; the
+    # split is seeded by data_seed.
+    val_split_ratio: float = 0.0
+    # Or rows of their own to evaluate on: entries as in `data`.
+    eval_data: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class RecDataConfig(DataConfig):
+    """GRPO's grounding data: boxes in the labels, a question template."""
+
     # Space of the boxes in the dataset labels: absolute (pixels) or norm1000 (0-1000).
     box_space: str = "absolute"
     question_template: str = REC_QUESTION_TEMPLATE
-    # Fraction of the rows held out for evaluation (eval loss and reward in metrics.jsonl), as VLM-R1's
-    # val_split_ratio; the split is seeded by data_seed.
-    val_split_ratio: float = 0.0
 
 
 @dataclass
@@ -73,6 +90,8 @@ class RewardConfig:
     answer_box_space: str = "auto"
     # Warn when a reward stays 0 or every group has zero std for this many consecutive logged steps.
     zero_reward_patience: int = 20
+    # Write every completion with its rewards to OUTPUT/completions.jsonl.
+    dump_completions: bool = False
 
 
 @dataclass
@@ -80,7 +99,6 @@ class RunConfig:
     resume: Optional[str] = None  # auto | path to a checkpoint-N directory
     # Start over in an output directory that holds an earlier run: its checkpoints and metrics are removed.
     overwrite_output: bool = False
-    dump_completions: bool = False
     nproc_per_node: int = 1
     nnodes: int = 1
     node_rank: int = 0
@@ -89,8 +107,6 @@ class RunConfig:
     # Seconds torchrun lets workers finish a step and checkpoint after SIGTERM before it kills them.
     shutdown_timeout: int = 600
 
-
-SECTIONS = (ModelConfig, DataConfig, RewardConfig, RunConfig)
 
 # VLM-R1's REC recipe (run_grpo_rec.sh), applied on top of TRL's GRPOConfig defaults.
 RECIPE_DEFAULTS: dict[str, Any] = {
@@ -120,17 +136,47 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "bf16": "auto",  # true on a bf16-capable GPU
 }
 
+# SFT: TRL's SFTConfig defaults, the loss on assistant turns only, and the run settings `train` has.
+SFT_DEFAULTS: dict[str, Any] = {
+    "output_dir": "output",
+    "assistant_only_loss": True,
+    "save_steps": 500,
+    "save_only_model": False,  # resume needs the optimizer and scheduler state
+    "seed": 42,
+    "data_seed": 42,
+    "report_to": "auto",
+    "bf16": "auto",
+}
 
-def grpo_field_types() -> dict[str, Any]:
-    from trl import GRPOConfig
 
-    hints = typing.get_type_hints(GRPOConfig)
-    return {f.name: hints[f.name] for f in dataclasses.fields(GRPOConfig) if f.init}
+@dataclass(frozen=True)
+class Command:
+    """What differs between `train` and `sft`: its TRL config class, its sections of our keys, its defaults."""
+
+    name: str
+    trl_class: str  # the name of a config class in trl
+    sections: tuple[type, ...]
+    defaults: dict[str, Any] = field(hash=False, compare=False)
+
+    def trl_config_class(self):
+        import trl
+
+        return getattr(trl, self.trl_class)
 
 
-def section_field_types() -> dict[str, Any]:
+GRPO = Command("train", "GRPOConfig", (ModelConfig, RecDataConfig, RewardConfig, RunConfig), RECIPE_DEFAULTS)
+SFT = Command("sft", "SFTConfig", (ModelConfig, DataConfig, RunConfig), SFT_DEFAULTS)
+
+
+def trl_field_types(command: Command = GRPO) -> dict[str, Any]:
+    config_class = command.trl_config_class()
+    hints = typing.get_type_hints(config_class)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_class) if f.init}
+
+
+def section_field_types(command: Command = GRPO) -> dict[str, Any]:
     types = {}
-    for section in SECTIONS:
+    for section in command.sections:
         hints = typing.get_type_hints(section)
         types.update({f.name: hints[f.name] for f in dataclasses.fields(section)})
     return types
@@ -138,7 +184,8 @@ def section_field_types() -> dict[str, Any]:
 
 # Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
 # be VLM-R1's JOIN-ed lists of several.
-PATH_KEYS = ("model_name_or_path", "image_root", "deepspeed", "data")
+PATH_KEYS = ("model_name_or_path", "adapter_name_or_path", "image_root", "deepspeed", "data", "eval_data",
+             "chat_template_path")
 JOIN = ":"
 
 # VLM-R1's names for our keys (its GRPOModelConfig, TRL's ModelConfig and its grpo_jsonl.py arguments).
@@ -153,10 +200,11 @@ KEY_ALIASES = {
 @dataclass
 class TrainConfig:
     model: ModelConfig
-    data: DataConfig
-    reward: RewardConfig
+    data: DataConfig  # RecDataConfig for `train`
+    reward: Optional[RewardConfig]  # `train` only
     run: RunConfig
-    grpo: dict[str, Any]  # GRPOConfig keyword arguments; built into a GRPOConfig by the trainer
+    trl: dict[str, Any]  # keyword arguments of the command's TRL config (GRPOConfig, SFTConfig)
+    command: Command = GRPO
     source: str = "<defaults>"
     origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
 
@@ -166,8 +214,9 @@ class TrainConfig:
     def flat(self) -> dict[str, Any]:
         values = {}
         for section in (self.model, self.data, self.reward, self.run):
-            values.update(dataclasses.asdict(section))
-        values.update(self.grpo)
+            if section is not None:
+                values.update(dataclasses.asdict(section))
+        values.update(self.trl)
         return values
 
 
@@ -271,12 +320,13 @@ def parse_set(items: typing.Iterable[str]) -> dict[str, Any]:
     return values
 
 
-def _unknown_key_error(source: str, key: str, known: typing.Iterable[str]) -> ConfigError:
+def _unknown_key_error(source: str, key: str, known: typing.Iterable[str], command: Command) -> ConfigError:
     close = difflib.get_close_matches(key, list(known), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    sections = "/".join(s.__name__.removesuffix("Config").removeprefix("Rec").lower() for s in command.sections)
     return ConfigError(
-        f"{source}: unknown key '{key}'{hint}; allowed keys are the fields of vlmgrpo's model/data/reward/run "
-        "configs and of trl.GRPOConfig (list them with `vlmgrpo train --print-config`)"
+        f"{source}: unknown key '{key}'{hint}; allowed keys are the fields of vlmgrpo's {sections} configs and of "
+        f"trl.{command.trl_class} (list them with `vlmgrpo {command.name} --print-config`)"
     )
 
 
@@ -288,19 +338,20 @@ def _canonical(origin: str, key: str, value, seen: dict[str, str]):
     if canonical in seen and seen[canonical] != key:
         raise ConfigError(f"{origin}: keys '{seen[canonical]}' and '{key}' both set '{canonical}'; keep one")
     seen[canonical] = key
-    if canonical in ("data", "reward_funcs", "lora_target_modules") and isinstance(value, str):
+    if canonical in ("data", "eval_data", "reward_funcs", "lora_target_modules") and isinstance(value, str):
         value = [value]
     if canonical == "reward_funcs" and isinstance(value, list):
         value = [REWARD_ALIASES.get(name, name) for name in value]
     return canonical, value
 
 
-def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any]) -> TrainConfig:
-    """Merge recipe defaults < file < command line, checking every key and value."""
-    ours = section_field_types()
-    grpo_types = grpo_field_types()
-    sections: dict[type, dict[str, Any]] = {section: {} for section in SECTIONS}
-    grpo = dict(RECIPE_DEFAULTS)
+def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any],
+                 command: Command = GRPO) -> TrainConfig:
+    """Merge the command's defaults < file < command line, checking every key and value."""
+    ours = section_field_types(command)
+    trl_types = trl_field_types(command)
+    sections: dict[type, dict[str, Any]] = {section: {} for section in command.sections}
+    trl = dict(command.defaults)
     origins: dict[str, str] = {}
     for origin, values in ((source, file_values), ("command line", overrides)):
         seen: dict[str, str] = {}
@@ -309,39 +360,45 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
             origins[key] = origin
             if key in ours:
                 check_value(origin, key, value, ours[key])
-                section = next(s for s in SECTIONS if key in {f.name for f in dataclasses.fields(s)})
+                section = next(s for s in command.sections if key in {f.name for f in dataclasses.fields(s)})
                 sections[section][key] = value
-            elif key in grpo_types:
+            elif key in trl_types:
                 if not (key in ("bf16", "report_to") and value == "auto"):
-                    check_value(origin, key, value, grpo_types[key])
-                grpo[key] = value
+                    check_value(origin, key, value, trl_types[key])
+                trl[key] = value
             else:
-                raise _unknown_key_error(origin, key, list(ours) + list(grpo_types))
+                raise _unknown_key_error(origin, key, list(ours) + list(trl_types), command)
+    built = {section: section(**values) for section, values in sections.items()}
     config = TrainConfig(
-        model=ModelConfig(**sections[ModelConfig]),
-        data=DataConfig(**sections[DataConfig]),
-        reward=RewardConfig(**sections[RewardConfig]),
-        run=RunConfig(**sections[RunConfig]),
-        grpo=grpo,
+        model=built[ModelConfig],
+        data=next(value for section, value in built.items() if issubclass(section, DataConfig)),
+        reward=built.get(RewardConfig),
+        run=built[RunConfig],
+        trl=trl,
+        command=command,
         source=source,
         origins=origins,
     )
     check_choices(config)
     check_ranges(config)
-    check_question_template(config)
+    if isinstance(config.data, RecDataConfig):
+        check_question_template(config)
     return config
 
 
 def check_choices(config: TrainConfig) -> None:
     from .boxes import ABSOLUTE, NORM1000, RESIZED
 
-    choices = [
-        ("attn_implementation", config.model.attn_implementation, ("auto", "flash_attention_2", "sdpa", "eager")),
-        ("torch_dtype", config.model.torch_dtype, ("auto", "bfloat16", "float16", "float32")),
-        ("box_space", config.data.box_space, (ABSOLUTE, NORM1000)),
-        ("answer_box_space", config.reward.answer_box_space, ("auto", ABSOLUTE, NORM1000, RESIZED)),
-    ]
-    for key, value, allowed in choices:
+    choices = {
+        "attn_implementation": ("auto", "flash_attention_2", "sdpa", "eager"),
+        "torch_dtype": ("auto", "bfloat16", "float16", "float32"),
+        "bnb_4bit_quant_type": ("nf4", "fp4"),
+        "box_space": (ABSOLUTE, NORM1000),
+        "answer_box_space": ("auto", ABSOLUTE, NORM1000, RESIZED),
+    }
+    values = config.flat()
+    for key, allowed in choices.items():
+        value = values.get(key, allowed[0])  # keys the command does not have
         if value not in allowed:
             raise ConfigError(f"{config.where(key)}: key '{key}': {value!r} is not one of: {', '.join(allowed)}")
 
@@ -353,6 +410,7 @@ RANGES: dict[str, tuple[float, bool, str]] = {
     "per_device_eval_batch_size": (1, False, "completions per device in evaluation"),
     "gradient_accumulation_steps": (1, False, "steps"),
     "max_completion_length": (1, False, "tokens"),
+    "max_length": (1, False, "tokens"),
     "learning_rate": (0, True, "a step size"),
     "num_train_epochs": (0, True, "epochs"),
     "save_steps": (0, True, "steps, or a fraction of the run below 1"),
@@ -416,11 +474,11 @@ def fill_template(template: str, question: str) -> str:
     return template
 
 
-def load_config(path: Optional[str], overrides: dict[str, Any]) -> TrainConfig:
+def load_config(path: Optional[str], overrides: dict[str, Any], command: Command = GRPO) -> TrainConfig:
     file_values = read_yaml_file(path) if path else {}
     if path:
         file_values = resolve_relative_paths(file_values, Path(path).parent)
-    return build_config(file_values, path or "<defaults>", overrides)
+    return build_config(file_values, path or "<defaults>", overrides, command)
 
 
 def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -444,11 +502,9 @@ def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]
 
 
 def dump_config(config: TrainConfig) -> str:
-    """Every key the run uses, including all GRPOConfig fields at their effective values."""
-    from trl import GRPOConfig
-
+    """Every key the run uses, including all fields of the TRL config at their effective values."""
     values = config.flat()
-    for f in dataclasses.fields(GRPOConfig):
+    for f in dataclasses.fields(config.command.trl_config_class()):
         if not f.init or f.name in values:
             continue
         value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default

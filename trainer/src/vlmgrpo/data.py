@@ -9,6 +9,9 @@ Two row forms are read, in either file type:
 A row without "image" is text-only, as in VLM-R1. Boxes are stored in original-image pixels of the first image
 whatever space the dataset declares (a text-only row's box as written). Rows may carry an "id" (`vlmgrpo score`
 refers to rows by it).
+
+Reading files, mixtures, sampling, image roots and image headers is shared with SFT's chat rows (chat_data.py):
+load_data takes the function that validates a row.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import yaml
 
@@ -254,7 +257,7 @@ def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Option
     return None, None, False, "row has neither 'conversations' nor 'problem'/'solution'"
 
 
-def _image_paths(record: dict, image_root: Optional[str]) -> tuple[list[str], Optional[str]]:
+def row_image_paths(record: dict, image_root: Optional[str]) -> tuple[list[str], Optional[str]]:
     images = record.get("image", record.get("images"))
     if images is None:
         return [], None  # a text-only row
@@ -288,7 +291,7 @@ def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any
     question, answer, placeholders_required, problem = _question_and_answer(record)
     if problem:
         problems.append(problem)
-    paths, problem = _image_paths(record, spec.image_root)
+    paths, problem = row_image_paths(record, spec.image_root)
     if problem:
         problems.append(problem)
     image_sizes = []
@@ -319,7 +322,11 @@ def _read_sizes(paths: set[str]) -> dict[str, Any]:
         return dict(zip(paths, pool.map(_image_size, paths)))
 
 
-def load_spec(spec: DatasetSpec, seed: int, require_box: bool = True) -> tuple[list[Sample], FileReport, list[str]]:
+# validate(record, spec, line, image sizes) -> (sample, problems): validate_row for GRPO, validate_chat_row for SFT.
+RowValidator = Callable[[Any, DatasetSpec, int, dict[str, Any]], tuple[Optional[Any], list[str]]]
+
+
+def load_spec(spec: DatasetSpec, seed: int, validate: RowValidator) -> tuple[list[Any], FileReport, list[str]]:
     report = FileReport(spec.path)
     problems = check_spec(spec)
     if problems:
@@ -333,52 +340,61 @@ def load_spec(spec: DatasetSpec, seed: int, require_box: bool = True) -> tuple[l
         else:
             rows.append((line, record))
     rows = apply_sampling(rows, spec.sampling, seed)
-    wanted = {p for _, r in rows if isinstance(r, dict) for p in _image_paths(r, spec.image_root)[0]}
+    wanted = {p for _, r in rows if isinstance(r, dict) for p in row_image_paths(r, spec.image_root)[0]}
     sizes = _read_sizes(wanted)
     samples = []
     for line, record in rows:
-        sample, row_problems = validate_row(record, spec, line, sizes, require_box)
+        sample, row_problems = validate(record, spec, line, sizes)
         problems.extend(row_problems)
         if sample:
             samples.append(sample)
+    problems.sort(key=lambda problem: int(problem[len(spec.path) + 1:].split(":", 1)[0]))  # by line
     report.rows_used, report.images = len(samples), sum(len(s.image_paths) for s in samples)
     report.errors = len(problems)
     return samples, report, problems
 
 
-def load_data(entries: list[Any], image_root: Optional[str], box_space: str, seed: int = 42,
-              require_box: bool = True) -> LoadedData:
-    """Read and validate every dataset; raise one DataError listing all problems.
+def load_data(entries: list[Any], image_root: Optional[str], box_space: str = ABSOLUTE, seed: int = 42,
+              validate: RowValidator = validate_row, eval_entries: Sequence[Any] = ()) -> LoadedData:
+    """Read and validate every dataset (and the evaluation datasets); raise one DataError listing all problems.
 
-    require_box: every answer must hold a box (the iou rewards need one); otherwise answers may be any text."""
+    validate: validate_row by default (GRPO rows whose answers hold a box; functools.partial it with
+    require_box=False for answers of any text)."""
     loaded = LoadedData(samples=[])
     problems: list[str] = []
-    for spec in expand_specs(entries, image_root, box_space):
-        samples, report, spec_problems = load_spec(spec, seed, require_box)
-        loaded.samples.extend(samples)
-        loaded.reports.append(report)
-        problems.extend(spec_problems)
+    sources = [(entries, loaded.samples)] + ([(eval_entries, loaded.validation)] if eval_entries else [])
+    for entries_of, rows in sources:
+        for spec in expand_specs(entries_of, image_root, box_space):
+            samples, report, spec_problems = load_spec(spec, seed, validate)
+            rows.extend(samples)
+            loaded.reports.append(report)
+            problems.extend(spec_problems)
     if problems:
         raise DataError(problems)
     if not loaded.samples:
         raise DataError(["the datasets hold no rows"])
+    if eval_entries and not loaded.validation:
+        raise DataError(["the evaluation datasets (eval_data) hold no rows"])
     return loaded
 
 
 # --- the training dataset ------------------------------------------------------------------------------------
 
 
-def prompt_messages(question: str, template: str) -> list[dict]:
-    """One user turn: text with an image block at each <image>, or the images first when there are none."""
-    text = fill_template(template, question).strip()
-    parts = text.split(PLACEHOLDER)
+def content_parts(text: str) -> list[dict]:
+    """Text with <image> placeholders as a chat turn's content parts: an image block at each placeholder."""
     content: list[dict] = []
-    for index, part in enumerate(parts):
+    for index, part in enumerate(text.split(PLACEHOLDER)):
         if index:
             content.append({"type": "image"})
         if part.strip():
             content.append({"type": "text", "text": part})
-    return [{"role": "user", "content": content}]
+    return content
+
+
+def prompt_messages(question: str, template: str) -> list[dict]:
+    """One user turn: text with an image block at each <image>, or the images first when there are none."""
+    return [{"role": "user", "content": content_parts(fill_template(template, question).strip())}]
 
 
 def implicit_image_prefix(question: str, image_count: int) -> str:

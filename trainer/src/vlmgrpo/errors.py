@@ -12,11 +12,11 @@ class ConfigError(UserError):
 
 
 class DataError(UserError):
-    """Carries every problem found, so a user fixes the dataset in one pass."""
+    """Carries every problem found, so a user fixes the dataset in one pass; one problem is one line."""
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__(f"{len(problems)} data error(s):\n" + "\n".join(problems))
+        super().__init__(problems[0] if len(problems) == 1 else f"{len(problems)} data errors:\n" + "\n".join(problems))
 
 
 class LaunchError(UserError):

@@ -136,7 +136,7 @@ def resolve_deepspeed(value: Any) -> Any:
 
 def check_batch(config: TrainConfig, processes: int) -> None:
     """TRL needs whole groups of num_generations completions in each generation batch."""
-    grpo = config.grpo
+    grpo = config.trl
     per_device = grpo.get("per_device_train_batch_size", 8)
     generations = grpo.get("num_generations", 8)
     accumulation = grpo.get("gradient_accumulation_steps", 1)

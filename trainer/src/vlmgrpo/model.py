@@ -1,10 +1,13 @@
-"""Loading the policy: model, processor, attention kernel, dtype, frozen vision tower, LoRA."""
+"""Loading the model: its kind (from its config), processor or tokenizer, attention kernel, dtype, 4-bit weights,
+frozen vision tower, LoRA, a starting adapter; merging an adapter into its base model."""
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import re
+import shutil
 from typing import Optional
 
 from .boxes import ABSOLUTE, NORM1000, RESIZED
@@ -51,20 +54,58 @@ def choose_dtype(requested: str):
     return torch.float32
 
 
-def from_pretrained(auto_class, name: str, **kwargs):
+def from_pretrained(auto_class, name: str, key: str = "model_name_or_path", **kwargs):
     """A hub id that does not exist, or a download that fails, is the user's to fix: one line, no traceback."""
     try:
         return auto_class.from_pretrained(name, **kwargs)
     except OSError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"key 'model_name_or_path': cannot load {name} ({reason}); give the directory of a saved "
+        raise ConfigError(f"key '{key}': cannot load {name} ({reason}); give the directory of a saved "
                           "model, or a hub id this machine can download") from None
 
 
 def load_config(name: str):
     from transformers import AutoConfig
 
-    return from_pretrained(AutoConfig, name)
+    try:
+        return from_pretrained(AutoConfig, name)
+    except ValueError as exc:  # no or an unknown model_type
+        reason = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"key 'model_name_or_path': {name}'s config.json is not one transformers can read "
+                          f"({reason})") from None
+
+
+def is_vision_language(name: str) -> bool:
+    """From the model's config, not its name: an image-text-to-text model (True) or a text-only causal LM (False)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    model_type = load_config(name).model_type
+    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return True
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return False
+    import transformers
+
+    raise ConfigError(f"key 'model_name_or_path': {name} is a {model_type} model, which transformers "
+                      f"{transformers.__version__} knows neither as an image-text-to-text model nor as a causal LM")
+
+
+def auto_model_class(vision: bool):
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if vision else AutoModelForCausalLM
+
+
+def load_processing_class(config: ModelConfig, vision: bool):
+    """The processor of a vision-language model, the tokenizer of a text-only one."""
+    if vision:
+        return load_processor(config)
+    from transformers import AutoTokenizer
+
+    return from_pretrained(AutoTokenizer, config.model_name_or_path)
 
 
 def load_processor(config: ModelConfig):
@@ -90,18 +131,41 @@ def _apply_pixel_bounds(image_processor, config: ModelConfig) -> None:
         image_processor.size = {**image_processor.size, **bounds}
 
 
-def load_model(config: ModelConfig):
-    from transformers import AutoModelForImageTextToText
+def quantization(config: ModelConfig, dtype) -> dict:
+    """from_pretrained's arguments for QLoRA's 4-bit base weights, each process's copy on its own GPU."""
+    if not config.load_in_4bit:
+        return {}
+    from accelerate import PartialState
+    from transformers import BitsAndBytesConfig
 
+    quantization_config = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=config.bnb_4bit_quant_type,
+        bnb_4bit_use_double_quant=config.bnb_4bit_use_double_quant,
+        bnb_4bit_compute_dtype=dtype,
+        bnb_4bit_quant_storage=dtype,
+    )
+    return {"quantization_config": quantization_config, "device_map": {"": PartialState().local_process_index}}
+
+
+def load_model(config: ModelConfig, vision: bool = True):
+    """The model as it trains: a vision-language model or a text-only causal LM, in 4 bits for QLoRA, with the
+    starting adapter on it (still a PEFT model when use_lora trains it on, merged in otherwise)."""
     dtype = choose_dtype(config.torch_dtype)
     attention = choose_attention(config.attn_implementation)
     if not cuda_available():
         log.warning("no GPU visible: training on the CPU in %s (slow; fine for tiny models and tests)",
                     str(dtype).replace("torch.", ""))
-    model = from_pretrained(AutoModelForImageTextToText, config.model_name_or_path, dtype=dtype,
-                            attn_implementation=attention)
+    model = from_pretrained(auto_model_class(vision), config.model_name_or_path, dtype=dtype,
+                            attn_implementation=attention, **quantization(config, dtype))
     if config.freeze_vision_tower:
         freeze_vision_tower(model)
+    if config.adapter_name_or_path:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, config.adapter_name_or_path, is_trainable=config.use_lora)
+        if not config.use_lora:
+            model = model.merge_and_unload()
     return model
 
 
@@ -138,6 +202,53 @@ def lora_config(config: ModelConfig):
         target_modules=rf"^(?!.*\b({vision})\b).*\.({targets})$",
         task_type="CAUSAL_LM",
     )
+
+
+def unmatched_lora_targets(config: ModelConfig, vision: bool) -> list[str]:
+    """The language model's linear layer names (sorted) when lora_target_modules match none of its modules, else
+    []. The model is built on the meta device from its config: no weights are read or allocated."""
+    import torch
+    from accelerate import init_empty_weights
+
+    pattern = re.compile(lora_config(config).target_modules)
+    with init_empty_weights():
+        model = auto_model_class(vision).from_config(load_config(config.model_name_or_path))
+    names = [name for name, _ in model.named_modules()]
+    if any(pattern.fullmatch(name) for name in names):
+        return []
+    vision_prefixes = tuple(f"{name}." for name in vision_module_names(model))
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and not name.startswith(vision_prefixes)})
+
+
+def peft_config(config: ModelConfig):
+    """The LoRA config for the trainer to apply; None without LoRA, or when a starting adapter trains on."""
+    return lora_config(config) if config.use_lora and not config.adapter_name_or_path else None
+
+
+def write_model(model, processing_class, path: str) -> None:
+    """save_pretrained into a temporary directory renamed into place: nothing half-written at `path`."""
+    partial = f"{path.rstrip(os.sep)}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    processing_class.save_pretrained(partial)
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.replace(partial, path)
+
+
+def merge_adapter(adapter: str, base: str, output: str) -> None:
+    """The base model in its saved precision (also for a QLoRA adapter) with the adapter merged into its weights,
+    and the adapter's processor or tokenizer (the base model's when the adapter directory has none)."""
+    from peft import PeftModel
+
+    vision = is_vision_language(base)
+    model = from_pretrained(auto_model_class(vision), base, dtype="auto")
+    merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    has_tokenizer = os.path.isfile(os.path.join(adapter, "tokenizer_config.json"))
+    source = ModelConfig(model_name_or_path=adapter if has_tokenizer else base)
+    write_model(merged, load_processing_class(source, vision), output)
+    log.info("merged %s into %s: %s", adapter, base, output)
 
 
 def answer_box_space(requested: str, model_type: str) -> str:

@@ -1,20 +1,24 @@
-"""Every check that needs no model, run by `train` (and `--dry-run`) before any weights load, and by `score`.
+"""Every check that needs no weights, run by `train` and `sft` (and `--dry-run`) before any weights load, and by
+`score`.
 
 Each failure is one line saying what is wrong, where it was set, and what to do.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from .access import nearest_existing, unreadable, unreadable_in_tree, unwritable_directory
+from .boxes import ABSOLUTE
 from .checkpoint import checkpoint_dirs, resolve_resume
 from .config import TrainConfig
-from .data import LoadedData, load_data
+from .data import LoadedData, RowValidator, load_data, validate_row
 from .errors import ConfigError, LaunchError
 from .launch import check_batch, resolve_deepspeed, under_torchrun, world_size
 from .rewards import BOX_REWARDS, check_reward_names
@@ -30,36 +34,113 @@ def _offline() -> bool:
                ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def check_model_source(config: TrainConfig) -> None:
-    """A local model directory must exist, hold config.json and be readable by this uid; a hub id must be
+class Source(NamedTuple):
+    """A kind of directory a key names, for the messages about it."""
+
+    marker: str  # the file that makes a directory one
+    noun: str
+    what: str
+    contents: str
+    writer: str
+    example: str  # a hub id
+
+
+MODEL = Source("config.json", "model", "saved transformers model", "config.json, weights, processor files",
+               "save_pretrained", "Qwen/Qwen2.5-VL-3B-Instruct")
+ADAPTER = Source("adapter_config.json", "adapter", "saved PEFT adapter", "adapter_config.json, adapter weights",
+                 "an SFT run with use_lora (OUTPUT/adapter)", "your-org/your-adapter")
+
+
+def check_source(where: str, value: str, source: Source) -> None:
+    """A local directory must exist, hold the source's marker file and be readable by this uid; a hub id must be
     reachable (not offline) or cached."""
-    value = config.model.model_name_or_path
-    where = f"{config.where('model_name_or_path')}: key 'model_name_or_path'"
-    if not value:
-        raise ConfigError(f"{where} is not set (or pass --model PATH)")
     path = os.path.expanduser(value)
     if os.path.isdir(path):
         problems = [p for p in (unreadable(path),) if p] or [unreadable(p) for p in unreadable_in_tree(path)]
         if problems:
             more = f" ({len(problems) - 1} more like it: chmod -R a+rX {path})" if len(problems) > 1 else ""
             raise ConfigError(f"{where}: {problems[0]}{more}")
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise ConfigError(f"{where}: {path} has no config.json, so it is not a saved transformers model; give "
-                              "the directory save_pretrained wrote (config.json, weights, processor files)")
+        if not os.path.isfile(os.path.join(path, source.marker)):
+            raise ConfigError(f"{where}: {path} has no {source.marker}, so it is not a {source.what}; give the "
+                              f"directory {source.writer} wrote ({source.contents})")
         return
     if os.path.exists(path):
-        raise ConfigError(f"{where}: {path} is a file; give the model's directory")
+        raise ConfigError(f"{where}: {path} is a file; give the {source.noun}'s directory")
     if not _HUB_ID.match(value):
         ancestor = nearest_existing(Path(path))
         reason = unreadable(str(ancestor)) or "no such directory"  # an ancestor this uid cannot enter hides it
-        raise ConfigError(f"{where}: {value} does not exist ({reason}); give the directory of a saved model "
-                          "(config.json, weights, processor files) or a hub id such as Qwen/Qwen2.5-VL-3B-Instruct")
+        raise ConfigError(f"{where}: {value} does not exist ({reason}); give the directory of a saved {source.noun} "
+                          f"({source.contents}) or a hub id such as {source.example}")
     if _offline():
         from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(value, "config.json"), str):
-            raise ConfigError(f"{where}: {value} is neither a local directory nor a model in the hub cache, and "
-                              "downloads are off (HF_HUB_OFFLINE=1); give the model's directory")
+        if not isinstance(try_to_load_from_cache(value, source.marker), str):
+            raise ConfigError(f"{where}: {value} is neither a local directory nor a {source.noun} in the hub cache, "
+                              f"and downloads are off (HF_HUB_OFFLINE=1); give the {source.noun}'s directory")
+
+
+def resolve_adapter_base(config: TrainConfig) -> None:
+    """An adapter to start from must be one; without model_name_or_path, its base model is the one it names."""
+    adapter = config.model.adapter_name_or_path
+    if not adapter:
+        return
+    where = f"{config.where('adapter_name_or_path')}: key 'adapter_name_or_path'"
+    check_source(where, adapter, ADAPTER)
+    if config.model.model_name_or_path:
+        return
+    from peft import PeftConfig
+
+    try:
+        base = PeftConfig.from_pretrained(adapter).base_model_name_or_path
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: cannot read {adapter}'s adapter_config.json ({exc})") from None
+    if not base:
+        raise ConfigError(f"{where}: {adapter}'s adapter_config.json names no base model; pass --model BASE")
+    config.model.model_name_or_path = base
+    config.origins["model_name_or_path"] = f"{adapter}: adapter_config.json's base_model_name_or_path"
+
+
+def check_model_source(config: TrainConfig) -> None:
+    """The model (or the base model an adapter names) and the adapter exist and this uid can read them."""
+    resolve_adapter_base(config)
+    value = config.model.model_name_or_path
+    where = f"{config.where('model_name_or_path')}: key 'model_name_or_path'"
+    if not value:
+        raise ConfigError(f"{where} is not set (or pass --model PATH)")
+    check_source(where, value, MODEL)
+
+
+def check_model_kind(config: TrainConfig, vision: bool) -> None:
+    """What needs the model's config (read, no weights): LoRA targets that exist in its language model."""
+    from .model import unmatched_lora_targets
+
+    if not config.model.use_lora or config.model.adapter_name_or_path:
+        return
+    linear = unmatched_lora_targets(config.model, vision)
+    if linear:
+        raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
+                          f"{', '.join(config.model.lora_target_modules)} match no layer of "
+                          f"{config.model.model_name_or_path}'s language model; its linear layers are named "
+                          f"{', '.join(linear)}")
+
+
+def check_quantization(config: TrainConfig) -> None:
+    """QLoRA: 4-bit weights under a LoRA adapter, which needs bitsandbytes and a CUDA GPU."""
+    if not config.model.load_in_4bit:
+        return
+    from .model import cuda_available
+
+    where = f"{config.where('load_in_4bit')}: key 'load_in_4bit'"
+    if not cuda_available():
+        raise ConfigError(f"{where}: QLoRA needs an NVIDIA GPU (bitsandbytes' 4-bit layers run on CUDA only) and "
+                          "none is visible here; run on a GPU host (docker run --gpus all with a CUDA image), or drop "
+                          "load_in_4bit to train LoRA on the full-precision model")
+    if not config.model.use_lora:
+        raise ConfigError(f"{where}: 4-bit weights cannot be trained themselves; QLoRA trains a LoRA adapter on "
+                          "them: set use_lora: true")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"{where}: QLoRA needs the bitsandbytes package, which is not installed here; pip install "
+                          "bitsandbytes, or drop load_in_4bit")
 
 
 def check_reporting(config: TrainConfig) -> None:
@@ -69,7 +150,7 @@ def check_reporting(config: TrainConfig) -> None:
         get_available_reporting_integrations,
     )
 
-    value = config.grpo.get("report_to")
+    value = config.trl.get("report_to")
     names = [value] if isinstance(value, str) else list(value or [])
     available = get_available_reporting_integrations()
     for name in names:
@@ -91,7 +172,7 @@ def earlier_run(output: str) -> list[str]:
 
 def check_output(config: TrainConfig) -> None:
     """The output directory is writable, and holds no earlier run unless told to resume it or start over."""
-    output = config.grpo["output_dir"]
+    output = config.trl["output_dir"]
     where = config.where("output_dir")
     problem = unwritable_directory(output)
     if problem:
@@ -113,7 +194,7 @@ def check_output(config: TrainConfig) -> None:
 
 def clear_earlier_run(config: TrainConfig) -> list[str]:
     """--overwrite-output: remove the earlier run's checkpoints and logs (once, by the launching process)."""
-    output = config.grpo["output_dir"]
+    output = config.trl["output_dir"]
     if not config.run.overwrite_output or under_torchrun() or config.run.node_rank != 0:
         return []
     found = earlier_run(output)
@@ -123,38 +204,60 @@ def clear_earlier_run(config: TrainConfig) -> list[str]:
     return found
 
 
-def load_checked_data(config: TrainConfig) -> LoadedData:
-    """What `score` needs too: the rewards, every data row, the validation split."""
-    names = config.reward.reward_funcs
-    check_reward_names(names, config.where("reward_funcs"))
-    weights = config.grpo.get("reward_weights")
-    if weights is not None and len(weights) != len(names):
-        raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
-                          f"{len(names)} reward_funcs {names}")
-    seed = config.grpo.get("data_seed") or config.grpo.get("seed", 42)
-    data = load_data(config.data.data, config.data.image_root, config.data.box_space, seed=seed,
-                     require_box=any(name in BOX_REWARDS for name in names))
+def load_rows(config: TrainConfig, validate_row: RowValidator) -> LoadedData:
+    """Every training and evaluation row, validated, and the validation split."""
+    if config.data.eval_data and config.data.val_split_ratio:
+        raise ConfigError(f"{config.where('eval_data')}: key 'eval_data': give evaluation rows either as eval_data or "
+                          "by val_split_ratio, not both")
+    seed = config.trl.get("data_seed") or config.trl.get("seed", 42)
+    data = load_data(config.data.data, config.data.image_root, getattr(config.data, "box_space", ABSOLUTE),
+                     seed=seed, validate=validate_row, eval_entries=config.data.eval_data)
     data.split_validation(config.data.val_split_ratio, seed)
     return data
 
 
+def load_checked_data(config: TrainConfig) -> LoadedData:
+    """What `score` needs too: the rewards, every data row, the validation split."""
+    names = config.reward.reward_funcs
+    check_reward_names(names, config.where("reward_funcs"))
+    weights = config.trl.get("reward_weights")
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
+                          f"{len(names)} reward_funcs {names}")
+    return load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names)))
+
+
 def check_evaluation(config: TrainConfig) -> None:
-    strategy = config.grpo.get("eval_strategy", "no")
-    if strategy != "no" and not config.data.val_split_ratio:
+    strategy = config.trl.get("eval_strategy", "no")
+    if strategy != "no" and not (config.data.val_split_ratio or config.data.eval_data):
         raise ConfigError(f"{config.where('eval_strategy')}: key 'eval_strategy': {strategy} needs rows to evaluate "
-                          "on; set val_split_ratio (e.g. 0.05) to hold some out")
+                          "on; set val_split_ratio (e.g. 0.05) to hold some out, or eval_data")
 
 
-def validate(config: TrainConfig) -> LoadedData:
-    """Everything that can be checked without a model: config values, paths, batch shape, every data row."""
+def check_run(config: TrainConfig) -> None:
+    """The checks `train` and `sft` share: model and adapter, output, evaluation, reporters, QLoRA, DeepSpeed."""
     check_model_source(config)
     check_output(config)
     check_evaluation(config)
     check_reporting(config)
-    check_batch(config, world_size(config.run))
-    if config.grpo.get("deepspeed"):
-        resolve_deepspeed(config.grpo["deepspeed"])  # a missing or broken JSON fails here, before any model
+    check_quantization(config)
+    if config.trl.get("deepspeed"):
+        resolve_deepspeed(config.trl["deepspeed"])  # a missing or broken JSON fails here, before any model
         if importlib.util.find_spec("deepspeed") is None:
-            raise LaunchError(f"deepspeed {config.grpo['deepspeed']} requested but the deepspeed package is not "
+            raise LaunchError(f"deepspeed {config.trl['deepspeed']} requested but the deepspeed package is not "
                               "installed; use an image with DeepSpeed or drop --deepspeed")
-    return load_checked_data(config)
+
+
+def validate(config: TrainConfig) -> LoadedData:
+    """Everything `train` can check without weights: config values, paths, the model kind, batch shape, every row."""
+    from .model import is_vision_language
+
+    check_run(config)
+    check_batch(config, world_size(config.run))
+    data = load_checked_data(config)
+    if not is_vision_language(config.model.model_name_or_path):  # reads config.json, which a hub id downloads
+        raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': "
+                          f"{config.model.model_name_or_path} is a text-only causal LM; `train` (GRPO on grounding "
+                          "data) needs a vision-language model such as Qwen2.5-VL (`vlmgrpo sft` trains both kinds)")
+    check_model_kind(config, vision=True)
+    return data

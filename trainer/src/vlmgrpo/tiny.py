@@ -1,7 +1,8 @@
-"""A tiny random vision-language model (Qwen2.5-VL, Qwen2-VL or InternVL), its tokenizer and processor, and a
-matching REC dataset, all made locally.
+"""Tiny random models made locally, with their data: a vision-language model (Qwen2.5-VL, Qwen2-VL or InternVL) with
+its processor and a REC dataset (and the same rows as SFT answers), or a text-only causal LM (Qwen2 or Llama) with
+chat rows in the three SFT formats.
 
-Used by the tests, `vlmgrpo selftest` and examples/rec_tiny.yaml: nothing is downloaded.
+Used by the tests, `vlmgrpo selftest` and the examples: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 import random
 from importlib import resources
 from pathlib import Path
+
+from .config import REC_QUESTION_TEMPLATE, fill_template
 
 # Qwen2-VL's special tokens; ids follow the training order, so the model config reads them from the tokenizer.
 SPECIAL_TOKENS = [
@@ -86,7 +89,9 @@ def make_tokenizer(out_dir: Path, vocab_size: int = 600, seed: int = 0, named_to
     return wrapped
 
 
-FAMILIES = ("qwen2_5_vl", "qwen2_vl", "internvl")
+VISION_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "internvl")
+TEXT_FAMILIES = ("qwen2", "llama")
+FAMILIES = VISION_FAMILIES + TEXT_FAMILIES
 
 
 def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
@@ -193,24 +198,39 @@ def make_processor(tokenizer, family: str):
     )
 
 
+def text_model_config(tokenizer, family: str):
+    """A Qwen2 or Llama causal LM of the same tiny size as the vision-language models' language model."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    config_class = Qwen2Config if family == "qwen2" else LlamaConfig
+    return config_class(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+    )
+
+
 def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl") -> Path:
-    """Write a random tiny model of the family with tokenizer, processor and chat template to out_dir."""
+    """Write a random tiny model of the family with tokenizer (and processor) and chat template to out_dir."""
     import torch
-    from transformers import AutoModelForImageTextToText, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = make_tokenizer(out_dir, seed=seed, named_tokens=INTERNVL_TOKENS if family == "internvl" else None)
     tokenizer.chat_template = chat_template(family)
     torch.manual_seed(seed)
-    config = make_model_config(tokenizer, family)
-    model = AutoModelForImageTextToText.from_config(config).to(torch.float32)
+    vision = family in VISION_FAMILIES
+    config = make_model_config(tokenizer, family) if vision else text_model_config(tokenizer, family)
+    model_class = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = model_class.from_config(config).to(torch.float32)
     text = config.get_text_config()
     model.generation_config = GenerationConfig(
         eos_token_id=text.eos_token_id, pad_token_id=text.pad_token_id, do_sample=True
     )
     model.save_pretrained(out_dir)
-    make_processor(tokenizer, family).save_pretrained(out_dir)
+    (make_processor(tokenizer, family) if vision else tokenizer).save_pretrained(out_dir)
     return out_dir
 
 
@@ -222,7 +242,7 @@ def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> 
     out_dir = Path(out_dir)
     image_dir = out_dir / "images"
     image_dir.mkdir(parents=True, exist_ok=True)
-    lines = []
+    lines, sft_lines = [], []
     for index in range(rows):
         width, height = rng.choice([56, 84, 112]), rng.choice([56, 84, 112])
         x1, y1 = rng.randint(0, width // 2), rng.randint(0, height // 2)
@@ -232,25 +252,57 @@ def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> 
         ImageDraw.Draw(image).rectangle([x1, y1, x2 - 1, y2 - 1], fill=COLORS[color])
         name = f"{index:04d}.png"
         image.save(image_dir / name)
-        answer = json.dumps({"bbox_2d": [x1, y1, x2, y2]})
-        lines.append(
-            {
-                "id": index,
-                "image": name,
-                "conversations": [
-                    {"from": "human", "value": "<image>" + QUESTION.format(color=color)},
-                    {"from": "gpt", "value": answer},
-                ],
-            }
-        )
+        box = json.dumps({"bbox_2d": [x1, y1, x2, y2]})
+        question = QUESTION.format(color=color)
+        lines.append({"id": index, "image": name, "conversations": [
+            {"from": "human", "value": "<image>" + question}, {"from": "gpt", "value": box}]})
+        # The same row as an SFT target in the format the GRPO rewards ask for, with GRPO's prompt.
+        sft_lines.append({"image": name, "conversations": [
+            {"from": "human", "value": "<image>" + fill_template(REC_QUESTION_TEMPLATE, question)},
+            {"from": "gpt", "value": f"<think>The {color} rectangle.</think> <answer>{box}</answer>"}]})
     data_file = out_dir / "rec.jsonl"
-    data_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    write_jsonl(data_file, lines)
+    write_jsonl(out_dir / "rec_sft.jsonl", sft_lines)
     return data_file
 
 
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def make_chat_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> dict[str, str]:
+    """The same small task (name a rectangle's colour) as OpenAI messages, ShareGPT and Alpaca rows: rows of each."""
+    rng = random.Random(seed)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    formats: dict[str, list[dict]] = {"messages": [], "sharegpt": [], "alpaca": []}
+    for index in range(rows):
+        color, other = rng.sample(list(COLORS), 2)
+        question, answer = f"Which colour is the {color} rectangle?", f"It is {color}."
+        formats["messages"].append({"messages": [
+            {"role": "system", "content": "Answer in one sentence."},
+            {"role": "user", "content": f"Which colour is the {other} rectangle?"},
+            {"role": "assistant", "content": f"It is {other}."},
+            {"role": "user", "content": [{"type": "text", "text": question}]},
+            {"role": "assistant", "content": answer}]})
+        formats["sharegpt"].append({"conversations": [{"from": "human", "value": question},
+                                                      {"from": "gpt", "value": answer}]})
+        formats["alpaca"].append({"instruction": "Name the colour of the rectangle.",
+                                  "input": f"the {color} rectangle" if index % 2 else "", "output": answer})
+    paths = {}
+    for name, format_rows in formats.items():
+        paths[name] = str(out_dir / f"{name}.jsonl")
+        write_jsonl(Path(paths[name]), format_rows)
+    return paths
+
+
 def make_tiny(out_dir: str | Path, rows: int = 16, seed: int = 0, family: str = "qwen2_5_vl") -> dict[str, str]:
-    """Model in OUT/model, images in OUT/data/images, rows in OUT/data/rec.jsonl."""
+    """Model in OUT/model; for a vision-language family images in OUT/data/images and rows in OUT/data/rec.jsonl (and
+    as SFT answers in rec_sft.jsonl), for a text-only one chat rows in OUT/data/{messages,sharegpt,alpaca}.jsonl."""
     out_dir = Path(out_dir)
     model_dir = make_model(out_dir / "model", seed=seed, family=family)
+    if family in TEXT_FAMILIES:
+        return {"model": str(model_dir), **make_chat_rows(out_dir / "data", rows=rows, seed=seed)}
     data_file = make_images_and_rows(out_dir / "data", rows=rows, seed=seed)
-    return {"model": str(model_dir), "data": str(data_file), "image_root": str(data_file.parent / "images")}
+    return {"model": str(model_dir), "data": str(data_file), "image_root": str(data_file.parent / "images"),
+            "sft": str(data_file.parent / "rec_sft.jsonl")}

@@ -1,0 +1,110 @@
+"""What `train` (GRPO) and `sft` share around TRL's trainers: the TRL config built from ours, the run loop with a
+checkpoint on SIGTERM and resume, the per-step metrics, and the run's own files."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from .callbacks import GracefulStop, MetricsLogger, MetricsView, drop_steps_after
+from .checkpoint import checkpoint_step, resolve_resume
+from .config import TrainConfig, dump_config
+from .data import LoadedData
+from .errors import ConfigError
+from .launch import resolve_deepspeed, write_stop_marker
+from .preflight import RUN_LOGS
+
+log = logging.getLogger("vlmgrpo")
+
+
+def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
+    from .model import cuda_available
+
+    kwargs = dict(config.trl)
+    if (config.data.val_split_ratio or config.data.eval_data) and "eval_strategy" not in kwargs:
+        # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
+        kwargs["eval_strategy"] = "steps"
+        kwargs.setdefault("eval_steps", kwargs["save_steps"])
+    kwargs["deepspeed"] = resolve_deepspeed(kwargs.get("deepspeed"))
+    if kwargs.get("bf16") == "auto":
+        import torch
+
+        kwargs["bf16"] = cuda_available() and torch.cuda.is_bf16_supported()
+    if kwargs.get("report_to") == "auto":
+        kwargs["report_to"] = ["tensorboard"] if importlib.util.find_spec("tensorboard") else "none"
+    if not cuda_available():
+        kwargs.setdefault("use_cpu", True)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            kwargs.setdefault("ddp_backend", "gloo")
+    # Our MetricsLogger prints one line per step; tqdm's bar would interleave with it.
+    kwargs.setdefault("disable_tqdm", True)
+    return kwargs
+
+
+def build_trl_config(config: TrainConfig):
+    """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`."""
+    try:
+        return config.command.trl_config_class()(**resolve_trl_kwargs(config))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{config.source}: invalid {config.command.trl_class} settings: {exc}") from None
+
+
+def attach_metrics(trainer, output: Path, view: MetricsView) -> None:
+    """Our one line per step (stdout and metrics.jsonl) instead of transformers' printer and progress bar."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    for noisy in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(noisy)
+    trainer.add_callback(MetricsLogger(output / "metrics.jsonl", view))
+
+
+def parameter_counts(model) -> tuple[int, int]:
+    """(trainable, total); PEFT counts a 4-bit layer's parameters as the unpacked weights they stand for."""
+    if hasattr(model, "get_nb_trainable_parameters"):
+        return model.get_nb_trainable_parameters()
+    parameters = list(model.parameters())
+    return sum(p.numel() for p in parameters if p.requires_grad), sum(p.numel() for p in parameters)
+
+
+def log_parameter_counts(model) -> None:
+    trainable, total = parameter_counts(model)
+    log.info("trainable parameters: %s of %s (%.2f%%)", f"{trainable:,}", f"{total:,}",
+             100 * trainable / max(total, 1))
+
+
+def write_run_config(config: TrainConfig, output: Path) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "vlmgrpo_config.yaml").write_text(dump_config(config))
+
+
+def run_training(config: TrainConfig, data: LoadedData, build_trainer: Callable, save_final: Callable) -> int:
+    """Train to the end or to a signal; return the process exit code.
+
+    build_trainer(config, data, trl_config) -> a TRL trainer; save_final(trainer, config) writes the final model."""
+    trl_config = build_trl_config(config)
+    output = Path(trl_config.output_dir)
+    resume = resolve_resume(config.run.resume, str(output))
+    if trl_config.process_index == 0:
+        write_run_config(config, output)
+        for name in RUN_LOGS:
+            drop_steps_after(output / name, checkpoint_step(resume))
+    trainer = build_trainer(config, data, trl_config)
+    if trl_config.process_index == 0:
+        log_parameter_counts(trainer.model)
+    stop = GracefulStop()
+    trainer.add_callback(stop)
+    stop.install()
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        stop.uninstall()
+    if stop.signal_number is not None:
+        write_stop_marker(stop.signal_number)
+        log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
+                    trainer.state.global_step, output)
+        return stop.exit_code
+    save_final(trainer, config)
+    return 0

@@ -1,0 +1,141 @@
+"""`vlmgrpo sft`: supervised fine-tuning with TRL's SFTTrainer on chat rows (OpenAI messages, ShareGPT, Alpaca), of a
+text-only causal LM or a vision-language model, in full, with LoRA or with QLoRA; loss on assistant turns only by
+default."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .callbacks import SFT_METRICS
+from .chat_data import to_sft_dataset, validate_chat_row
+from .config import TrainConfig
+from .data import LoadedData
+from .errors import ConfigError, DataError
+from .preflight import check_model_kind, check_run, load_rows
+from .runner import attach_metrics, run_training
+
+log = logging.getLogger("vlmgrpo")
+
+ADAPTER_DIR, MERGED_DIR = "adapter", "merged"  # under the output directory, for LoRA runs
+
+
+def chat_template_source(config: TrainConfig, processing_class) -> tuple[str | None, str]:
+    """(the chat template SFTTrainer will apply, where it comes from)."""
+    override = config.trl.get("chat_template_path")
+    if not override:
+        return processing_class.chat_template, f"{config.model.model_name_or_path}'s chat template"
+    where = f"{config.where('chat_template_path')}: key 'chat_template_path'"
+    if override.endswith((".jinja", ".j2")):
+        try:
+            return Path(override).read_text(encoding="utf-8"), override
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read {override} ({exc.strerror})") from None
+    from transformers import AutoTokenizer
+
+    from .model import from_pretrained
+
+    return from_pretrained(AutoTokenizer, override, key="chat_template_path").chat_template, override
+
+
+def check_chat_template(config: TrainConfig, processing_class, vision: bool) -> None:
+    """Conversational rows need a chat template; the loss on assistant turns only needs one whose assistant turns
+    TRL can find: {% generation %} markers, or a template TRL has a training version of."""
+    template, source = chat_template_source(config, processing_class)
+    if not template:
+        raise ConfigError(f"{source}: none; chat rows need one: set chat_template_path to a .jinja file or to a "
+                          "model directory whose template fits this model")
+    if not config.trl.get("assistant_only_loss"):
+        return
+    where = f"{config.where('assistant_only_loss')}: key 'assistant_only_loss'"
+    if vision:
+        import transformers
+        from packaging.version import Version
+
+        if Version(transformers.__version__) < Version("5.18.0.dev0"):
+            raise ConfigError(f"{where}: loss on assistant turns only for a vision-language model needs "
+                              f"transformers >= 5.18 (this is {transformers.__version__}); set assistant_only_loss: "
+                              "false to train on every token, or use an image with a newer transformers")
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(template):
+        return
+    processing_class.chat_template = template  # a copy made for this check
+    try:
+        get_training_chat_template(processing_class)
+    except ValueError:
+        raise ConfigError(f"{where}: {source} marks no assistant turns ({{% generation %}}) and TRL has no training "
+                          "version of it, so the loss cannot be limited to assistant turns; set chat_template_path to "
+                          "a .jinja template with {% generation %}...{% endgeneration %} around each assistant turn, "
+                          "or assistant_only_loss: false to train on every token") from None
+
+
+def check_images_fit(data: LoadedData, vision: bool, model: str) -> None:
+    if vision:
+        return
+    with_images = [s.location for s in data.samples + data.validation if s.image_paths]
+    if with_images:
+        raise DataError([f"{location}: the row has images but {model} is a text-only causal LM; use a "
+                         "vision-language model or drop the images" for location in with_images])
+
+
+def validate(config: TrainConfig) -> LoadedData:
+    """Every check that needs no weights: the shared ones, the chat template, every row."""
+    from .model import is_vision_language, load_processing_class
+
+    check_run(config)
+    vision = is_vision_language(config.model.model_name_or_path)
+    check_model_kind(config, vision)
+    check_chat_template(config, load_processing_class(config.model, vision), vision)
+    data = load_rows(config, validate_chat_row)
+    check_images_fit(data, vision, config.model.model_name_or_path)
+    return data
+
+
+def _trainer_class():
+    from trl import SFTTrainer
+
+    from .checkpoint import RestoresWeights
+
+    class VLMSFTTrainer(RestoresWeights, SFTTrainer):
+        """TRL's SFTTrainer with a correct weight restore on resume."""
+
+    return VLMSFTTrainer
+
+
+def build_trainer(config: TrainConfig, data: LoadedData, sft_config):
+    from .model import is_vision_language, load_model, load_processing_class, peft_config
+
+    vision = is_vision_language(config.model.model_name_or_path)
+    processing_class = load_processing_class(config.model, vision)
+    model = load_model(config.model, vision)
+    trainer = _trainer_class()(
+        model=model,
+        args=sft_config,
+        processing_class=processing_class,
+        train_dataset=to_sft_dataset(data.samples, vision),
+        eval_dataset=to_sft_dataset(data.validation, vision) if data.validation else None,
+        peft_config=peft_config(config.model),
+    )
+    attach_metrics(trainer, Path(sft_config.output_dir), SFT_METRICS)
+    return trainer
+
+
+def save_final(trainer, config: TrainConfig) -> None:
+    """Full fine-tuning: the model in the output directory. LoRA: the adapter in OUTPUT/adapter and, with merge_lora,
+    the merged model in OUTPUT/merged."""
+    from .model import merge_adapter
+
+    output = trainer.args.output_dir
+    if not config.model.use_lora:
+        trainer.save_model(output)
+        return
+    adapter = os.path.join(output, ADAPTER_DIR)
+    trainer.save_model(adapter)
+    if config.model.merge_lora and trainer.accelerator.is_main_process:
+        merge_adapter(adapter, config.model.model_name_or_path, os.path.join(output, MERGED_DIR))
+
+
+def run(config: TrainConfig, data: LoadedData) -> int:
+    return run_training(config, data, build_trainer, save_final)
