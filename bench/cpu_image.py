@@ -30,7 +30,8 @@ def build_cpu(name: str, work: Path, *options: str) -> CpuBuild:
     directory = work / name
     directory.mkdir(parents=True)
     report = directory / "build.json"
-    wall = run([*IMAGEGEN, "build", "--image", "cpu", "--base-image", BASE_IMAGE, "--wheelhouse", str(WHEELHOUSE),
+    wall = run([*IMAGEGEN, "build", "--image", "cpu", "--platform", "linux/amd64", "--base-image", BASE_IMAGE,
+                "--wheelhouse", str(WHEELHOUSE),
                 "--report", str(report), "--context-dir", str(directory / "contexts"), *options],
                log=directory / "build.log")
     (entry,) = json.loads(report.read_text())["images"]

@@ -107,8 +107,8 @@ class Builder:
         self.failed_layers: dict[str, tuple[str | None, list[str]]] = {}  # ref -> (failed step, log tail)
 
     def build(self, spec: ImageSpec, contexts: list[LayerContext], labels: dict[str, str]) -> BuildResult:
-        result = BuildResult(image=spec.name, ref=spec.ref(), status="built",
-                             log_file=str(self.log_dir / f"{spec.name}.log"))
+        result = BuildResult(image=spec.name, ref=spec.ref(), status="built", platform=spec.platform,
+                             log_file=str(self.log_dir / f"{spec.key}.log"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(result.log_file, "w") as log_file, self._secrets() as secrets:
             for context in contexts:
@@ -153,10 +153,11 @@ class Builder:
             self.view.line(line)
 
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
-        self.view.start(f"{spec.name} {context.layer}", f"building {tags[-1] if final else context.ref} with "
-                        f"{self.client.why}", self.guides.get((spec.name, context.layer)))
+        self.view.start(f"{spec.key} {context.layer}", f"building {tags[-1] if final else context.ref} with "
+                        f"{self.client.why}", self.guides.get((spec.key, context.layer)))
         with self._staged(context) as directory:
-            outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, no_cache=self.no_cache)
+            outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, no_cache=self.no_cache,
+                                        platform=spec.platform)
         cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
         self.view.finish(f"{'built' if outcome.ok else 'FAILED'} in {progress.clock(outcome.duration_s)}, {cached}"
                          + ("" if outcome.ok else f", at: {outcome.failed_step}"))

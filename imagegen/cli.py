@@ -14,6 +14,7 @@ from . import rules
 from .errors import MatrixError, UserError
 from .plan import ImageSpec
 from .registry import Credentials
+from .schema import PLATFORMS
 from .select import Selection, choose
 from .workspace import Workspace, require_locked
 
@@ -26,11 +27,14 @@ def selection_options(command):
         click.option("--python", metavar="X.Y", help="Images with this Python."),
         click.option("--image", "images", metavar="NAME", multiple=True, help="The image of this name (repeatable)."),
         click.option("--all", "all_images", is_flag=True, help="Every image of the matrix."),
+        click.option("--platform", type=click.Choice(PLATFORMS), help="Only this platform of images built for "
+                     "several (default: each of an image's platforms)."),
     ]
 
     @functools.wraps(command)
-    def wrapper(*args, cuda, torch_version, python, images, all_images, **kwargs):
-        selection = Selection(cuda=cuda, torch=torch_version, python=python, images=tuple(images), all=all_images)
+    def wrapper(*args, cuda, torch_version, python, images, all_images, platform, **kwargs):
+        selection = Selection(cuda=cuda, torch=torch_version, python=python, images=tuple(images), all=all_images,
+                              platform=platform)
         return command(*args, selection=selection, **kwargs)
 
     for option in reversed(options):
@@ -79,6 +83,20 @@ def reports_user_errors(command):
     return wrapper
 
 
+def _base_images(context, parameter, values) -> tuple[tuple[str, str], ...]:
+    """--base-image REF (every platform) or PLATFORM=REF, as (platform or "", ref) pairs."""
+    chosen = []
+    for value in values:
+        platform, equals, ref = value.partition("=")
+        if equals and platform.startswith("linux/"):
+            if platform not in PLATFORMS:
+                raise click.BadParameter(f"{platform} is not one of {', '.join(PLATFORMS)}")
+            chosen.append((platform, ref))
+        else:
+            chosen.append(("", value))
+    return tuple(chosen)
+
+
 def load_selected(workspace: Workspace, selection: Selection, locked: bool = True) -> list[ImageSpec]:
     """The selected images; with locked, only when each has a current lock."""
     _, specs = workspace.load()
@@ -125,7 +143,7 @@ def validate(workspace):
 
 @main.command()
 @selection_options
-@click.option("--format", "output_format", type=click.Choice(["table", "json", "github"]), default="table",
+@click.option("--format", "output_format", type=click.Choice(sorted(listing.FORMATS)), default="table",
               show_default=True, help="github prints a strategy.matrix include list for fromJSON.")
 @workspace_options
 @reports_user_errors
@@ -142,12 +160,13 @@ def matrix(selection, output_format, workspace):
 @main.command()
 @selection_options
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the build contexts.")
-@click.option("--base-image", help="Build FROM this image instead of the matrix's base (a mirror, a digest, "
-              "a locally made image).")
+@click.option("--base-image", "base_images", metavar="[PLATFORM=]REF", multiple=True, callback=_base_images,
+              help="Build FROM this image instead of the matrix's base (a mirror, a digest, a locally made image); "
+              "PLATFORM=REF for one platform (repeatable).")
 @click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror.")
 @workspace_options
 @reports_user_errors
-def render(selection, out, base_image, apt_mirror, workspace):
+def render(selection, out, base_images, apt_mirror, workspace):
     """Write one build context per image and layer: OUT/IMAGE/LAYER/Dockerfile and its files.
 
     Each image needs a current lock: its framework layer installs exactly what the lock pins.
@@ -155,17 +174,20 @@ def render(selection, out, base_image, apt_mirror, workspace):
     previous output untouched.
     """
     specs = load_selected(workspace, selection)
-    contexts = render_module.render_specs(workspace.templates, workspace.trainer, specs,
-                                          render_module.RenderOptions(base_image, apt_mirror))
+    options = render_module.RenderOptions(base_images, apt_mirror)
+    contexts = render_module.render_specs(workspace.templates, workspace.trainer, specs, options)
     render_module.write(out, [c for layers in contexts.values() for c in layers], specs)
     for spec in specs:
-        click.echo(f"{out / spec.name}: {spec.ref()} FROM {base_image or spec.lock.base.pinned_ref}")
+        base = options.base_image(spec.platform) or spec.lock.base.pinned_ref
+        click.echo(f"{out / spec.key}: {spec.ref()} FROM {base}")
 
 
 def build_options(command):
     options = [
-        click.option("--base-image", help="Build FROM this image instead of the matrix's base: a mirror, a "
-                     "digest (nvidia/cuda@sha256:...) or a locally made image."),
+        click.option("--base-image", "base_images", metavar="[PLATFORM=]REF", multiple=True, callback=_base_images,
+                     help="Build FROM this image instead of the matrix's base: a mirror, a digest "
+                     "(nvidia/cuda@sha256:...) or a locally made image; PLATFORM=REF for one platform "
+                     "(--base-image linux/arm64=local/debian:bookworm-arm64), repeatable."),
         click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror."),
         click.option("--ca-bundle", type=click.Path(path_type=Path), help="PEM bundle pip trusts inside the "
                      "build, for TLS-intercepting proxies; mounted as a secret, never in a layer. Default: the "
@@ -245,7 +267,7 @@ def test_options(command):
 @report_option("build")
 @workspace_options
 @reports_user_errors
-def build(selection, base_image, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
+def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
           docker_binary, builder, context_dir, no_cache, keep_going, progress_mode, run_tests, require_gpu,
           skip_train, run_push, registry, force, registry_user, registry_password_stdin, report_path, workspace):
     """Build the selected images with BuildKit, layer by layer, then summarise.
@@ -267,7 +289,7 @@ def build(selection, base_image, apt_mirror, ca_bundle, pip_index_url, pip_extra
     credentials = registry_credentials(registry_user, registry_password_stdin)
     specs = load_selected(workspace, selection)
     run = pipeline.Run(
-        workspace=workspace, specs=specs, render_options=render_module.RenderOptions(base_image, apt_mirror),
+        workspace=workspace, specs=specs, render_options=render_module.RenderOptions(base_images, apt_mirror),
         pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
         docker_binary=docker_binary, builder=builder, context_dir=context_dir, no_cache=no_cache,
         keep_going=keep_going,
@@ -304,24 +326,29 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
 @click.option("--test-report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
               show_default=True, help="The test results that allow a push.")
+@click.option("--index", "index_only", is_flag=True, help="Only list each image's platform images, pushed "
+              "before by one job per platform, in a multi-platform index under its tags.")
 @registry_options
 @report_option("push")
 @workspace_options
 @reports_user_errors
-def push(selection, registry, skip_tests, force, test_report, registry_user, registry_password_stdin, report_path,
-         workspace):
+def push(selection, registry, skip_tests, force, test_report, index_only, registry_user, registry_password_stdin,
+         report_path, workspace):
     """Push the selected images whose tests passed, under every tag.
 
     Version tags are immutable: when the registry already holds one with another image,
-    the push is refused unless --force. Moving aliases (cu12.4, latest, the image's name)
-    are updated. Exits 1 when any image was not pushed.
+    the push is refused unless --force; one with another build of the same inputs is already
+    published. Moving aliases (cu12.4, latest, the image's name) are updated. An image of
+    several platforms goes as one image per platform (VERSION-amd64, VERSION-arm64), then one
+    index of them under the version tag and the aliases. Exits 1 when any image was not pushed.
     """
     if selection.empty:
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
     credentials = registry_credentials(registry_user, registry_password_stdin)
     specs = load_selected(workspace, selection)
     sys.exit(pipeline.push_images(specs, registry, skip_tests, force, test_report, report_path,
-                                  echo=lambda line: click.echo(line, err=True), credentials=credentials))
+                                  echo=lambda line: click.echo(line, err=True), credentials=credentials,
+                                  index_only=index_only))
 
 
 @main.command()
@@ -350,8 +377,9 @@ def lock(selection, workspace):
         raise UserError("choose what to lock: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
     loaded, specs = workspace.load()
     failed = 0
-    chosen = choose(specs, selection)
-    for name in dict.fromkeys(spec.name for spec in chosen):
+    names = dict.fromkeys(spec.name for spec in choose(specs, selection))
+    chosen = [spec for spec in specs if spec.name in names]  # a lock file holds every platform of its image
+    for name in names:
         try:
             outcomes = [lock_module.lock_image(spec, workspace.lock_command(name)) for spec in chosen
                         if spec.name == name]

@@ -179,6 +179,7 @@ def image_facts(image: str, *, client: docker.DockerClient | None = None) -> dic
     return {
         "id": found.id,
         "tags": found.tags,
+        "platform": f"{found.attrs.get('Os', 'linux')}/{found.attrs.get('Architecture', '')}",
         "size": found.attrs.get("Size"),
         "labels": config.get("Labels") or {},
         "user": config.get("User") or "",

@@ -113,6 +113,7 @@ class BuildClient:
         target: str | None = None,
         progress: str = "plain",
         no_cache: bool = False,
+        platform: str | None = None,
     ) -> BuildOutcome:
         """Build context, streaming each output line to log.
 
@@ -126,7 +127,8 @@ class BuildClient:
             iidfile = Path(scratch) / "iid"
             argv = self._build_argv(
                 context, dockerfile, tags, build_args, labels, secrets, target, progress, iidfile
-            ) + (["--no-cache"] if no_cache else [])
+            )
+            argv[-1:-1] = (["--no-cache"] if no_cache else []) + (["--platform", platform] if platform else [])
             started = time.monotonic()
             exit_code, tail, parser = _stream(argv, {**os.environ, **self.env}, log)
             duration_s = time.monotonic() - started

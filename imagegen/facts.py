@@ -26,6 +26,7 @@ from .matrix import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
 from .plan import PYPI, TORCH_INDEX
 
 MACHINE_TAG = "x86_64"
+AARCH64_LINUX = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "extra": ""}
 CXX11_FROM_GLIBC = (2, 28)  # manylinux_2_28 and newer torch wheels use the C++11 ABI
 PYTHON_GRID = [f"3.{minor}" for minor in range(6, 17)]
 GITHUB_RELEASE = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/v{version}"
@@ -100,6 +101,8 @@ def _check_torch_build(checker: _Checker, torch: TorchFacts, cuda: str) -> None:
     if not wheels:
         checker.differs(at, "a build", "none", f"no Linux {MACHINE_TAG} wheel of {what} on {index_url}")
         return
+    if "linux/arm64" in torch.builds[cuda].platforms:
+        _check_aarch64(checker, (*at, "platforms"), files, what)
     pythons = sorted({_python_of(f) for f in wheels} - {None}, key=_minor_key)
     if pypi:
         checker.differs(("torch", torch.version, "python"), _admitted(torch.python), pythons,
@@ -121,6 +124,21 @@ def _check_torch_build(checker: _Checker, torch: TorchFacts, cuda: str) -> None:
         checker.differs(at, f"CUDA {cuda}", f"CUDA {'.'.join(runtime[1].split('.')[:2])}",
                         f"{wheels[-1].filename} pins {runtime[0]} {runtime[1]}")
     _check_torchvision(checker, torch, index_url, local)
+
+
+def _check_aarch64(checker: _Checker, at: tuple, files: list[index.IndexFile], what: str) -> None:
+    """A build the matrix says has linux/arm64 wheels has them, and they are CUDA builds (PyPI's aarch64
+    torch up to 2.9 is CPU-only)."""
+    wheels = [f for f in files if f.is_wheel and _linux_platforms(f, "aarch64")]
+    if not wheels:
+        checker.differs(at, "linux/arm64 wheels", "none", f"no Linux aarch64 wheel of {what}")
+        return
+    requirements = checker.metadata(wheels[-1], f"{what} aarch64")
+    if requirements is not None:
+        cuda = any(canonicalize_name(r.name).startswith("nvidia-cudnn-cu")
+                   and (r.marker is None or r.marker.evaluate(AARCH64_LINUX)) for r in requirements)
+        checker.differs(at, "linux/arm64 CUDA wheels", "linux/arm64 CUDA wheels" if cuda else "CPU-only aarch64 "
+                        "wheels", f"{wheels[-1].filename} {'pins' if cuda else 'pins no'} nvidia-cudnn-cu*")
 
 
 def _check_torchvision(checker: _Checker, torch: TorchFacts, index_url: str, local: str) -> None:
@@ -185,9 +203,9 @@ def _check_flash_attn(checker: _Checker, release: FlashAttnRelease) -> None:
                     f"{url} assets")
 
 
-def _linux_platforms(file: index.IndexFile) -> set[str]:
+def _linux_platforms(file: index.IndexFile, machine: str = MACHINE_TAG) -> set[str]:
     return {tag.platform for tag in file.tags() if tag.platform.startswith("manylinux")
-            and tag.platform.endswith(MACHINE_TAG)}
+            and tag.platform.endswith(machine)}
 
 
 def _python_of(file: index.IndexFile) -> str | None:

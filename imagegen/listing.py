@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from . import platforms
 from .components import COMPONENTS
 from .plan import ImageSpec
 
@@ -21,7 +22,7 @@ def _cell(key: str):
 # What users check, one column each; the table and the report page show the same.
 VERSION_COLUMNS = (("CUDA", lambda s: s.cuda or "none"),
                    *((c.title, _cell(c.key)) for c in COMPONENTS if c.column))
-COLUMNS = (("image", lambda s: s.name), *VERSION_COLUMNS,
+COLUMNS = (("image", lambda s: s.name), ("platform", lambda s: s.platform), *VERSION_COLUMNS,
            ("tag", lambda s: s.version_tag or "(no lock)"))
 
 
@@ -41,10 +42,18 @@ def as_json(specs: list[ImageSpec]) -> str:
 
 
 def github(specs: list[ImageSpec]) -> str:
-    """One line a workflow reads with fromJSON into strategy.matrix."""
-    include = [{"image": s.name, "cuda": s.cuda_minor or "none", "torch": s.torch, "python": s.python,
-                "tag": s.version_tag, "gpu": s.cuda is not None} for s in specs]
+    """One line a workflow reads with fromJSON into strategy.matrix: one job per image and platform,
+    each on a runner of that platform (no emulation in publication)."""
+    include = [{"image": s.name, "platform": s.platform, "arch": platforms.ARCH[s.platform],
+                "key": s.key, "cuda": s.cuda_minor or "none", "torch": s.torch, "python": s.python,
+                "tag": s.version_tag, "gpu": s.cuda is not None, "platforms": len(s.platforms)} for s in specs]
     return json.dumps({"include": include}, separators=(",", ":"))
 
 
-FORMATS = {"table": table, "json": as_json, "github": github}
+def github_indexes(specs: list[ImageSpec]) -> str:
+    """The images of several platforms, whose index a workflow merges once every platform passed."""
+    names = list(dict.fromkeys(s.name for s in specs if len(s.platforms) > 1))
+    return json.dumps({"include": [{"image": name} for name in names]}, separators=(",", ":"))
+
+
+FORMATS = {"table": table, "json": as_json, "github": github, "github-indexes": github_indexes}

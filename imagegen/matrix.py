@@ -10,6 +10,7 @@ from .errors import MatrixError, Problem, UserError
 from . import schema, yamlsource
 
 NONE = "none"  # spelled in the matrix for a component an image leaves out
+DEFAULT_PLATFORMS = ("linux/amd64",)
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class CudaFacts:
     base_runtime: str
     driver_shipped: str
     driver_minimum: str
-    archs: tuple[str, ...]
+    platforms: tuple[str, ...]  # those its base images exist for
+    archs: dict[str, tuple[str, ...]]  # platform -> compute capabilities to build for
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class TorchBuild:
     cudnn: str
     nccl: str
     cxx11_abi: bool
+    platforms: tuple[str, ...]  # those it has wheels for
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class ImageEntry:
     python: str
     torch: str
     torch_build: str | None
+    platforms: tuple[str, ...]
     torchvision: str | None
     flash_attn: FlashAttnChoice
     deepspeed: str | None
@@ -173,14 +177,18 @@ def _build(located: yamlsource.Located) -> Matrix:
 
 
 def _cuda(minor: str, c: dict) -> CudaFacts:
+    platforms = tuple(c.get("platforms", DEFAULT_PLATFORMS))
+    archs = c["archs"] if isinstance(c["archs"], dict) else {platform: c["archs"] for platform in platforms}
     return CudaFacts(minor, c["version"], c["os"], c["cudnn"], c["base"]["devel"], c["base"]["runtime"],
-                     c["driver"]["shipped"], c["driver"]["minimum"], tuple(c["archs"]))
+                     c["driver"]["shipped"], c["driver"]["minimum"], platforms,
+                     {platform: tuple(listed) for platform, listed in archs.items()})
 
 
 def _torch(version: str, t: dict) -> TorchFacts:
     """A build's cudnn, nccl and cxx11_abi default to the release's."""
     builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]),
-                               b.get("cxx11_abi", t["cxx11_abi"]))
+                               b.get("cxx11_abi", t["cxx11_abi"]),
+                               tuple(b.get("platforms", t.get("platforms", DEFAULT_PLATFORMS))))
               for cuda, b in t["builds"].items()}
     return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"])
 
@@ -200,6 +208,7 @@ def _image(index: int, e: dict) -> ImageEntry:
         python=e["python"],
         torch=e["torch"],
         torch_build=e.get("torch_build"),
+        platforms=tuple(e.get("platforms", DEFAULT_PLATFORMS)),
         torchvision=e.get("torchvision"),
         flash_attn=_flash_attn(e.get("flash_attn", NONE)),
         deepspeed=_optional(e.get("deepspeed", NONE)),

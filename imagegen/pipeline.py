@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import containers, progress, publish, reports, sbom, sizes, smoke
+from . import containers, platforms, progress, publish, reports, sbom, sizes, smoke
 from . import render as render_module
 from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
 from .docker_cli import find_build_client
@@ -53,6 +53,7 @@ def build_test_push(run: Run, echo: Echo) -> int:
     """Build each image, then test and push it as asked; 0 when every image made it."""
     client = find_build_client(run.docker_binary, run.builder)
     echo(f"build client: {client.why}")
+    _check_local_bases(run.specs, run.render_options)
     contexts = render_module.render_specs(run.workspace.templates, run.workspace.trainer, run.specs,
                                           run.render_options)
     render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
@@ -64,18 +65,20 @@ def build_test_push(run: Run, echo: Echo) -> int:
     pushed: list[PushResult] = []
     for spec in run.specs:
         if not run.keep_going and any(result.status == "failed" for result in built):
-            built.append(BuildResult(spec.name, spec.ref(), "skipped"))
+            built.append(BuildResult(spec.name, spec.ref(), "skipped", platform=spec.platform))
             continue
-        result = builder.build(spec, contexts[spec.name], {**spec.labels, **provenance})
+        result = builder.build(spec, contexts[spec.key], {**spec.labels, **provenance})
         built.append(result)
         if result.status == "built":
-            _add_sbom(result, run.report_path.parent, echo)  # an image that cannot list its packages fails
+            _add_sbom(result, spec, run.report_path.parent, echo)  # an image that cannot list its packages fails
         if result.status != "built":
             continue
         if run.test:
             tested.append(_test_one(spec.ref(), spec, run.require_gpu, run.skip_train, echo))
             if run.registry:
                 pushed.append(_push_tested(spec, result.image_id, tested[-1], run, echo))
+    if run.registry:
+        pushed += _push_indexes(run.specs, pushed, run.registry, run.force, run.credentials, echo)
     reports.write_json(run.report_path, "build", built)
     if run.test:
         reports.write_json(run.report_path.with_name("test.json"), "test", tested)
@@ -97,6 +100,21 @@ def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:
             for layer in result.layers if layer.status == "built"}
 
 
+def _check_local_bases(specs: list[ImageSpec], options: render_module.RenderOptions) -> None:
+    """A --base-image found in the local engine must be of the platform it is the base for: a local
+    amd64 Debian under an arm64 build would give an image whose binaries do not run."""
+    for spec in specs:
+        base = options.base_image(spec.platform)
+        try:
+            found = containers.image_facts(base)["platform"] if base else None
+        except containers.ContainerError:
+            continue  # not local: the engine fetches the platform it builds for
+        if found and found != spec.platform:
+            raise UserError(f"--base-image {base} is a {found} image, and {spec.key} is built for {spec.platform}: "
+                            f"pass --base-image {spec.platform}=REF with a {spec.platform} image, or --platform "
+                            f"{found} to build only that platform")
+
+
 def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool, skip_train: bool,
                 report_path: Path, echo: Echo) -> int:
     targets = [(image_ref, None)] if image_ref else [(spec.ref(), spec) for spec in specs]
@@ -107,16 +125,29 @@ def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool
 
 
 def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: bool, test_report: Path,
-                report_path: Path, echo: Echo, credentials: Credentials | None = None) -> int:
+                report_path: Path, echo: Echo, credentials: Credentials | None = None, index_only: bool = False) -> int:
+    """Push each image (each platform's), then the index of each image of several platforms; with
+    index_only, only the indexes, of platform images pushed before (by one job per platform)."""
+    if index_only:
+        names = dict.fromkeys(spec.name for spec in specs if len(spec.platforms) > 1)
+        if not names:
+            raise UserError("--index: none of these images is built for several platforms")
+        results = [publish.push_index([s for s in specs if s.name == name], registry, force, credentials)
+                   for name in names]
+        for result in results:
+            echo(_push_line(result))
+        reports.write_json(report_path, "push", results)
+        return 0 if all(result.status == "pushed" for result in results) else 1
     tests = None if skip_tests else _read_tests(test_report)
     client = containers.docker_client()
     results = []
     for spec in specs:
         image_id = containers.image_facts(spec.ref(), client=client)["id"]
-        sbom_file = sbom.path_for(report_path.parent, spec.name)
+        sbom_file = sbom.path_for(report_path.parent, spec.key)
         sbom.write(sbom_file, sbom.of_image(image_id, client=client))
         results.append(publish.push_if_tested(spec, image_id, tests, registry, force, credentials, sbom_file))
         echo(_push_line(results[-1]))
+    results += _push_indexes(specs, results, registry, force, credentials, echo)
     reports.write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
 
@@ -129,9 +160,9 @@ def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: b
     return result
 
 
-def _add_sbom(result: BuildResult, reports_dir: Path, echo: Echo) -> None:
+def _add_sbom(result: BuildResult, spec: ImageSpec, reports_dir: Path, echo: Echo) -> None:
     """The image's SBOM next to the build report; an image that cannot list its packages fails."""
-    path = sbom.path_for(reports_dir, result.image)
+    path = sbom.path_for(reports_dir, spec.key)
     try:
         made = sbom.of_image(result.image_id)
     except UserError as error:
@@ -139,15 +170,33 @@ def _add_sbom(result: BuildResult, reports_dir: Path, echo: Echo) -> None:
         return
     sbom.write(path, made)
     result.sbom_file, result.sbom_components = str(path), made.counts
-    echo(f"{result.image}: SBOM {path}: {made.python_components} Python distributions, "
+    echo(f"{spec.key}: SBOM {path}: {made.python_components} Python distributions, "
          f"{made.os_components} OS packages")
 
 
 def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
-    result = publish.push_if_tested(spec, image_id, {spec.name: test}, run.registry, run.force, run.credentials,
-                                    sbom.path_for(run.report_path.parent, spec.name))
+    result = publish.push_if_tested(spec, image_id, {spec.key: test}, run.registry, run.force, run.credentials,
+                                    sbom.path_for(run.report_path.parent, spec.key))
     echo(_push_line(result))
     return result
+
+
+def _push_indexes(specs: list[ImageSpec], pushed: list[PushResult], registry: str, force: bool,
+                  credentials: Credentials | None, echo: Echo) -> list[PushResult]:
+    """The multi-platform index of each image of several platforms, once every platform was pushed here;
+    an image built here for some of its platforms only (one CI job per platform) waits for the others."""
+    results = []
+    for name in dict.fromkeys(spec.name for spec in specs if len(spec.platforms) > 1):
+        members = [spec for spec in specs if spec.name == name]
+        done = {result.platform for result in pushed if result.image == name and result.status == "pushed"}
+        missing = [p for p in members[0].platforms if p not in done]
+        if missing:
+            echo(f"{name}: its index waits for its {', '.join(missing)} image; once every platform's image is "
+                 f"in the registry, `imagegen push --index --image {name}` lists them under its tags")
+            continue
+        results.append(publish.push_index(members, registry, force, credentials))
+        echo(_push_line(results[-1]))
+    return results
 
 
 def _read_tests(path: Path) -> dict[str, TestResult]:
@@ -167,21 +216,22 @@ def _push_line(result: PushResult) -> str:
 
 
 def build_summary(built: list[BuildResult], tested: list[TestResult], pushed: list[PushResult]) -> str:
-    tests = {t.image: t for t in tested}
-    pushes = {p.image: p for p in pushed}
-    rows = [("image", "tag", "build", "time", "size", "id", "test", "push")]
+    """A row per image and platform; the test column says how it was tested (natively, under emulation)."""
+    tests = {platforms.key(t.image, t.platform): t for t in tested}
+    pushes = {platforms.key(p.image, p.platform): p for p in pushed}
+    rows = [("image", "platform", "tag", "build", "time", "size", "id", "test", "push")]
     for result in built:
-        test = tests.get(result.image)
-        push = pushes.get(result.image)
-        rows.append((result.image, result.ref.rsplit(":", 1)[1], result.status, f"{result.duration_s:.0f}s",
-                     f"{result.size_bytes / 1e9:.2f}GB" if result.size_bytes else "-",
+        key = platforms.key(result.image, result.platform)
+        test, push = tests.get(key), pushes.get(key)
+        rows.append((result.image, result.platform, result.ref.rsplit(":", 1)[1], result.status,
+                     f"{result.duration_s:.0f}s", f"{result.size_bytes / 1e9:.2f}GB" if result.size_bytes else "-",
                      (result.image_id or "-").replace("sha256:", "")[:12],
-                     test.status if test else "-", push.status if push else "-"))
+                     f"{test.status} ({test.mode})" if test else "-", push.status if push else "-"))
     lines = aligned(rows)
     for result in built:
         if result.status == "failed":
             where = f" in layer {result.failed_layer} at" if result.failed_layer else ""
-            lines.append(f"\n{result.image} failed{where}: {result.failed_step}")
+            lines.append(f"\n{platforms.key(result.image, result.platform)} failed{where}: {result.failed_step}")
             lines += [f"  | {line}" for line in result.log_tail[-10:]]
             if result.hint:
                 lines.append(f"  {result.hint}")
@@ -193,8 +243,9 @@ def build_summary(built: list[BuildResult], tested: list[TestResult], pushed: li
 
 
 def test_summary(results: list[TestResult]) -> str:
-    rows = [("image", "status", "pass", "fail", "skip")]
+    rows = [("image", "status", "tested", "pass", "fail", "skip")]
     for result in results:
         counts = {status: sum(c.status == status for c in result.checks) for status in ("pass", "fail", "skip")}
-        rows.append((result.ref, result.status, str(counts["pass"]), str(counts["fail"]), str(counts["skip"])))
+        rows.append((result.ref, result.status, result.mode, str(counts["pass"]), str(counts["fail"]),
+                     str(counts["skip"])))
     return "\n".join(aligned(rows))

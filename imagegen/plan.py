@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from . import rules, sizes
+from . import platforms, rules, sizes
 from .components import COMPONENTS, PINNED_DISTRIBUTIONS
 from .errors import MatrixError, Problem
 from .lockfile import BUILD_TOOLS, Lock
@@ -23,8 +23,7 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
 FLASH_ATTN_WHEEL = ("https://github.com/Dao-AILab/flash-attention/releases/download/v{version}/"
                     "flash_attn-{version}+cu{cu}torch{torch}cxx11abi{abi}-cp{py}-cp{py}-linux_x86_64.whl")
 FLASH_ATTN_MIN_ARCH = (8, 0)  # flash-attn 2 runs on Ampere and newer
-PLATFORM = "linux/amd64"
-MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # a platform's name in wheel tags
+
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,8 @@ class ImageSpec:
     """One image to build, fully resolved: what is inside and what it is called."""
 
     name: str
-    platform: str  # linux/amd64
+    platform: str  # linux/amd64: one spec per platform of an image
+    platforms: tuple[str, ...]  # every platform of the image, this one among them
     flavor: str
     base_image: str
     os: str
@@ -89,8 +89,13 @@ class ImageSpec:
     def cuda_minor(self) -> str | None:
         return ".".join(self.cuda.split(".")[:2]) if self.cuda else None
 
+    @property
+    def key(self) -> str:
+        return platforms.key(self.name, self.platform)
+
     def ref(self, tag: str | None = None) -> str:
-        return f"{self.repository}:{tag or self.version_tag}"
+        """This platform's image, locally: cpu's linux/arm64 image is REPOSITORY:TAG-arm64."""
+        return f"{self.repository}:{tag or self.version_tag}{platforms.suffix(self.platform)}"
 
     def as_dict(self) -> dict:
         """The spec as plain data, the lock left out (it lives in its own file)."""
@@ -117,7 +122,8 @@ def resolve(matrix: Matrix, trainer: Trainer) -> list[ImageSpec]:
     problems = rules.check(matrix, trainer.requirements)
     if problems:
         raise MatrixError(problems)
-    return [_resolve_image(matrix, image, trainer) for image in matrix.images]
+    return [_resolve_image(matrix, image, trainer, platform) for image in matrix.images
+            for platform in image.platforms]
 
 
 def with_lock(spec: ImageSpec, lock: Lock) -> ImageSpec:
@@ -165,17 +171,18 @@ def flash_attn_requirement(spec: ImageSpec) -> str | None:
     return f"flash-attn @ {spec.flash_attn_wheel_url}"
 
 
-def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> ImageSpec:
+def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) -> ImageSpec:
     torch = matrix.torch[image.torch]
     torch_cuda = rules.torch_cuda(matrix, image)
     build = torch.builds[torch_cuda]
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     os_name = cuda.os if cuda else image.os
-    archs = cuda.archs if cuda else ()
+    archs = cuda.archs.get(platform, ()) if cuda else ()
     flash_attn = matrix.flash_attn.get(image.flash_attn.version or "")
     return ImageSpec(
         name=image.name,
-        platform=PLATFORM,
+        platform=platform,
+        platforms=image.platforms,
         flavor=image.flavor if cuda else "custom",
         base_image=(cuda.base_devel if image.flavor == "devel" else cuda.base_runtime) if cuda else image.base,
         os=os_name,
@@ -184,7 +191,7 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer) -> Image
         min_driver=cuda.driver_minimum if cuda else None,
         python=image.python,
         python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
-        python_platform=f"{MACHINE[PLATFORM]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
+        python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
         torch=torch.version,
         torch_cuda=torch_cuda,
         # PyPI serves one CUDA build of each release: the same wheels, without the index's +cuXYZ.
@@ -275,4 +282,4 @@ def lock_problems(matrix: Matrix, specs: list[ImageSpec]) -> list[Problem]:
                 problems.append(matrix.problem(path, f"torch {spec.torch}'s CUDA {build.cuda} build pins {family}* "
                                                f"{locked} in {spec.name}'s lock (read from the index), the matrix "
                                                f"says {typed}: correct the matrix", "lock-facts"))
-    return problems
+    return list(dict.fromkeys(problems))  # once per image, not per platform

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import platforms
 from . import registry as registry_module
 from . import sbom
 from .errors import UserError
@@ -18,7 +19,7 @@ def repository_name(spec: ImageSpec) -> str:
 
 def untested_reason(spec: ImageSpec, image_id: str, tests: dict[str, TestResult]) -> str | None:
     """Why this exact image may not be pushed yet, or None when its tests passed."""
-    result = tests.get(spec.name)
+    result = tests.get(spec.key)
     if result is None:
         return "no test result for this image; run `imagegen test` first or pass --skip-tests"
     if result.image_id != image_id:
@@ -30,13 +31,23 @@ def untested_reason(spec: ImageSpec, image_id: str, tests: dict[str, TestResult]
     return None
 
 
+def platform_tags(spec: ImageSpec) -> tuple[list[str], list[str]]:
+    """(version tags, aliases) the platform image goes under: an image of one platform under its tags,
+    one of several under the version tag with its arch (cpu: 0.1.0-...-amd64); its index takes the tags."""
+    if len(spec.platforms) == 1:
+        return [spec.version_tag], list(spec.alias_tags)
+    return [f"{spec.version_tag}-{platforms.ARCH[spec.platform]}"], []
+
+
 def push(spec: ImageSpec, image_id: str, registry: str, force: bool,
          credentials: registry_module.Credentials | None = None, sbom_file: Path | None = None) -> PushResult:
     repository = repository_name(spec)
-    result = PushResult(image=spec.name, registry=registry, repository=repository, status="pushed")
+    result = PushResult(image=spec.name, registry=registry, repository=repository, status="pushed",
+                        platform=spec.platform)
+    version_tags, alias_tags = platform_tags(spec)
     try:
-        outcome = registry_module.push_image(image_id, registry, repository, [spec.version_tag],
-                                             list(spec.alias_tags), force, credentials=credentials)
+        outcome = registry_module.push_image(image_id, registry, repository, version_tags, alias_tags, force,
+                                             credentials=credentials)
     except UserError as error:
         result.status, result.reason = "failed", str(error)
         return result
@@ -46,7 +57,7 @@ def push(spec: ImageSpec, image_id: str, registry: str, force: bool,
     result.refused = [{"tag": tag, "reason": reason} for tag, reason in outcome.refused]
     if outcome.refused:
         result.status, result.reason = "refused", outcome.refused[0][1]
-    elif sbom_file and spec.version_tag in outcome.pushed_tags:  # a version published earlier has its SBOM
+    elif sbom_file and version_tags[0] in outcome.pushed_tags:  # a version published earlier has its SBOM
         _attach_sbom(result, sbom_file, credentials)
     return result
 
@@ -71,6 +82,30 @@ def push_if_tested(spec: ImageSpec, image_id: str, tests: dict[str, TestResult] 
     return push(spec, image_id, registry, force, credentials, sbom_file)
 
 
-def not_pushed(spec: ImageSpec, registry: str, reason: str) -> PushResult:
+def not_pushed(spec: ImageSpec, registry: str, reason: str, platform: str | None = None) -> PushResult:
     return PushResult(image=spec.name, registry=registry, repository=repository_name(spec), status="not pushed",
-                      reason=reason)
+                      reason=reason, platform=platform or spec.platform)
+
+
+def push_index(specs: list[ImageSpec], registry: str, force: bool,
+               credentials: registry_module.Credentials | None = None) -> PushResult:
+    """One tag for every platform: the image's platform images, already in the registry, listed in a
+    multi-platform index under the version tag and the aliases (docker pull picks the host's)."""
+    spec = specs[0]
+    repository = repository_name(spec)
+    result = PushResult(image=spec.name, registry=registry, repository=repository, status="pushed",
+                        platform=platforms.INDEX)
+    members = {s.platform: platform_tags(s)[0][0] for s in specs}
+    try:
+        outcome = registry_module.push_index(registry, repository, members, spec.version_tag, list(spec.alias_tags),
+                                             spec.inputs_digest, force, credentials=credentials)
+    except UserError as error:
+        result.status, result.reason = "failed", str(error)
+        return result
+    result.digest = outcome.digest
+    result.pushed_tags = list(outcome.pushed_tags)
+    result.already_published = list(outcome.already_published)
+    result.refused = [{"tag": tag, "reason": reason} for tag, reason in outcome.refused]
+    if outcome.refused:
+        result.status, result.reason = "refused", outcome.refused[0][1]
+    return result

@@ -338,6 +338,65 @@ def _push_tag(client: docker.DockerClient, image, remote: RegistryClient, reposi
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+
+
+def push_index(registry: str, repository: str, members: dict[str, str], version_tag: str, alias_tags: list[str],
+               inputs: str | None, force: bool, *, credentials: Credentials | None = None) -> PushOutcome:
+    """Put a multi-platform index of the platform images under `members` (platform -> tag, already
+    pushed) under the version tag (immutable unless force) and the aliases.
+
+    The version tag is "already published" when it holds this very index, or an index of images of
+    the same inputs; then the aliases are pointed at what it holds.
+    """
+    remote = RegistryClient(registry, credentials_for(registry, credentials))
+    entries = [_index_entry(remote, registry, repository, platform, tag, inputs)
+               for platform, tag in sorted(members.items())]
+    media_type = DOCKER_LIST if all(entry["mediaType"] == DOCKER_MANIFEST for entry in entries) else OCI_INDEX
+    body = json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": entries},
+                      separators=(",", ":")).encode()
+    outcome = PushOutcome(digest=f"sha256:{hashlib.sha256(body).hexdigest()}")
+    held = remote.manifest(repository, version_tag)
+    if held is not None and (held.digest == outcome.digest or _index_inputs(remote, repository, held) == {inputs}):
+        outcome.already_published.append(version_tag)
+        outcome.digest = held.digest
+        for tag in alias_tags:
+            remote.copy_tag(repository, version_tag, tag)
+            outcome.pushed_tags.append(tag)
+        return outcome
+    if held is not None and not force:
+        outcome.refused.append((version_tag, f"registry already holds {registry}/{repository}:{version_tag} with "
+                                             "other images; version tags are immutable; use --force to overwrite"))
+        return outcome
+    for tag in [version_tag, *alias_tags]:
+        url = f"{remote.base_url}/v2/{remote.path(repository)}/manifests/{tag}"
+        _check(remote.request("PUT", url, data=body, headers={"Content-Type": media_type}), f"PUT {url}")
+        outcome.pushed_tags.append(tag)
+    return outcome
+
+
+def _index_entry(remote: RegistryClient, registry: str, repository: str, platform: str, tag: str,
+                 inputs: str | None) -> dict:
+    manifest = remote.manifest(repository, tag)
+    if manifest is None or manifest.config_digest is None:
+        raise RegistryError(f"{registry}/{repository}:{tag} holds no {platform} image: push each platform's image "
+                            "before the index")
+    held = remote.labels(repository, manifest).get(INPUTS_LABEL)
+    if inputs and held != inputs:
+        raise RegistryError(f"{registry}/{repository}:{tag} holds an image of other inputs ({held}), not {inputs}")
+    system, architecture = platform.split("/")
+    return {"mediaType": manifest.media_type, "digest": manifest.digest, "size": manifest.size,
+            "platform": {"architecture": architecture, "os": system}}
+
+
+def _index_inputs(remote: RegistryClient, repository: str, manifest: _Manifest) -> set[str | None]:
+    """The inputs labels of the images an index lists; {None} for a single image."""
+    if manifest.config_digest is not None:
+        return {None}
+    members = json.loads(manifest.body).get("manifests", [])
+    return {remote.labels(repository, remote.manifest(repository, member["digest"])).get(INPUTS_LABEL)
+            for member in members}
 OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 
 

@@ -28,8 +28,14 @@ TRAINER_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy
 
 @dataclass(frozen=True)
 class RenderOptions:
-    base_image: str | None = None  # replaces the matrix's base: a mirror, a digest, a local image
+    # Replaces the matrix's base: a mirror, a digest, a local image; per platform ("linux/arm64") or,
+    # under "", for every platform.
+    base_images: tuple[tuple[str, str], ...] = ()
     apt_mirror: str | None = None
+
+    def base_image(self, platform: str) -> str | None:
+        chosen = dict(self.base_images)
+        return chosen.get(platform) or chosen.get("")
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class LayerContext:
     """One layer's build context. `ref` names the layer image; its tag is a hash of the context,
     and every context names its parent's ref, so equal refs mean equal images."""
 
-    image: str
+    image: str  # the image and platform (ImageSpec.key)
     layer: str
     files: dict[str, bytes]
     digest: str  # of the files, its Dockerfile naming the parent's ref: a layer's digest covers all below
@@ -69,8 +75,8 @@ def render_image(spec: ImageSpec, env: jinja2.Environment, trainer_files: dict[s
                  options: RenderOptions = RenderOptions()) -> list[LayerContext]:
     """The image's layers, base first, each FROM the one before. The spec must have its lock."""
     if spec.lock is None:
-        raise UserError(f"{spec.name}: {spec.lock_problem}")
-    base_image = options.base_image or spec.lock.base.pinned_ref
+        raise UserError(f"{spec.key}: {spec.lock_problem}")
+    base_image = options.base_image(spec.platform) or spec.lock.base.pinned_ref
     base = _layer(spec, "base", base_image, env, {}, apt_mirror=options.apt_mirror, base_image=base_image)
     steps = install_steps(spec.lock, bool(spec.deepspeed), spec.flash_attn_source_build)
     framework = _layer(spec, "framework", base.ref, env, _framework_files(spec, steps), steps=steps,
@@ -83,10 +89,10 @@ def render_image(spec: ImageSpec, env: jinja2.Environment, trainer_files: dict[s
 
 def render_specs(templates: Path, trainer_dir: Path, specs: list[ImageSpec],
                  options: RenderOptions = RenderOptions()) -> dict[str, list[LayerContext]]:
-    """Every spec's layers, by image name, with the trainer source read once."""
+    """Every spec's layers, by image and platform (ImageSpec.key), with the trainer source read once."""
     env = environment(templates)
     trainer = trainer_files(trainer_dir)
-    return {spec.name: render_image(spec, env, trainer, options) for spec in specs}
+    return {spec.key: render_image(spec, env, trainer, options) for spec in specs}
 
 
 def _layer(spec: ImageSpec, layer: str, parent: str, env: jinja2.Environment, files: dict[str, bytes],
@@ -95,9 +101,9 @@ def _layer(spec: ImageSpec, layer: str, parent: str, env: jinja2.Environment, fi
         dockerfile = env.get_template(f"{layer}.Dockerfile.j2").render(spec=spec, parent=parent, **variables)
     except jinja2.TemplateError as exc:
         where = f"{exc.filename}:{exc.lineno}" if getattr(exc, "lineno", None) else f"{layer}.Dockerfile.j2"
-        raise UserError(f"{where}: template error while rendering {spec.name}: {exc.message}") from None
+        raise UserError(f"{where}: template error while rendering {spec.key}: {exc.message}") from None
     files = {"Dockerfile": dockerfile.encode(), **files}
-    return LayerContext(spec.name, layer, files, _digest(files), parent)
+    return LayerContext(spec.key, layer, files, _digest(files), parent)
 
 
 def inputs_digest(layers: list[LayerContext]) -> str:
@@ -177,9 +183,9 @@ def _write_tree(root: Path, contexts: list[LayerContext], specs: list[ImageSpec]
         if context.mounts_wheelhouse:
             (directory / WHEELHOUSE).mkdir(exist_ok=True)
     for spec in specs:
-        layers = {c.layer: c.ref for c in contexts if c.image == spec.name}
+        layers = {c.layer: c.ref for c in contexts if c.image == spec.key}
         description = {"spec": spec.as_dict(), "layers": layers}
-        (root / spec.name / "image.json").write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+        (root / spec.key / "image.json").write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
 
 
 def write_files(directory: Path, files: dict[str, bytes]) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import atomic, reports, sizes
+from . import atomic, platforms, reports, sizes
 from .listing import VERSION_COLUMNS
 from .plan import ImageSpec
 from .reports import FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult
@@ -99,12 +99,17 @@ def build_cell(result: BuildResult | None) -> Cell:
     return Cell("skip", result.status, tooltip=layers)
 
 
-def test_cell(result: TestResult | None) -> Cell:
+VERIFIED = {"gpu": "GPU-verified", "native": "tested natively", "emulated": "tested under emulation"}
+
+
+def test_cell(result: TestResult | None, built: bool = False) -> Cell:
+    """The checks, and how far the platform's image was verified: on a GPU, natively, under emulation,
+    or built only."""
     if result is None:
-        return Cell("none", NOT_RUN)
+        return Cell("none", "built only" if built else NOT_RUN)
     counts = {status: sum(check.status == status for check in result.checks) for status in (PASS, FAIL, SKIP)}
     summary = ", ".join(f"{count} {status}" for status, count in counts.items() if count)
-    details = [summary] if summary else []
+    details = [VERIFIED.get(result.mode, result.mode)] + ([summary] if summary else [])
     if not result.gpu_runtime:
         details.append(f"no GPU: {result.gpu_reason}" if result.gpu_reason else "no GPU")
     status = "ok" if result.passed else "fail"
@@ -112,7 +117,8 @@ def test_cell(result: TestResult | None) -> Cell:
                 checks=tuple(result.checks))
 
 
-def push_cell(result: PushResult | None) -> Cell:
+def push_cell(result: PushResult | None, index: PushResult | None = None) -> Cell:
+    """The platform image's push, and the multi-platform index of its image when there is one."""
     if result is None:
         return Cell("none", NOT_RUN)
     details = []
@@ -130,6 +136,10 @@ def push_cell(result: PushResult | None) -> Cell:
     if result.sbom_error:
         details.append(f"SBOM not attached: {result.sbom_error}")
     status = {"pushed": "ok", "not pushed": "skip"}.get(result.status, "fail")
+    if index is not None:
+        details.append(f"index {index.status}: " + (", ".join(index.pushed_tags + index.already_published)
+                                                     or index.reason))
+        status = status if index.status == "pushed" else {"not pushed": "skip"}.get(index.status, "fail")
     return Cell(status, result.status, tuple(details),
                 tooltip=f"{result.registry}/{result.repository}@{result.digest}" if result.digest else "")
 
@@ -151,6 +161,11 @@ class Row:
     files: tuple[tuple[str, str], ...]  # (label, link relative to the page): the build log, the SBOM
 
     @property
+    def label(self) -> str:
+        """The image, and its platform where the image has several."""
+        return self.spec.name + (f" ({self.spec.platform})" if len(self.spec.platforms) > 1 else "")
+
+    @property
     def versions(self) -> list[str]:
         return [value(self.spec) for _, value in VERSION_COLUMNS]
 
@@ -158,17 +173,18 @@ class Row:
 def rows(specs: list[ImageSpec], reports_read: Reports, out: Path) -> list[Row]:
     page_rows = []
     for spec in specs:
-        build = reports_read.builds.get(spec.name)
+        build = reports_read.builds.get(spec.key)
         files = {"log": build.log_file, "SBOM": build.sbom_file} if build else {}
-        page_rows.append(Row(spec, (build_cell(build), test_cell(reports_read.tests.get(spec.name)),
-                                    push_cell(reports_read.pushes.get(spec.name))),
+        index = reports_read.pushes.get(platforms.key(spec.name, platforms.INDEX))
+        tests = test_cell(reports_read.tests.get(spec.key), built=bool(build and build.status == "built"))
+        page_rows.append(Row(spec, (build_cell(build), tests, push_cell(reports_read.pushes.get(spec.key), index)),
                              tuple((label, relative_link(path, out)) for label, path in files.items() if path)))
     return page_rows
 
 
 def unmatched_images(specs: list[ImageSpec], reports_read: Reports) -> list[str]:
     """Images the reports mention that the matrix no longer has (renamed or removed)."""
-    known = {spec.name for spec in specs}
+    known = {spec.key for spec in specs} | {platforms.key(spec.name, platforms.INDEX) for spec in specs}
     mentioned = [*reports_read.builds, *reports_read.tests, *reports_read.pushes]
     return sorted({name for name in mentioned if name not in known})
 
@@ -199,7 +215,7 @@ def markdown(title: str, page_rows: list[Row], notes: list[str]) -> str:
     lines = [f"# {_md(title)}", "", *(f"- {_md(note)}" for note in notes), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in page_rows:
-        cells = [f"**{_md(row.spec.name)}**", *(_md(value) for value in row.versions),
+        cells = [f"**{_md(row.label)}**", *(_md(value) for value in row.versions),
                  *(_md_cell(cell) for cell in row.stages),
                  " ".join(f"[{label}]({_md_link(link)})" for label, link in row.files) or "-"]
         lines.append("| " + " | ".join(cells) + " |")

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from . import atomic
+from . import atomic, platforms
 from .errors import UserError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -45,6 +45,7 @@ class BuildResult:
     sbom_file: str | None = None  # CycloneDX JSON, reports/sbom/IMAGE.cdx.json
     sbom_components: dict[str, int] = field(default_factory=dict)  # {"python": n, "os": n}
     hint: str = ""  # what to do about a failure imagegen recognises
+    platform: str = platforms.DEFAULT
 
 
 @dataclass
@@ -64,6 +65,9 @@ class TestResult:
     gpu_reason: str = ""
     duration_s: float = 0.0
     checks: list[Check] = field(default_factory=list)
+    platform: str = platforms.DEFAULT
+    # How it was tested: "gpu" (its GPU checks ran), "native", or "emulated" (QEMU: torch not imported)
+    mode: str = "native"
 
     @property
     def passed(self) -> bool:
@@ -84,6 +88,7 @@ class PushResult:
     sbom_digest: str | None = None  # the SBOM artifact that refers to the pushed image
     sbom_found_by: str = ""  # "the referrers API" or "the referrers tag sha256-..."
     sbom_error: str = ""  # why the SBOM was not attached, when the image was pushed all the same
+    platform: str = platforms.DEFAULT  # platforms.INDEX: the multi-platform index of the image
 
 
 KINDS = ("build", "test", "push")
@@ -102,7 +107,8 @@ def write_json(path: Path, kind: str, results: list) -> None:
 
 
 def read(path: Path, kind: str) -> dict:
-    """The results of one report by image name; ReportError when it is not a `kind` report."""
+    """The results of one report by image (and platform: cpu-arm64, see platforms.key);
+    ReportError when it is not a `kind` report."""
     try:
         payload = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as error:
@@ -117,7 +123,7 @@ def read(path: Path, kind: str) -> dict:
             result = PARSERS[kind](entry)
         except (TypeError, AttributeError) as error:
             raise ReportError(f"{path}: images[{index}] is not a {kind} result: {error}") from None
-        results[result.image] = result
+        results[platforms.key(result.image, getattr(result, "platform", platforms.DEFAULT))] = result
     return results
 
 

@@ -60,10 +60,7 @@ def _check_facts(matrix: Matrix) -> list[Problem]:
         if cuda.os not in matrix.os:
             problems.append(matrix.problem(("cuda", minor, "os"), f"unknown os {cuda.os!r}; "
                                            f"allowed: {', '.join(matrix.os)}", "known-os"))
-        for index, arch in enumerate(cuda.archs):
-            if not re.fullmatch(r"\d+\.\d+", arch):
-                problems.append(matrix.problem(("cuda", minor, "archs", index), f"{arch!r} is not a compute "
-                                               "capability such as \"8.0\"", "cuda-arch"))
+        problems += _check_archs(matrix, minor)
         if not cuda.version.startswith(minor + "."):
             problems.append(matrix.problem(("cuda", minor, "version"), f"version {cuda.version} is not a "
                                            f"{minor}.x release", "cuda-version"))
@@ -78,6 +75,48 @@ def _check_facts(matrix: Matrix) -> list[Problem]:
         if _specifier(bad.transformers) is None:
             problems.append(matrix.problem(("known_bad", index, "transformers"),
                                            f"{bad.transformers!r} is not a version range", "version-range"))
+    return problems
+
+
+def _check_archs(matrix: Matrix, minor: str) -> list[Problem]:
+    cuda = matrix.cuda[minor]
+    listed = matrix.located.data["cuda"][minor]["archs"]
+    per_platform = isinstance(listed, dict)
+    problems = [matrix.problem(("cuda", minor, "archs", platform), f"{platform} is not among its platforms "
+                               f"({', '.join(cuda.platforms)})", "cuda-arch") for platform in cuda.archs
+                if platform not in cuda.platforms]
+    problems += [matrix.problem(("cuda", minor, "archs"), f"no archs for {platform}: list the compute "
+                                f"capabilities of its GPUs under archs.{platform}", "cuda-arch")
+                 for platform in cuda.platforms if platform not in cuda.archs]
+    for platform, archs in cuda.archs.items():
+        for index, arch in enumerate(archs):
+            if not re.fullmatch(r"\d+\.\d+", arch):
+                path = ("cuda", minor, "archs", *((platform,) if per_platform else ()), index)
+                problems.append(matrix.problem(path, f"{arch!r} is not a compute capability such as \"8.0\"",
+                                               "cuda-arch"))
+    return problems
+
+
+def _check_platforms(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    """Every platform the image is built for has its base, its torch wheels and its flash-attn."""
+    problems = []
+    cuda = matrix.cuda.get(image.cuda) if image.cuda else None
+    build = torch_build(matrix, image)
+    for platform in image.platforms:
+        if cuda is not None and platform not in cuda.platforms:
+            problems.append(matrix.problem(_at(image, "platforms"), f"the nvidia/cuda {cuda.version} images have no "
+                                           f"{platform} variant (its platforms: {', '.join(cuda.platforms)})",
+                                           "platform-base"))
+        if build is not None and platform not in build.platforms:
+            problems.append(matrix.problem(_at(image, "platforms"), f"torch {image.torch}'s CUDA {build.cuda} build "
+                                           f"has no {platform} wheels (its platforms: {', '.join(build.platforms)})",
+                                           "platform-torch"))
+        if platform != "linux/amd64" and image.flash_attn.version and not image.flash_attn.source_build:
+            problems.append(matrix.problem(_at(image, "flash_attn"), f"flash-attn publishes no {platform} wheels: "
+                                           "use {version: ..., build: source} or none for an image built for "
+                                           f"{platform}", "platform-flash-attn"))
+    if len(set(image.platforms)) != len(image.platforms):
+        problems.append(matrix.problem(_at(image, "platforms"), "a platform is listed twice", "platform-base"))
     return problems
 
 
@@ -99,6 +138,7 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems += _check_flash_attn(matrix, image)
     problems += _check_stack(matrix, image)
     problems += _check_max_size(matrix, image)
+    problems += _check_platforms(matrix, image)
     return problems
 
 

@@ -60,6 +60,8 @@ class Either:
 
 VERSION = Scalar("version")
 STR = Scalar("str")
+PLATFORMS = ("linux/amd64", "linux/arm64")
+PLATFORM_LIST = ListOf(Scalar("str", PLATFORMS))
 
 FLASH_ATTN_CHOICE = Either((
     VERSION,
@@ -77,13 +79,14 @@ IMAGE_FIELDS = {
     "os": STR,
     "flavor": Scalar("str", ("devel", "runtime")),
     "torch_build": VERSION,
+    "platforms": PLATFORM_LIST,
     **{c.key: COMPONENT_TYPES.get(c.key, VERSION) for c in COMPONENTS if c.image_key},
     "deepspeed_ops": ListOf(Scalar("str", ("cpu_adam", "fused_adam", "fused_lamb", "transformer",
                                            "stochastic_transformer", "utils", "aio"))),
     "max_size": STR,
 }
 
-TORCH_BUILD = Struct({"cudnn": VERSION, "nccl": VERSION, "cxx11_abi": Scalar("bool")})
+TORCH_BUILD = Struct({"cudnn": VERSION, "nccl": VERSION, "cxx11_abi": Scalar("bool"), "platforms": PLATFORM_LIST})
 
 # What a release of a package declares on the index: Requires-Python, the torch it requires and,
 # for DeepSpeed, the torch its CI tests.
@@ -103,7 +106,9 @@ MATRIX = Struct(
                 "base": Struct({"devel": STR, "runtime": STR}, frozenset({"devel", "runtime"})),
                 "driver": Struct({"shipped": VERSION, "minimum": VERSION},
                                  frozenset({"shipped", "minimum"})),
-                "archs": ListOf(VERSION),
+                "platforms": PLATFORM_LIST,
+                # One list for every platform, or one per platform (GH200 and GB200 are arm64 hosts).
+                "archs": Either((ListOf(VERSION), Struct({p: ListOf(VERSION) for p in PLATFORMS}))),
             },
             frozenset({"version", "os", "cudnn", "base", "driver", "archs"}),
         )),
@@ -116,6 +121,7 @@ MATRIX = Struct(
                 "nccl": VERSION,
                 "torchvision": VERSION,
                 "cxx11_abi": Scalar("bool"),
+                "platforms": PLATFORM_LIST,
             },
             frozenset({"builds", "pypi_build", "python", "cudnn", "nccl", "torchvision", "cxx11_abi"}),
         )),

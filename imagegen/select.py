@@ -15,6 +15,7 @@ class Selection:
     python: str | None = None
     images: tuple[str, ...] = ()
     all: bool = False
+    platform: str | None = None  # narrows the others: one platform of images built for several
 
     @property
     def empty(self) -> bool:
@@ -24,6 +25,7 @@ class Selection:
         parts = [f"--{key} {value}" for key, value in
                  (("cuda", self.cuda), ("torch", self.torch), ("python", self.python)) if value]
         parts += [f"--image {name}" for name in self.images]
+        parts += [f"--platform {self.platform}"] if self.platform else []
         return " ".join(parts) or "--all"
 
 
@@ -49,7 +51,8 @@ def _matches(spec: ImageSpec, selection: Selection) -> bool:
     return ((selection.cuda is None or version_matches(selection.cuda, spec.cuda))
             and (selection.torch is None or version_matches(selection.torch, spec.torch))
             and (selection.python is None or version_matches(selection.python, spec.python))
-            and (not selection.images or spec.name in selection.images))
+            and (not selection.images or spec.name in selection.images)
+            and (selection.platform is None or spec.platform == selection.platform))
 
 
 def _what_exists(specs: list[ImageSpec], selection: Selection) -> str:

@@ -49,13 +49,13 @@ def version_tag(spec: "ImageSpec", inputs_digest: str) -> str:
 
 
 def assign(specs: list["ImageSpec"], latest: str | None, digests: Mapping[str, str]) -> list["ImageSpec"]:
-    """Give every spec its moving aliases and, where its inputs digest is known, its version tag
-    and labels."""
+    """Give every spec its moving aliases and, where its image's inputs digest (all its platforms') is
+    known, its version tag and labels."""
     aliases: dict[str, list[str]] = defaultdict(list)
-    for spec in specs:
-        aliases[spec.name].append(spec.name)
-        if spec.name == latest:
-            aliases[spec.name].append("latest")
+    for name in dict.fromkeys(spec.name for spec in specs):  # one spec per platform, one set of aliases
+        aliases[name].append(name)
+        if name == latest:
+            aliases[name].append("latest")
     for minor, newest in _newest_per_cuda(specs).items():
         aliases[newest].append(f"cu{minor}")
     named = []

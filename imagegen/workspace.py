@@ -49,11 +49,18 @@ class Workspace:
         raises MatrixError on any problem of the matrix itself."""
         loaded = matrix_module.read(self.matrix)
         specs = [self._with_lock(spec) for spec in plan.resolve(loaded, read_trainer(self.trainer))]
-        locked = [spec for spec in specs if spec.lock]
-        contexts = render.render_specs(self.templates, self.trainer, locked)
-        # Every layer names its image, so two images never share a version tag.
-        return loaded, tags.assign(specs, loaded.latest, {name: render.inputs_digest(layers)
-                                                          for name, layers in contexts.items()})
+        return loaded, tags.assign(specs, loaded.latest, self._inputs_digests(specs))
+
+    def _inputs_digests(self, specs: list[plan.ImageSpec]) -> dict[str, str]:
+        """One digest per image, of every platform's layers, for an image whose every platform is locked.
+        Every layer names its image, so two images never share a version tag."""
+        contexts = render.render_specs(self.templates, self.trainer, [spec for spec in specs if spec.lock])
+        digests = {}
+        for name in dict.fromkeys(spec.name for spec in specs):
+            keys = [spec.key for spec in specs if spec.name == name]
+            if all(key in contexts for key in keys):
+                digests[name] = render.inputs_digest([layer for key in sorted(keys) for layer in contexts[key]])
+        return digests
 
     def _with_lock(self, spec: plan.ImageSpec) -> plan.ImageSpec:
         path, command = _shown(self.lock_path(spec.name)), self.lock_command(spec.name)
@@ -82,7 +89,7 @@ def _shown(path: Path) -> Path:
 
 def require_locked(specs: list[plan.ImageSpec]) -> list[plan.ImageSpec]:
     """The specs, when every one has a current lock; else one line per image that has none."""
-    problems = [f"{spec.name}: {spec.lock_problem}" for spec in specs if spec.lock is None]
+    problems = [f"{spec.key}: {spec.lock_problem}" for spec in specs if spec.lock is None]
     if problems:
         raise UserError("\n".join(problems))
     return specs

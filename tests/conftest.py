@@ -16,7 +16,11 @@ from tests.helpers import REPO
 pytest_plugins = ["tests.docker_env"]  # the engine, base image, registry and CA fixtures
 
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
-CPU_BUILD_ARGS = ["--image", "cpu", "--base-image", "local/debian:bookworm", "--wheelhouse", str(WHEELHOUSE)]
+ARM64_BASE_IMAGE = "local/debian:bookworm-arm64"
+CPU_BUILD_ARGS = ["--image", "cpu", "--platform", "linux/amd64", "--base-image", "local/debian:bookworm",
+                  "--wheelhouse", str(WHEELHOUSE)]
+CPU_ARM64_BUILD_ARGS = ["--image", "cpu", "--platform", "linux/arm64", "--base-image",
+                        f"linux/arm64={ARM64_BASE_IMAGE}", "--wheelhouse", str(WHEELHOUSE)]
 
 
 def imagegen(*args, cwd: Path = REPO, timeout: int = 1800, env: dict | None = None,
@@ -43,3 +47,17 @@ def cpu_image(local_base_image, tmp_path_factory) -> dict:
     assert result.returncode == 0, result.stderr[-5000:]
     (entry,) = json.loads((work / "build.json").read_text())["images"]
     return {"ref": entry["ref"], "id": entry["image_id"], "report": entry, "work": work}
+
+
+@pytest.fixture(scope="session")
+def cpu_arm64_image(arm64_base_image, tmp_path_factory) -> dict:
+    """The cpu image's linux/arm64 build on this x86_64 engine (QEMU user emulation), and its test."""
+    ensure_wheelhouse()  # x86_64 wheels: pip takes its aarch64 ones from the index
+    work = tmp_path_factory.mktemp("cpu-arm64-build")
+    result = imagegen("build", *CPU_ARM64_BUILD_ARGS, "--test", "--skip-train", "--context-dir", str(work / "contexts"),
+                      "--report", str(work / "build.json"), timeout=3600)
+    assert result.returncode == 0, result.stderr[-5000:]
+    (entry,) = json.loads((work / "build.json").read_text())["images"]
+    (test,) = json.loads((work / "test.json").read_text())["images"]
+    return {"ref": entry["ref"], "id": entry["image_id"], "report": entry, "test": test, "work": work,
+            "output": result.stderr}

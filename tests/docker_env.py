@@ -165,6 +165,18 @@ def serve_registry(workdir: Path, htpasswd: Path | None = None) -> Iterator[str]
 
 
 @pytest.fixture(scope="session")
+def arm64_base_image(docker_client) -> str:
+    """The linux/arm64 Debian base .ci/setup-docker makes (debootstrap --arch arm64, under QEMU)."""
+    try:
+        found = docker_client.images.get("local/debian:bookworm-arm64")
+    except docker.errors.ImageNotFound:
+        unavailable("local/debian:bookworm-arm64 is missing (run .ci/setup-docker, which builds it)")
+    if found.attrs.get("Architecture") != "arm64":
+        unavailable(f"local/debian:bookworm-arm64 is {found.attrs.get('Architecture')}, not arm64")
+    return "local/debian:bookworm-arm64"
+
+
+@pytest.fixture(scope="session")
 def registry(tmp_path_factory) -> Iterator[str]:
     """A registry anyone may push to; yields "127.0.0.1:PORT"."""
     with serve_registry(tmp_path_factory.mktemp("registry")) as host:

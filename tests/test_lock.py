@@ -100,8 +100,8 @@ def test_a_missing_lock_keeps_render_and_build_from_starting(tmp_path):
     (tmp_path / "locks" / "cpu.json").unlink()
     result = imagegen("render", "--matrix", str(path), "--image", "cpu", "--out", str(tmp_path / "out"))
     assert result.returncode == 1 and not (tmp_path / "out").exists()
-    assert result.stderr == f"error: cpu: no lock at {tmp_path}/locks/cpu.json; run `imagegen lock --matrix {path} " \
-                            "--image cpu`\n"
+    fix = f"no lock at {tmp_path}/locks/cpu.json; run `imagegen lock --matrix {path} --image cpu`"
+    assert result.stderr == f"error: cpu: {fix}\nerror: cpu-arm64: {fix}\n"  # each platform of the image
 
 
 def test_lock_writes_hashed_locks_that_validate_accepts(tmp_path):
@@ -186,3 +186,16 @@ def test_facts_check_catches_a_wrong_cudnn_pin_and_a_wrong_python_floor(tmp_path
     assert "pins nvidia-cudnn-cu*), the matrix says 9.20.0.48 [facts]" in errors[0]
     assert "packages.trl.1.16.0.python: the index says [3.11, " in errors[1]
     assert "(trl 1.16.0 declares Requires-Python >=3.11), the matrix says [3.10, 3.11, " in errors[1]
+
+
+def test_facts_check_catches_arm64_wheels_that_are_cpu_only(tmp_path):
+    """PyPI's aarch64 torch is a CPU build up to 2.9: a CUDA image cannot be built for arm64 from it."""
+    def cpu_only_arm64(data):
+        data["torch"] = {"2.9.1": {**real_matrix_data()["torch"]["2.9.1"],
+                                   "builds": {"12.8": {"platforms": ["linux/amd64", "linux/arm64"]}}}}
+
+    result = imagegen("facts", "check", "--matrix", facts_matrix(tmp_path, cpu_only_arm64))
+    assert result.returncode == 1
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "torch.2.9.1.builds.12.8.platforms: the index says CPU-only aarch64 wheels (" in error
+    assert "pins no nvidia-cudnn-cu*), the matrix says linux/arm64 CUDA wheels [facts]" in error

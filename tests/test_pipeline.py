@@ -1,10 +1,12 @@
 """build -> test -> push on the real engine and a real registry, with the cpu image built
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
+import base64
 import json
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 from cyclonedx.schema import SchemaVersion
@@ -79,7 +81,7 @@ def test_no_ca_bundle_pip_conf_or_wheel_is_in_any_layer(cpu_image, ca_bundle, lo
 
 
 def test_the_image_passes_its_checks_with_the_gpu_ones_skipped(cpu_image, tmp_path):
-    result = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
+    result = imagegen("test", "--image", "cpu", "--platform", "linux/amd64", "--skip-train", "--report", str(tmp_path / "test.json"))
     assert result.returncode == 0, result.stderr[-3000:]
     (report,) = read_report(tmp_path / "test.json")
     checks = {check["name"]: check for check in report["checks"]}
@@ -160,44 +162,70 @@ def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, 
     assert report["largest_paths"][0]["path"] in result.stderr
 
 
-def test_push_to_a_private_registry_publishes_the_image_and_its_sbom(cpu_image, auth_registry, docker_client,
-                                                                    tmp_path):
-    tested = imagegen("test", "--image", "cpu", "--skip-train", "--report", str(tmp_path / "test.json"))
+def test_push_to_a_private_registry_publishes_both_platforms_under_one_tag_with_their_sboms(
+        cpu_image, cpu_arm64_image, auth_registry, docker_client, tmp_path):
+    """The cpu image for linux/amd64 and linux/arm64: each platform's image with its SBOM, then one index
+    under the version tag and the alias, from which `docker pull` takes the platform it asks for."""
+    tested = imagegen("test", "--image", "cpu", "--platform", "linux/amd64", "--skip-train",
+                      "--report", str(tmp_path / "amd64.json"))
     assert tested.returncode == 0, tested.stderr[-2000:]
+    both = read_report(tmp_path / "amd64.json") + [cpu_arm64_image["test"]]
+    (tmp_path / "test.json").write_text(json.dumps({"kind": "test", "images": both}))
     push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(tmp_path / "test.json")]
 
     anonymous = imagegen(*push, "--report", str(tmp_path / "anonymous.json"), env={"DOCKER_CONFIG": str(tmp_path)})
     assert anonymous.returncode == 1
-    (refused,) = read_report(tmp_path / "anonymous.json")
+    refused = read_report(tmp_path / "anonymous.json")[0]
     assert refused["status"] == "failed" and f"log in with `docker login {auth_registry.host}`" in refused["reason"]
 
     started = time.monotonic()
     result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
                       "--report", str(tmp_path / "push.json"), stdin=auth_registry.password + "\n")
     assert result.returncode == 0, result.stderr[-3000:]
-    print(f"push of the cpu image and its SBOM: {time.monotonic() - started:.1f} s")
-    (report,) = read_report(tmp_path / "push.json")
-    assert report["status"] == "pushed" and report["digest"].startswith("sha256:")
+    print(f"push of the cpu image for two platforms with their SBOMs: {time.monotonic() - started:.1f} s")
+    amd64, arm64, index = read_report(tmp_path / "push.json")
     version_tag = cpu_image["ref"].rsplit(":", 1)[1]
-    assert set(report["pushed_tags"]) == {version_tag, "cpu"}
+    assert [(r["platform"], r["status"], r["pushed_tags"]) for r in (amd64, arm64, index)] == [
+        ("linux/amd64", "pushed", [f"{version_tag}-amd64"]), ("linux/arm64", "pushed", [f"{version_tag}-arm64"]),
+        ("index", "pushed", [version_tag, "cpu"])]
     login = Credentials(auth_registry.username, auth_registry.password)
-    # distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>.
-    assert report["sbom_found_by"] == f"the referrers tag {report['digest'].replace(':', '-')}", report
-    (artifact,) = referrers(auth_registry.host, "vlm-grpo", report["digest"], login)
-    assert (artifact["digest"], artifact["artifactType"]) == (report["sbom_digest"], "application/vnd.cyclonedx+json")
-    assert (tmp_path / "sbom" / "cpu.cdx.json").is_file()  # the document that was attached
+    for platform_push, key in ((amd64, "cpu"), (arm64, "cpu-arm64")):
+        # distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>.
+        assert platform_push["sbom_found_by"] == f"the referrers tag {platform_push['digest'].replace(':', '-')}"
+        (artifact,) = referrers(auth_registry.host, "vlm-grpo", platform_push["digest"], login)
+        assert (artifact["digest"], artifact["artifactType"]) == (platform_push["sbom_digest"],
+                                                                  "application/vnd.cyclonedx+json")
+        assert (tmp_path / "sbom" / f"{key}.cdx.json").is_file()  # the document that was attached
 
+    listed = index_of(auth_registry, version_tag)
+    assert {(m["platform"]["os"], m["platform"]["architecture"]): m["digest"] for m in listed["manifests"]} == {
+        ("linux", "amd64"): amd64["digest"], ("linux", "arm64"): arm64["digest"]}
     docker_client.login(auth_registry.username, auth_registry.password, registry=auth_registry.host)
-    pulled = docker_client.images.pull(f"{auth_registry.host}/vlm-grpo@{report['digest']}")
-    assert pulled.id == read_report(tmp_path / "test.json")[0]["image_id"]
-    docker_client.images.remove(f"{auth_registry.host}/vlm-grpo@{report['digest']}")
+    for platform, wanted in (("linux/amd64", cpu_image["id"]), ("linux/arm64", cpu_arm64_image["id"])):
+        pulled = docker_client.images.pull(f"{auth_registry.host}/vlm-grpo", tag=version_tag, platform=platform)
+        assert pulled.id == wanted
+        docker_client.images.remove(f"{auth_registry.host}/vlm-grpo:{version_tag}")
 
     again = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
                      "--report", str(tmp_path / "push2.json"), stdin=auth_registry.password)
-    assert again.returncode == 0
-    (second,) = read_report(tmp_path / "push2.json")
-    assert second["already_published"] == [version_tag]
-    assert second["sbom_digest"] is None  # attached once, when the version was published
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = read_report(tmp_path / "push2.json")
+    assert [r["already_published"] for r in second] == [[f"{version_tag}-amd64"], [f"{version_tag}-arm64"],
+                                                         [version_tag]]
+    assert all(r["sbom_digest"] is None for r in second)  # attached once, when the version was published
+    assert "(already published)" in again.stderr
+
+
+def index_of(auth_registry, tag: str) -> dict:
+    """The manifest list a tag holds, read with the registry's API as docker pull reads it."""
+    request = urllib.request.Request(
+        f"http://{auth_registry.host}/v2/vlm-grpo/manifests/{tag}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.list.v2+json, "
+                           "application/vnd.oci.image.index.v1+json",
+                 "Authorization": "Basic " + base64.b64encode(
+                     f"{auth_registry.username}:{auth_registry.password}".encode()).decode()})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu_image, registry, docker_client,
@@ -206,7 +234,7 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
     registry already holds that tag, so the push says so and exits 0. The rebuild goes under a repository
     of its own, so the session's cpu image keeps its tags."""
     namespace = f"{registry}/{unique_name('rebuild')}"
-    first = imagegen("push", "--image", "cpu", "--registry", namespace, "--skip-tests",
+    first = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", namespace, "--skip-tests",
                      "--report", str(tmp_path / "first.json"))
     assert first.returncode == 0, first.stderr[-2000:]
     matrix = locked_matrix(tmp_path, lambda d: d.update(repository=f"imagegen-test/{unique_name('r')}/vlm-grpo"))
@@ -219,7 +247,8 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
         (pushed,) = read_report(tmp_path / "push.json")
         assert build["ref"].rsplit(":", 1)[1] == cpu_image["ref"].rsplit(":", 1)[1]
         assert build["image_id"] != cpu_image["id"]
-        assert pushed["status"] == "pushed" and pushed["already_published"] == [build["ref"].rsplit(":", 1)[1]]
+        # The cpu image is built for two platforms: this one goes under its version tag with its arch.
+        assert pushed["status"] == "pushed" and pushed["already_published"] == [build["ref"].rsplit(":", 1)[1] + "-amd64"]
         assert pushed["digest"] == read_report(tmp_path / "first.json")[0]["digest"]
         assert "(already published)" in rebuilt.stderr
     finally:  # the rebuild's images are this test's own: gigabytes, each layer built anew
@@ -237,7 +266,7 @@ def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, re
     other.tag(f"{namespace}/vlm-grpo", version_tag)
     for line in docker_client.images.push(f"{namespace}/vlm-grpo", version_tag, stream=True, decode=True):
         assert "error" not in line, line
-    result = imagegen("push", "--image", "cpu", "--registry", namespace, "--skip-tests",
+    result = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", namespace, "--skip-tests",
                       "--report", str(tmp_path / "push.json"))
     assert result.returncode == 1
     (report,) = read_report(tmp_path / "push.json")
@@ -248,7 +277,7 @@ def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, re
 def test_push_refuses_an_untested_image(cpu_image, registry, tmp_path):
     empty = tmp_path / "test.json"
     empty.write_text(json.dumps({"kind": "test", "images": []}))
-    result = imagegen("push", "--image", "cpu", "--registry", registry, "--test-report", str(empty),
+    result = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", registry, "--test-report", str(empty),
                       "--report", str(tmp_path / "push.json"))
     assert result.returncode == 1
     (report,) = read_report(tmp_path / "push.json")

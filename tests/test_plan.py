@@ -11,7 +11,7 @@ from imagegen.select import Selection, choose, version_matches
 import pytest
 
 from imagegen.errors import UserError
-from tests.helpers import spec_named, specs
+from tests.helpers import REPO, spec_named, specs
 
 
 def test_torch_comes_from_pypi_when_pypi_serves_that_very_build():
@@ -107,7 +107,7 @@ def test_version_prefix_matching(wanted, actual, matches):
 def test_selection_combines_with_and():
     chosen = choose(specs(), Selection(cuda="12.8", torch="2.8"))
     assert [s.name for s in chosen] == ["cu128-torch2.8"]
-    assert len(choose(specs(), Selection(python="3.12"))) == 4
+    assert len({s.name for s in choose(specs(), Selection(python="3.12"))}) == 4
 
 
 def test_no_match_lists_what_exists():
@@ -133,3 +133,35 @@ def test_the_framework_layer_gets_the_trainers_dependencies_but_not_the_pinned_o
                                      Requirement("Pillow")), (Requirement("setuptools>=64"),))
     spec = next(s for s in plan.resolve(matrix_module.read(MATRIX_PATH), trainer) if s.name == "cpu")
     assert spec.trainer_requirements == ("Pillow", "click>=8.0", "setuptools>=64")
+
+
+def test_an_image_of_two_platforms_is_one_spec_per_platform_under_one_version_tag():
+    amd64, arm64 = choose(specs(), Selection(images=("cu130-torch2.11",)))
+    assert (amd64.platform, arm64.platform) == ("linux/amd64", "linux/arm64")
+    assert (amd64.key, arm64.key) == ("cu130-torch2.11", "cu130-torch2.11-arm64")
+    assert amd64.version_tag == arm64.version_tag and amd64.labels == arm64.labels
+    assert arm64.ref() == amd64.ref() + "-arm64" and arm64.ref("cpu") == f"{arm64.repository}:cpu-arm64"
+    assert arm64.python_platform == "aarch64-manylinux_2_39"
+    assert arm64.cuda_arch_list == "9.0;10.0;12.1+PTX"  # GH200, GB200, DGX Spark
+    assert arm64.lock.platform == "linux/arm64" and arm64.lock.inputs["platform"] == "aarch64-manylinux_2_39"
+
+
+def test_the_inputs_digest_covers_every_platform():
+    from imagegen import tags
+
+    amd64, arm64 = choose(specs(), Selection(images=("cpu",)))
+    other = replace(arm64.lock, packages=arm64.lock.packages[1:])
+    assert plan.with_lock(arm64, other).lock is other
+    from imagegen import render
+    layers = render.render_specs(REPO / "templates", REPO / "trainer", [amd64, arm64])
+    changed = render.render_specs(REPO / "templates", REPO / "trainer", [amd64, plan.with_lock(arm64, other)])
+    assert render.inputs_digest(layers["cpu"] + layers["cpu-arm64"]) == amd64.inputs_digest
+    assert render.inputs_digest(changed["cpu"] + changed["cpu-arm64"]) != amd64.inputs_digest
+    assert tags.version_tag(amd64, amd64.inputs_digest) == amd64.version_tag
+
+
+def test_platform_selection_narrows_the_others():
+    (spec,) = choose(specs(), Selection(images=("cpu",), platform="linux/arm64"))
+    assert spec.key == "cpu-arm64"
+    with pytest.raises(UserError, match="no image matches --image cu124-torch2.6 --platform linux/arm64"):
+        choose(specs(), Selection(images=("cu124-torch2.6",), platform="linux/arm64"))

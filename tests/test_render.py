@@ -115,7 +115,8 @@ def test_a_trainer_change_leaves_the_framework_layer_alone():
 
 
 def test_base_image_and_apt_mirror_overrides():
-    options = render.RenderOptions(base_image="local/debian:bookworm", apt_mirror="http://mirror.example/debian")
+    options = render.RenderOptions(base_images=(("", "local/debian:bookworm"),),
+                                   apt_mirror="http://mirror.example/debian")
     base = contexts_for([spec_named("cpu")], options=options)[0]
     assert "FROM local/debian:bookworm" in base.dockerfile
     assert "#http://mirror.example/debian#g" in base.dockerfile

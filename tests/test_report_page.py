@@ -22,7 +22,9 @@ HOSTILE = "<script>alert('x')</script>&\"|"
 PUSHED_DIGEST = "sha256:" + "9f8e" * 16
 SBOM_DIGEST = "sha256:" + "5b0m" * 16
 GPU_SKIP_REASON = "no GPU runtime: docker has no nvidia runtime"
-MATRIX_IMAGES = [image["name"] for image in real_matrix_data()["images"]]
+# A row per image and platform; an image of several platforms names the platform.
+MATRIX_ROWS = [image["name"] if len(image.get("platforms", ["linux/amd64"])) == 1 else f"{image['name']} ({platform})"
+               for image in real_matrix_data()["images"] for platform in image.get("platforms", ["linux/amd64"])]
 
 
 def results(logs: Path) -> tuple[list, list, list]:
@@ -83,7 +85,7 @@ def page(reports, tmp_path) -> Path:
 
 def test_every_matrix_image_is_a_row_of_both_pages(page):
     markdown, html_text = (page / "index.md").read_text(), (page / "index.html").read_text()
-    for name in MATRIX_IMAGES:
+    for name in MATRIX_ROWS:
         assert f"| **{name}** |" in markdown
         assert f">{name}</td>" in html_text
     assert "<script" not in html_text.replace("<style>", "")
@@ -149,7 +151,7 @@ def test_missing_reports_leave_every_stage_not_run(tmp_path):
     result = run_report(tmp_path / "nowhere", out)
     assert result.exit_code == 0, result.output
     markdown = (out / "index.md").read_text()
-    assert markdown.count("➖ not run") == 3 * len(MATRIX_IMAGES)
+    assert markdown.count("➖ not run") == 3 * len(MATRIX_ROWS)
 
 
 def test_a_malformed_report_is_one_line_and_exit_2(reports, tmp_path):

@@ -36,6 +36,10 @@ def test_a_tag_rebuilt_from_the_inside_passes():
     assert smoke._tag_matches_inside(facts(runtime), INSIDE).status == "pass"
 
 
+def test_a_platform_images_local_tag_carries_its_arch_after_the_version_tag():
+    assert smoke._tag_matches_inside(facts(TAG, [TAG + "-arm64", "cpu-arm64"]), INSIDE).status == "pass"
+
+
 def test_a_tag_that_lies_about_torch_fails():
     check = smoke._tag_matches_inside(facts("0.1.0-torch2.7.1-cu124-cudnn9-py3.11-3f2a9c1d4e5b"), INSIDE)
     assert check.status == "fail" and "holds 0.1.0-torch2.6.0-cu124-cudnn9-py3.11" in check.detail
@@ -61,3 +65,11 @@ def test_an_image_without_labels_fails_with_the_reason():
                                           ("trainer", "pass")])
 def test_the_image_user_must_not_be_root(user, status):
     assert smoke._runs_as_non_root(user).status == status
+
+
+def test_every_shared_library_must_be_built_for_the_images_platform():
+    ok = smoke._libraries_are_for("linux/arm64", {"183": ["/opt/venv/a.so", "/opt/venv/b.so"]})
+    assert ok.status == "pass" and ok.detail == "all 2 shared libraries in the environment are linux/arm64"
+    mixed = smoke._libraries_are_for("linux/arm64", {"183": ["/opt/venv/a.so"], "62": ["/opt/venv/x86.so"]})
+    assert mixed.status == "fail" and "1 of 2" in mixed.detail and "/opt/venv/x86.so" in mixed.detail
+    assert smoke._libraries_are_for("linux/amd64", {}).status == "fail"  # none found is no proof

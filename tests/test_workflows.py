@@ -42,22 +42,42 @@ def test_workflows_pass_actionlint():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def plan_command() -> list[str]:
+def plan_outputs() -> dict[str, dict]:
+    """What the publish plan step writes to GITHUB_OUTPUT, by output name, from running its commands."""
     steps = load_workflow("publish.yml")["jobs"]["plan"]["steps"]
     run = next(step["run"] for step in steps if step.get("id") == "plan")
-    return shlex.split(re.search(r"\$\((imagegen matrix [^)]*)\)", run).group(1))
+    outputs = {}
+    for name, command in re.findall(r'echo "(\w+)=\$\((imagegen matrix [^)]*)\)"', run):
+        argv = shlex.split(command)
+        assert argv[:2] == ["imagegen", "matrix"] and "--all" in argv
+        result = subprocess.run([sys.executable, "-m", "imagegen", *argv[1:]], capture_output=True, text=True,
+                                cwd=REPO)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count("\n") == 1  # GITHUB_OUTPUT takes it as one key=value line
+        outputs[name] = json.loads(result.stdout)
+    return outputs
 
 
-def test_the_publish_plan_step_prints_a_strategy_matrix_of_every_image():
-    command = plan_command()
-    assert command[:2] == ["imagegen", "matrix"] and "--all" in command
-    result = subprocess.run([sys.executable, "-m", "imagegen", *command[1:]], capture_output=True, text=True,
-                            cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\n") == 1  # GITHUB_OUTPUT takes it as one key=value line
-    include = json.loads(result.stdout)["include"]
-    assert [entry["image"] for entry in include] == [image["name"] for image in real_matrix_data()["images"]]
-    assert all(isinstance(entry["gpu"], bool) for entry in include)
+def test_the_publish_plan_step_prints_a_strategy_matrix_of_every_image_and_platform():
+    outputs = plan_outputs()
+    images = real_matrix_data()["images"]
+    expected = [(image["name"], platform) for image in images for platform in image.get("platforms", ["linux/amd64"])]
+    include = outputs["matrix"]["include"]
+    assert [(entry["image"], entry["platform"]) for entry in include] == expected
+    assert all(isinstance(entry["gpu"], bool) and entry["arch"] in ("amd64", "arm64") for entry in include)
+    several = [image["name"] for image in images if len(image.get("platforms", ["linux/amd64"])) > 1]
+    assert outputs["indexes"]["include"] == [{"image": name} for name in several]
+
+
+def test_arm64_jobs_run_on_arm64_runners_and_the_index_waits_for_the_platform_jobs():
+    workflow = load_workflow("publish.yml")
+    runs_on = workflow["jobs"]["image"]["runs-on"]
+    assert "ubuntu-24.04-arm" in runs_on and "ARM64" in runs_on  # GitHub's arm64 runners, self-hosted GH200s
+    build = next(step["run"] for step in workflow["jobs"]["image"]["steps"] if "imagegen build" in step.get("run", ""))
+    assert '--platform "$PLATFORM"' in build
+    index = workflow["jobs"]["index"]
+    assert index["needs"] == ["plan", "image"]
+    assert any("imagegen push --index" in step.get("run", "") for step in index["steps"])
 
 
 def test_the_image_job_fans_out_over_the_plan_and_pushes_only_through_imagegen():

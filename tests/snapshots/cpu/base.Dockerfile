@@ -1,5 +1,5 @@
-# imagegen base layer: debian12 with Python 3.11 (system), a virtual
-# environment in /opt/venv and the non-root user that runs training.
+# imagegen base layer for linux/amd64: debian12 with Python 3.11 (system),
+# a virtual environment in /opt/venv and the non-root user that runs training.
 # Rendered from templates/base.Dockerfile.j2: edit the template, not this file.
 FROM debian:bookworm-slim
 

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (imagegen lock --image cpu).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:5f9b31c98c3ed763
+FROM imagegen-layer/base:151396efd66435b6
 
 # torch brings its own cuDNN 9.24.0.43 and NCCL 2.30.7 as wheels; those are what it uses.
 # hadolint ignore=DL3042

@@ -1,5 +1,5 @@
-# imagegen base layer: ubuntu22.04 with Python 3.11 (deadsnakes), a virtual
-# environment in /opt/venv and the non-root user that runs training.
+# imagegen base layer for linux/amd64: ubuntu22.04 with Python 3.11 (deadsnakes),
+# a virtual environment in /opt/venv and the non-root user that runs training.
 # Rendered from templates/base.Dockerfile.j2: edit the template, not this file.
 FROM nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04
 

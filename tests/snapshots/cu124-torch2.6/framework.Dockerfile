@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.6.0 built for CUDA 12.4 with the ML stack,
 # installed from the image's lock (imagegen lock --image cu124-torch2.6).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:a7bde2878c6daea0
+FROM imagegen-layer/base:b437cfb97fc337e5
 
 # torch brings its own cuDNN 9.1.0.70 and NCCL 2.21.5 as wheels; those are what it uses.
 # hadolint ignore=DL3042

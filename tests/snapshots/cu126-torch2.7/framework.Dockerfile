@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.7.1 built for CUDA 12.6 with the ML stack,
 # installed from the image's lock (imagegen lock --image cu126-torch2.7).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:08460159a2e197f7
+FROM imagegen-layer/base:192c9034e8ffbd99
 
 # torch brings its own cuDNN 9.5.1.17 and NCCL 2.26.2 as wheels; those are what it uses.
 # hadolint ignore=DL3042

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.8.0 built for CUDA 12.8 with the ML stack,
 # installed from the image's lock (imagegen lock --image cu128-torch2.8).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:a8ba45b7fbe7a680
+FROM imagegen-layer/base:cc60489005fdde40
 
 # torch brings its own cuDNN 9.10.2.21 and NCCL 2.27.3 as wheels; those are what it uses.
 # hadolint ignore=DL3042

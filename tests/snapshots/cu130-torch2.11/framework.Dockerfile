@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.11.0 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (imagegen lock --image cu130-torch2.11).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:bbc28a8c8bfe465c
+FROM imagegen-layer/base:1ebb5e129ab510da
 
 # torch brings its own cuDNN 9.19.0.56 and NCCL 2.28.9 as wheels; those are what it uses.
 # hadolint ignore=DL3042

@@ -1,0 +1,25 @@
+# imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
+# installed from the image's lock (imagegen lock --image cpu).
+# Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
+FROM imagegen-layer/base:8a8bc72aa59e85d1
+
+# torch brings its own cuDNN 9.24.0.43 and NCCL 2.30.7 as wheels; those are what it uses.
+# hadolint ignore=DL3042
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/torch.txt
+
+# The rest of the stack and the trainer's dependencies.
+# hadolint ignore=DL3042
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/stack.txt
+
+# What `vlmgrpo selftest` checks the image against, and every distribution as the lock pins it.
+COPY requirements.lock expected.json /etc/imagegen/
