@@ -141,3 +141,14 @@ def test_every_rendered_dockerfile_passes_hadolint_at_warning_level(tmp_path):
     result = subprocess.run([hadolint, "--failure-threshold", "warning", *map(str, dockerfiles)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_where_the_matrix_lives_changes_no_rendered_file(tmp_path):
+    """The inputs digest, and so the version tag, covers every rendered file: none may name the matrix's path."""
+    from imagegen.workspace import Workspace
+    from tests.helpers import locked_matrix
+
+    elsewhere = {spec.key: spec for spec in Workspace(locked_matrix(tmp_path)).load()[1]}
+    for spec in locked_specs():
+        assert spec.lock.command != elsewhere[spec.key].lock.command  # `imagegen lock --matrix TMP ...`
+        assert elsewhere[spec.key].version_tag == spec.version_tag

@@ -1,5 +1,5 @@
 # imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
-# installed from the image's lock (imagegen lock --image cpu).
+# installed from the image's lock (locks/cpu.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:8a8bc72aa59e85d1
 

@@ -1,5 +1,5 @@
 # imagegen framework layer: torch 2.6.0 built for CUDA 12.4 with the ML stack,
-# installed from the image's lock (imagegen lock --image cu124-torch2.6).
+# installed from the image's lock (locks/cu124-torch2.6.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:b437cfb97fc337e5
 

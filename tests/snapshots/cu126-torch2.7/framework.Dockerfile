@@ -1,5 +1,5 @@
 # imagegen framework layer: torch 2.7.1 built for CUDA 12.6 with the ML stack,
-# installed from the image's lock (imagegen lock --image cu126-torch2.7).
+# installed from the image's lock (locks/cu126-torch2.7.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:192c9034e8ffbd99
 

@@ -1,5 +1,5 @@
 # imagegen framework layer: torch 2.8.0 built for CUDA 12.8 with the ML stack,
-# installed from the image's lock (imagegen lock --image cu128-torch2.8).
+# installed from the image's lock (locks/cu128-torch2.8.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:cc60489005fdde40
 

@@ -1,5 +1,5 @@
 # imagegen framework layer: torch 2.11.0 built for CUDA 13.0 with the ML stack,
-# installed from the image's lock (imagegen lock --image cu130-torch2.11).
+# installed from the image's lock (locks/cu130-torch2.11.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:1ebb5e129ab510da
 
