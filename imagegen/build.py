@@ -9,7 +9,6 @@ the RUN steps as BuildKit secrets and bind mounts, never as files in a layer.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 from importlib import metadata
 import os
@@ -21,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from . import atomic, containers, progress, sizes
+from . import containers, progress, sizes
+from . import wheelhouse as wheel_index  # PipSettings.wheelhouse is the directory
 from .docker_cli import BuildClient
 from .errors import UserError
 from .plan import ImageSpec
@@ -29,15 +29,13 @@ from .render import WHEELHOUSE, LayerContext, write_files
 from .reports import BuildResult, LayerResult
 
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
-WHEELHOUSE_PAGE = "index.html"
-DISTRIBUTION_SUFFIXES = (".whl", ".tar.gz", ".zip")
 CA_BUNDLE_TARGET = "/run/secrets/ca-bundle.crt"  # where templates mount the "ca-bundle" secret
 LARGEST_PATHS = 10  # listed when an image is over its max_size
 
 
 @dataclass(frozen=True)
 class PipSettings:
-    """How pip inside the build reaches packages: handed over as a pip.conf secret."""
+    """How the installers inside the build reach packages: handed over as pip.conf and uv.toml secrets."""
 
     ca_bundle: Path | None = None
     index_url: str | None = None
@@ -51,11 +49,24 @@ class PipSettings:
         if self.extra_index_urls:
             lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
         if self.wheelhouse:
-            # A page of links with their sha256: in hash-checking mode pip prefers a file whose hash
-            # it knows, so a bare directory would lose to the index's copy of the same file.
-            lines.append(f"find-links = /wheelhouse/{WHEELHOUSE_PAGE}")
+            lines.append(f"find-links = {wheel_index.MOUNT}/{wheel_index.PIP_PAGE}")
         if self.ca_bundle:
             lines.append(f"cert = {CA_BUNDLE_TARGET}")
+        return "\n".join(lines) + "\n"
+
+    def uv_toml(self, wheelhouse_mount: str = wheel_index.MOUNT) -> str:
+        lines = ["[pip]"]
+        if self.index_url:
+            lines.append(f"index-url = {json.dumps(self.index_url)}")
+        extra = list(self.extra_index_urls)
+        if self.wheelhouse:
+            # uv takes a version from the first index that has it only with this strategy; with its default
+            # a wheelhouse holding torch 2.14.1 would hide every other torch. --require-hashes keeps it safe.
+            # A find-links directory would not do: uv prefers the index's copy of the same file.
+            extra.insert(0, f"file://{wheelhouse_mount}/{wheel_index.UV_INDEX}")
+            lines.append('index-strategy = "unsafe-first-match"')
+        if extra:
+            lines.append(f"extra-index-url = {json.dumps(extra)}")
         return "\n".join(lines) + "\n"
 
     @property
@@ -155,7 +166,7 @@ class Builder:
         tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
         self.view.start(f"{spec.key} {context.layer}", f"building {tags[-1] if final else context.ref} with "
                         f"{self.client.why}", self.guides.get((spec.key, context.layer)))
-        with self._staged(context) as directory:
+        with self._staged(spec, context) as directory:
             outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, no_cache=self.no_cache,
                                         platform=spec.platform)
         cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
@@ -170,9 +181,9 @@ class Builder:
         return layer
 
     @contextmanager
-    def _staged(self, context: LayerContext) -> Iterator[Path]:
+    def _staged(self, spec: ImageSpec, context: LayerContext) -> Iterator[Path]:
         """The layer's context at its stable path: the rendered files, plus the wheelhouse
-        when its pip steps mount one. Locked, so two imagegen runs take turns."""
+        when its install steps mount one. Locked, so two imagegen runs take turns."""
         directory = self.staging / context.layer
         directory.mkdir(parents=True, exist_ok=True)
         with open(self.staging / f".{context.layer}.lock", "w") as lock:
@@ -182,37 +193,17 @@ class Builder:
                     shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             write_files(directory, context.files)
             if context.mounts_wheelhouse:
-                self._sync_wheelhouse(directory / WHEELHOUSE)
+                supported = wheel_index.supported_tags(spec.python, spec.python_platform)
+                wheel_index.sync(self.settings.wheelhouse, directory / WHEELHOUSE,
+                                self.staging / ".wheelhouse-hashes.json", supported)
             yield directory
-
-    def _sync_wheelhouse(self, target: Path) -> None:
-        target.mkdir(exist_ok=True)
-        wheels = {w.name: w for w in self.settings.wheelhouse.iterdir() if w.name.endswith(DISTRIBUTION_SUFFIXES)} \
-            if self.settings.wheelhouse else {}
-        for stale in target.iterdir():
-            if stale.name not in wheels and stale.name != WHEELHOUSE_PAGE:
-                stale.unlink()
-        for name, wheel in sorted(wheels.items()):
-            destination = target / name
-            if destination.exists():
-                continue
-            try:
-                os.link(wheel, destination)
-            except OSError:  # another filesystem: a copy costs disk, but works
-                shutil.copy2(wheel, destination)
-        hashes = _wheelhouse_hashes(target, self.staging / ".wheelhouse-hashes.json")
-        links = "".join(f'<a href="{name}#sha256={digest}">{name}</a>\n' for name, digest in sorted(hashes.items()))
-        page = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"
-        existing = target / WHEELHOUSE_PAGE
-        if not existing.is_file() or existing.read_text() != page:  # an unchanged page keeps its build cache
-            existing.write_text(page)
 
     def _secrets(self) -> "_PipSecrets":
         return _PipSecrets(self.settings)
 
 
 class _PipSecrets:
-    """The pip.conf and CA bundle secrets for one image's builds, removed afterwards."""
+    """The pip.conf, uv.toml and CA bundle secrets for one image's builds, removed afterwards."""
 
     def __init__(self, settings: PipSettings):
         self.settings = settings
@@ -222,10 +213,11 @@ class _PipSecrets:
         if self.settings.empty:
             return {}
         self.directory = tempfile.mkdtemp(prefix="imagegen-secrets-")
-        pip_conf = Path(self.directory) / "pip.conf"
-        pip_conf.write_text(self.settings.pip_conf())
-        pip_conf.chmod(0o600)
-        secrets = {"pip.conf": pip_conf}
+        secrets = {}
+        for name, text in (("pip.conf", self.settings.pip_conf()), ("uv.toml", self.settings.uv_toml())):
+            secrets[name] = Path(self.directory) / name
+            secrets[name].write_text(text)
+            secrets[name].chmod(0o600)
         if self.settings.ca_bundle:
             secrets["ca-bundle"] = self.settings.ca_bundle
         return secrets
@@ -246,29 +238,6 @@ def missing_base_hint(base: str, log_tail: list[str]) -> str | None:
     return (f"the base {base} is no longer in its registry: the registry dropped the digest the lock pins (its tag "
             "was deleted or moved upstream). Pass --base-image with a mirror that keeps that digest, or run "
             "`imagegen lock` for this image to pin what the tag holds now")
-
-
-def _wheelhouse_hashes(directory: Path, cache_path: Path) -> dict[str, str]:
-    """sha256 of every file in the wheelhouse; hashed once per file (name, size, mtime), not per build."""
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    hashes, kept = {}, {}
-    for path in directory.iterdir():
-        if not path.name.endswith(DISTRIBUTION_SUFFIXES):
-            continue
-        stat = path.stat()
-        key = f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}"
-        if key not in cache:
-            digest = hashlib.sha256()
-            with path.open("rb") as stream:
-                for block in iter(lambda: stream.read(1 << 20), b""):
-                    digest.update(block)
-            cache[key] = digest.hexdigest()
-        hashes[path.name] = kept[key] = cache[key]
-    atomic.write_text(cache_path, json.dumps(kept, indent=1, sort_keys=True))
-    return hashes
 
 
 def provenance_labels(repo: Path, client: BuildClient) -> dict[str, str]:

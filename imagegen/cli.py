@@ -189,13 +189,13 @@ def build_options(command):
                      "(nvidia/cuda@sha256:...) or a locally made image; PLATFORM=REF for one platform "
                      "(--base-image linux/arm64=local/debian:bookworm-arm64), repeatable."),
         click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror."),
-        click.option("--ca-bundle", type=click.Path(path_type=Path), help="PEM bundle pip trusts inside the "
-                     "build, for TLS-intercepting proxies; mounted as a secret, never in a layer. Default: the "
+        click.option("--ca-bundle", type=click.Path(path_type=Path), help="PEM bundle pip and uv trust inside "
+                     "the build, for TLS-intercepting proxies; mounted as a secret, never in a layer. Default: the "
                      "file named by SSL_CERT_FILE, REQUESTS_CA_BUNDLE or PIP_CERT."),
-        click.option("--pip-index-url", metavar="URL", help="pip's index inside the build (a mirror)."),
-        click.option("--pip-extra-index-url", metavar="URL", multiple=True, help="Extra pip index (repeatable)."),
-        click.option("--wheelhouse", type=click.Path(path_type=Path), help="Directory of wheels pip prefers; "
-                     "mounted into the pip steps, never copied into a layer."),
+        click.option("--pip-index-url", metavar="URL", help="The index inside the build (a mirror)."),
+        click.option("--pip-extra-index-url", metavar="URL", multiple=True, help="Another index (repeatable)."),
+        click.option("--wheelhouse", type=click.Path(path_type=Path), help="Directory of wheels the installers "
+                     "take first; mounted into the install steps, never copied into a layer."),
         click.option("--docker", "docker_binary", metavar="PATH", help="The docker client to build with "
                      "(default: $IMAGEGEN_DOCKER, else the first that builds with BuildKit)."),
         click.option("--builder", metavar="NAME", help="A buildx builder, e.g. a remote BuildKit."),

@@ -85,11 +85,12 @@ class InstallStep:
     """One resolver-free, hash-checked install of the framework layer: wheels first, then the
     sources it compiles against them (with no build isolation: the build sees the installed torch)."""
 
-    name: str  # torch, build-tools, flash-attn, deepspeed, stack
+    name: str  # installer, torch, build-tools, flash-attn, deepspeed, stack
     wheels: tuple[str, ...]  # requirement lines, one locked file set each
     sources: tuple[str, ...] = ()  # requirement lines built from source after the wheels
     unhashed: tuple[str, ...] = ()  # a flash-attn wheel whose host could not be reached when locking
-    index_url: str | None = None  # the one index this step installs from; None: pip's configured index
+    index_url: str | None = None  # the one index this step installs from; None: the configured indexes
+    tool: str = "uv"  # the installer that runs the step: uv, or pip for the step that installs uv
 
     def files(self) -> dict[str, tuple[str, ...]]:
         """The requirement files the step mounts, by name, in the order it installs them."""
@@ -162,6 +163,9 @@ def stale_reasons(lock: Lock, inputs: dict) -> list[str]:
 
 # What compiling an sdist against the installed torch needs, without build isolation.
 BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging", "psutil")
+# The installer of every step after the first: uv installs the same locked files as pip, in a third of the time
+# (bench/RESULTS.md). pip, which the venv brings, installs it.
+INSTALLER = "uv"
 
 
 @dataclass
@@ -171,7 +175,7 @@ class _Planner:
     steps: list[InstallStep] = field(default_factory=list)
 
     def add(self, name: str, roots: list[str], sources: tuple[str, ...] = (), artifact: Artifact | None = None,
-            build_artifact: bool = False) -> None:
+            build_artifact: bool = False, tool: str = INSTALLER) -> None:
         """A step for roots and all they need that no earlier step installed.
 
         Packages the lock took from the torch index get a step of their own that reads only that
@@ -182,7 +186,8 @@ class _Planner:
         torch_index = self.lock.inputs.get("torch_index")
         from_torch_index = [p for p in chosen if torch_index and p.index == torch_index]
         if from_torch_index:
-            self.steps.append(InstallStep(f"{name}-torch-index", _lines(from_torch_index), index_url=torch_index))
+            self.steps.append(InstallStep(f"{name}-torch-index", _lines(from_torch_index), index_url=torch_index,
+                                          tool=tool))
         built = [p for p in chosen if p.name in sources]
         wheels = _lines([p for p in chosen if p not in from_torch_index and p not in built])
         source_lines, unhashed = _lines(built), ()
@@ -193,7 +198,7 @@ class _Planner:
         elif artifact:
             wheels += (artifact.requirement_line(),)
         if wheels or source_lines or unhashed:
-            self.steps.append(InstallStep(name, wheels, source_lines, unhashed))
+            self.steps.append(InstallStep(name, wheels, source_lines, unhashed, tool=tool))
 
 
 def _lines(packages: list[LockedPackage]) -> tuple[str, ...]:
@@ -218,10 +223,12 @@ def _closure(lock: Lock, roots: list[str]) -> set[str]:
 def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool) -> list[InstallStep]:
     """The framework layer's installs, in order.
 
-    torch first (the largest and most stable: a bump of peft leaves its step cached), then the
-    tools that compile sources against it, flash-attn and DeepSpeed, and last the rest of the stack.
+    The installer first, then torch (the largest and most stable: a bump of peft leaves its step
+    cached), then the tools that compile sources against it, flash-attn and DeepSpeed, and last
+    the rest of the stack.
     """
     planner = _Planner(lock)
+    planner.add("installer", [INSTALLER], tool="pip")
     planner.add("torch", ["torch", "torchvision"])
     if deepspeed or flash_attn_source_build:
         planner.add("build-tools", list(BUILD_TOOLS))

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 from . import platforms, rules, sizes
 from .components import COMPONENTS, PINNED_DISTRIBUTIONS
 from .errors import MatrixError, Problem
-from .lockfile import BUILD_TOOLS, Lock
+from .lockfile import BUILD_TOOLS, INSTALLER, Lock
 from .matrix import ImageEntry, Matrix
 
 PYPI = "https://pypi.org/simple"
@@ -150,13 +150,14 @@ def lock_inputs(spec: ImageSpec) -> dict:
 
 def resolution_requirements(spec: ImageSpec) -> tuple[str, ...]:
     """Everything the lock resolves: the image's pins, the trainer's needs, what flash-attn needs
-    (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools."""
+    (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools and
+    the installer."""
     local = f"+cu{_nodot(spec.torch_cuda)}" if spec.torch_index_url else ""
     pins = {c.distribution: getattr(spec, c.key) for c in PINNED_DISTRIBUTIONS if c.in_resolution}
     pins["torch"] = spec.torch + local
     pins["torchvision"] = spec.torchvision + local
     wanted = [f"{name}=={version}" for name, version in pins.items() if version]
-    wanted += [*spec.trainer_requirements, *spec.flash_attn_requires]
+    wanted += [*spec.trainer_requirements, *spec.flash_attn_requires, INSTALLER]
     if spec.deepspeed or spec.flash_attn_source_build:
         wanted += BUILD_TOOLS
     return tuple(sorted(set(wanted), key=str.lower))

@@ -17,3 +17,19 @@ def test_bench_writes_results_for_the_trainer_and_render_sections(tmp_path):
         assert expected in text, expected
     assert "## 1. Build cache" not in text and "## 2. Image size" not in text
     assert list(tmp_path.iterdir()) == [results]  # written atomically: no temporary file left behind
+
+
+def test_the_installer_comparison_builds_the_revisions_it_names():
+    """Section 5 compares builds at two earlier commits with today's: each must be what its row says."""
+    from bench.lock_install import BEFORE_LOCKS, LOCK_WITH_PIP
+
+    def show(revision: str, path: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{path}"], capture_output=True, text=True,
+                              check=True).stdout
+
+    assert "pip_install(" in show(BEFORE_LOCKS, "templates/framework.Dockerfile.j2")
+    assert "locks" not in show(BEFORE_LOCKS, "").split()  # `git show REV:` lists the tree
+    assert "locks/" in show(LOCK_WITH_PIP, "").split()
+    assert "pip install --no-deps --require-hashes" in show(LOCK_WITH_PIP, "templates/_macros.j2")
+    assert "uv pip install" not in show(LOCK_WITH_PIP, "templates/_macros.j2")
+    assert "uv pip install" in (REPO / "templates" / "_macros.j2").read_text()

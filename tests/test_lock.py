@@ -54,12 +54,14 @@ def test_a_lock_round_trips_and_says_how_it_is_refreshed():
 def test_install_steps_put_torch_first_and_install_each_package_once():
     spec = spec_named("cu130-torch2.11")
     steps = lockfile.install_steps(spec.lock, deepspeed=True, flash_attn_source_build=True)
-    assert [step.name for step in steps] == ["torch", "build-tools", "flash-attn", "deepspeed", "stack"]
+    assert [step.name for step in steps] == ["installer", "torch", "build-tools", "flash-attn", "deepspeed", "stack"]
     lines = [line for step in steps for line in (*step.wheels, *step.sources) if not line.startswith("flash-attn")]
     assert sorted(line.split("==")[0] for line in lines) == sorted(p.name for p in spec.lock.packages)
-    assert any(line.startswith("torch==2.11.0 ") for line in steps[0].wheels)
-    assert [line.split("==")[0] for line in steps[3].sources] == ["deepspeed"]
-    assert steps[2].sources == ("flash-attn==2.8.3 --hash=sha256:" + spec.lock.flash_attn.sha256,)
+    assert [line.split("==")[0] for line in steps[0].wheels] == ["uv"] and steps[0].tool == "pip"
+    assert all(step.tool == "uv" for step in steps[1:])
+    assert any(line.startswith("torch==2.11.0 ") for line in steps[1].wheels)
+    assert [line.split("==")[0] for line in steps[4].sources] == ["deepspeed"]
+    assert steps[3].sources == ("flash-attn==2.8.3 --hash=sha256:" + spec.lock.flash_attn.sha256,)
 
 
 def test_packages_from_the_torch_index_install_from_that_index_alone():
@@ -70,9 +72,9 @@ def test_packages_from_the_torch_index_install_from_that_index_alone():
                           tuple(p if p.name not in ("torch", "triton") else lockfile.LockedPackage(
                               p.name, p.version, p.hashes, index, p.required_by) for p in spec.lock.packages))
     steps = lockfile.install_steps(moved, deepspeed=False, flash_attn_source_build=False)
-    assert steps[0].name == "torch-torch-index" and steps[0].index_url == index
-    assert sorted(line.split("==")[0] for line in steps[0].wheels) == ["torch", "triton"]
-    assert all(step.index_url is None for step in steps[1:])
+    assert steps[1].name == "torch-torch-index" and steps[1].index_url == index
+    assert sorted(line.split("==")[0] for line in steps[1].wheels) == ["torch", "triton"]
+    assert all(step.index_url is None for step in steps[2:])
 
 
 def test_a_changed_input_makes_the_lock_stale_with_what_changed(tmp_path):

@@ -67,14 +67,15 @@ def test_a_second_build_comes_entirely_from_cache(cpu_image, tmp_path):
         assert layer["total_steps"] > 0 and layer["cached_steps"] == layer["total_steps"], layer
 
 
-def test_no_ca_bundle_pip_conf_or_wheel_is_in_any_layer(cpu_image, ca_bundle, local_base_image):
+def test_no_ca_bundle_installer_settings_or_wheel_is_in_any_layer(cpu_image, ca_bundle, local_base_image):
     base_layers = len(containers.layer_file_paths(local_base_image))
     ours = [path for layer in containers.layer_file_paths(cpu_image["id"])[base_layers:] for path in layer.paths]
     assert any(path.startswith("/opt/venv/lib/python3.11/site-packages/torch/") for path in ours)
     wheels = {wheel.name for wheel in WHEELHOUSE.glob("*.whl")}
     leaked = [path for path in ours if path.rsplit("/", 1)[-1] in wheels or "ca-bundle" in path
-              or path.startswith(("/wheelhouse/", "/run/secrets/", "/root/.cache/pip/", "/var/cache/apt/archives/",
-                                  "/var/lib/apt/lists/")) or path == "/etc/pip.conf"]
+              or path.startswith(("/wheelhouse/", "/run/secrets/", "/root/.cache/pip/", "/root/.cache/uv/",
+                                  "/var/cache/apt/archives/", "/var/lib/apt/lists/"))
+              or path in ("/etc/pip.conf", "/etc/uv/uv.toml")]
     assert leaked == []
     history = " ".join(layer["created_by"] for layer in containers.image_facts(cpu_image["id"])["layers"])
     assert "BEGIN CERTIFICATE" not in history and str(ca_bundle) not in history

@@ -42,7 +42,10 @@ def test_cu124_renders_from_its_nvidia_base_and_installs_torch_from_its_lock():
     spec = spec_named("cu124-torch2.6")
     base, framework, trainer = contexts_for([spec])
     assert base.dockerfile.splitlines()[3] == f"FROM {spec.lock.base.pinned_ref}"
-    assert "pip install --no-deps --require-hashes -r /tmp/requirements/torch.txt" in framework.dockerfile
+    assert "uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt" \
+        in framework.dockerfile
+    assert framework.files["requirements/installer.txt"].decode().startswith("uv==")
+    assert "\n    pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt" in framework.dockerfile
     torch_step = framework.files["requirements/torch.txt"].decode()
     assert torch_step.startswith("filelock==") or "torch==2.6.0 --hash=sha256:" in torch_step
     assert all("--hash=sha256:" in line for line in torch_step.splitlines())

@@ -3,23 +3,32 @@
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:8a8bc72aa59e85d1
 
-# torch brings its own cuDNN 9.24.0.43 and NCCL 2.30.7 as wheels; those are what it uses.
+# uv installs every step below: the same locked files as pip would, in about a third of the time.
 # hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/installer.txt,target=/tmp/requirements/installer.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt
+
+# torch brings its own cuDNN 9.24.0.43 and NCCL 2.30.7 as wheels; those are what it uses.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/torch.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt
 
 # The rest of the stack and the trainer's dependencies.
-# hadolint ignore=DL3042
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/stack.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
 # What `vlmgrpo selftest` checks the image against, and every distribution as the lock pins it.
 COPY requirements.lock expected.json /etc/imagegen/

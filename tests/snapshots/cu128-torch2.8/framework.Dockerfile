@@ -3,56 +3,65 @@
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:cc60489005fdde40
 
-# torch brings its own cuDNN 9.10.2.21 and NCCL 2.27.3 as wheels; those are what it uses.
+# uv installs every step below: the same locked files as pip would, in about a third of the time.
 # hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/installer.txt,target=/tmp/requirements/installer.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt
+
+# torch brings its own cuDNN 9.10.2.21 and NCCL 2.27.3 as wheels; those are what it uses.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/torch.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt
 
 # Tools that compile the sources below against the installed torch.
-# hadolint ignore=DL3042
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/build-tools.txt,target=/tmp/requirements/build-tools.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
 
 # The prebuilt flash-attn wheel for torch 2.8.0, CUDA 12, Python 3.12 and the C++11 ABI
 # of this torch build; a wheel for another ABI fails at import with "undefined symbol". Its host could
 # not be reached when the lock was made, so it is not hash-checked.
-# hadolint ignore=DL3042
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/flash-attn.txt,target=/tmp/requirements/flash-attn.txt \
     --mount=type=bind,source=requirements/flash-attn-unhashed.txt,target=/tmp/requirements/flash-attn-unhashed.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/flash-attn.txt \
-    && pip install --no-deps -r /tmp/requirements/flash-attn-unhashed.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/flash-attn.txt \
+    && uv pip install --link-mode=copy --no-deps -r /tmp/requirements/flash-attn-unhashed.txt
 
 # DeepSpeed; its ops compile just in time on first use (DS_BUILD_OPS=0).
-# hadolint ignore=DL3042
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/deepspeed.txt,target=/tmp/requirements/deepspeed.txt \
     --mount=type=bind,source=requirements/deepspeed-sources.txt,target=/tmp/requirements/deepspeed-sources.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/deepspeed.txt \
-    && DS_BUILD_OPS=0 pip install --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/deepspeed-sources.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/deepspeed.txt \
+    && DS_BUILD_OPS=0 uv pip install --link-mode=copy --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/deepspeed-sources.txt
 
 # The rest of the stack and the trainer's dependencies.
-# hadolint ignore=DL3042
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
     --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
-    pip install --no-deps --require-hashes -r /tmp/requirements/stack.txt
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
 # What `vlmgrpo selftest` checks the image against, and every distribution as the lock pins it.
 COPY requirements.lock expected.json /etc/imagegen/
