@@ -11,16 +11,19 @@ from pathlib import Path
 
 from imagegen import atomic
 
-from . import cache, machine, overhead, render_time, size
+from . import arm64, cache, lock_install, machine, overhead, render_time, size
 from .common import REPO
 
-SECTIONS = ("cache", "size", "trainer", "render")
+# Each section's module; its text starts "## N. Title", N being its place here.
+SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
+            "arm64": arm64}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
-                        help="run these sections (default: all; cache and size build images, minutes)")
+                        help="run these sections and keep the others' last results (default: all; cache, size, "
+                        "lock and arm64 build images, minutes each)")
     parser.add_argument("--steps", type=int, default=200, help="training steps per trainer-overhead run")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md")
     return parser.parse_args(argv)
@@ -31,28 +34,33 @@ def run_section(name: str, work: Path, steps: int) -> str:
     directory.mkdir()
     print(f"bench: {name} ...", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
-    if name == "cache":
-        text = cache.section(directory)
-    elif name == "size":
-        text = size.section(directory)
-    elif name == "trainer":
-        text = overhead.section(directory, steps)
-    else:
-        text = render_time.section(directory)
+    module = SECTIONS[name]
+    text = module.section(directory, steps) if module is overhead else module.section(directory)
     # The machine may be shared: the load says how much else was running.
     return text + f"\n\n_Load average (1 min) at the start of this section: {load:.2f}; at its end: {os.getloadavg()[0]:.2f}._"
+
+
+def earlier_sections(results: Path) -> dict[str, str]:
+    """The sections of an earlier RESULTS.md by their "## N." heading, each with its own machine line."""
+    if not results.exists():
+        return {}
+    parts = ("\n" + results.read_text()).split("\n## ")[1:]
+    return {part.split(".", 1)[0]: "## " + part.strip() for part in parts}
 
 
 def main(argv: list[str]) -> None:
     options = arguments(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="imagegen-bench-") as work:
-        sections = [run_section(name, Path(work), options.steps) for name in SECTIONS if name in options.only]
+        ran = {name: run_section(name, Path(work), options.steps) + "\n\n_" + machine.section().replace("\n\n", " ")
+               + "_" for name in SECTIONS if name in options.only}
+    kept = earlier_sections(options.results)
+    sections = [ran.get(name) or kept.get(str(place)) for place, name in enumerate(SECTIONS, 1)]
     header = ["# Benchmarks", "",
-              f"Written by `.venv/bin/python -m bench{'' if len(options.only) == len(SECTIONS) else ' --only ' + ' '.join(options.only)}`"
-              f" in {time.monotonic() - started:.0f} s; one run of each measurement, numbers as measured.", "",
-              machine.section()]
-    atomic.write_text(options.results, "\n\n".join(["\n".join(header), *sections]) + "\n")
+              "Written by `.venv/bin/python -m bench [--only SECTION ...]`: one run of each measurement, numbers "
+              "as measured; each section says when, on what and at which revision it ran. Last run: "
+              f"{' '.join(options.only)}, {time.monotonic() - started:.0f} s."]
+    atomic.write_text(options.results, "\n\n".join(["\n".join(header), *filter(None, sections)]) + "\n")
     print(f"bench: wrote {options.results}", file=sys.stderr)
 
 

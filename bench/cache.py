@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .common import REPO, docker, goal, table
+from .common import IMAGEGEN, REPO, docker, goal, run, table
 from .cpu_image import CpuBuild, build_cpu, cpu_refs, layer_images, remove_images
 
 NOOP_GOAL, TRAINER_GOAL = 0.05, 0.15
@@ -15,6 +15,7 @@ RESENT_FIX = ("Most of it is a build context sent in full again, the wheelhouse 
               "the trainer layer, whose dependencies the framework layer already installed.")
 STEP_FIX = "The fix is a cheaper rebuilt step, e.g. `pip install --no-deps` for the trainer."
 PACKAGE_CHANGE = ("peft: 0.21.2", "peft: 0.21.1")  # under defaults:, which the cpu image inherits
+PACKAGE_FACTS = ('    "0.21.2": {python: ">=3.10", torch: ">=1.13"}\n', '    "0.21.1": {python: ">=3.10", torch: ">=1.13"}\n')
 
 
 def make_cold() -> None:
@@ -24,11 +25,12 @@ def make_cold() -> None:
 
 
 def snapshot_inputs(work: Path) -> Path:
-    """matrix.yaml, templates/ and trainer/ as they are now, so that edits others make to the working tree
-    while this runs cannot change what the builds compare."""
+    """matrix.yaml, its locks, templates/ and trainer/ as they are now, so that edits others make to the
+    working tree while this runs cannot change what the builds compare."""
     inputs = work / "inputs"
     shutil.copytree(REPO / "trainer", inputs / "trainer", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(REPO / "templates", inputs / "templates")
+    shutil.copytree(REPO / "locks", inputs / "locks")
     shutil.copy(REPO / "matrix.yaml", inputs / "matrix.yaml")
     return inputs
 
@@ -48,13 +50,18 @@ def changed_trainer(inputs: Path) -> Path:
 
 
 def changed_matrix(inputs: Path) -> Path:
-    """A copy of matrix.yaml with one pinned ML package moved one release back."""
+    """A copy of matrix.yaml with one pinned ML package moved one release back (its facts added), and
+    the cpu image locked again for it, as a user would: `imagegen lock` reads the index."""
+    changed = inputs / "changed"
+    shutil.copytree(inputs / "locks", changed / "locks")
     text = (inputs / "matrix.yaml").read_text()
     old, new = PACKAGE_CHANGE
     assert text.count(old) == 1, f"matrix.yaml: expected one '{old}'"
-    copy = inputs / "matrix-changed.yaml"
-    copy.write_text(text.replace(old, new))
-    return copy
+    facts = PACKAGE_FACTS
+    assert text.count(facts[0]) == 1, f"matrix.yaml: expected one '{facts[0]}'"
+    (changed / "matrix.yaml").write_text(text.replace(old, new).replace(facts[0], facts[0] + facts[1]))
+    run([*IMAGEGEN, "lock", "--matrix", str(changed / "matrix.yaml"), "--image", "cpu"])
+    return changed / "matrix.yaml"
 
 
 def measure(work: Path) -> list[CpuBuild]:

@@ -14,14 +14,14 @@ DOCKER = "/usr/bin/docker"  # the BuildKit-capable client (see imagegen.docker_c
 IMAGEGEN = [sys.executable, "-m", "imagegen"]
 
 
-def run(argv: list[str], log: Path | None = None, **kwargs) -> float:
+def run(argv: list[str], log: Path | None = None, cwd: Path = REPO, **kwargs) -> float:
     """Run argv to completion (output to log, if given); its wall time in seconds. Fails loudly."""
     started = time.monotonic()
     if log is None:
-        subprocess.run(argv, check=True, cwd=REPO, capture_output=True, text=True, **kwargs)
+        subprocess.run(argv, check=True, cwd=cwd, capture_output=True, text=True, **kwargs)
     else:
         with open(log, "w") as stream:
-            result = subprocess.run(argv, cwd=REPO, stdout=stream, stderr=subprocess.STDOUT, **kwargs)
+            result = subprocess.run(argv, cwd=cwd, stdout=stream, stderr=subprocess.STDOUT, **kwargs)
         if result.returncode != 0:
             tail = log.read_text(errors="replace").splitlines()[-30:]
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}); log {log}:\n" + "\n".join(tail))
