@@ -51,13 +51,8 @@ def push(spec: ImageSpec, image_id: str, registry: str, force: bool,
     except UserError as error:
         result.status, result.reason = "failed", str(error)
         return result
-    result.digest = outcome.digest
-    result.pushed_tags = list(outcome.pushed_tags)
-    result.already_published = list(outcome.already_published)
-    result.refused = [{"tag": tag, "reason": reason} for tag, reason in outcome.refused]
-    if outcome.refused:
-        result.status, result.reason = "refused", outcome.refused[0][1]
-    elif sbom_file and version_tags[0] in outcome.pushed_tags:  # a version published earlier has its SBOM
+    _record(result, outcome)
+    if not outcome.refused and sbom_file and version_tags[0] in outcome.pushed_tags:  # a version published earlier has its SBOM
         _attach_sbom(result, sbom_file, credentials)
     return result
 
@@ -102,10 +97,15 @@ def push_index(specs: list[ImageSpec], registry: str, force: bool,
     except UserError as error:
         result.status, result.reason = "failed", str(error)
         return result
+    _record(result, outcome)
+    return result
+
+
+def _record(result: PushResult, outcome: registry_module.PushOutcome) -> None:
+    """What the registry did with each tag, in the result; the first refusal is its reason."""
     result.digest = outcome.digest
     result.pushed_tags = list(outcome.pushed_tags)
     result.already_published = list(outcome.already_published)
     result.refused = [{"tag": tag, "reason": reason} for tag, reason in outcome.refused]
     if outcome.refused:
         result.status, result.reason = "refused", outcome.refused[0][1]
-    return result
