@@ -47,10 +47,15 @@ class LayerFiles:
     paths: set[str]
 
 
+# docker save stages every layer of an image before its first byte: for a 6 GB image on a
+# busy two-core machine that is past docker-py's default 60 s read timeout.
+ENGINE_READ_TIMEOUT_S = 900
+
+
 def docker_client() -> docker.DockerClient:
     """A docker-py client for the engine in the environment, or a clear error."""
     try:
-        client = docker.from_env()
+        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
         client.ping()
         return client
     except docker.errors.DockerException as err:

@@ -28,6 +28,7 @@ import docker
 import docker.errors
 import pytest
 
+from imagegen.containers import ENGINE_READ_TIMEOUT_S
 from imagegen.docker_cli import BuildClient, BuildClientError, find_build_client
 
 BASE_IMAGE = "local/debian:bookworm"
@@ -117,7 +118,7 @@ def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> N
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
     try:
-        client = docker.from_env()
+        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
         client.ping()
     except docker.errors.DockerException as err:
         unavailable(f"no Docker daemon answers: {err}")

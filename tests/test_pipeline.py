@@ -9,6 +9,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
@@ -22,6 +24,18 @@ from tests.helpers import REPO, image_named, locked_matrix
 
 def read_report(path):
     return json.loads(path.read_text())["images"]
+
+
+@pytest.fixture
+def own_repository(docker_client):
+    """A repository for the images a test builds from a copy of the matrix: outside this git checkout
+    they carry no revision label, so under the real repository they would take the session's tags.
+    Their tags are removed afterwards; the layers are the session's and stay."""
+    repository = f"imagegen-test/{unique_name('own')}/vlm-grpo"
+    yield repository
+    for image in docker_client.images.list(name=repository):
+        for tag in image.tags:
+            docker_client.images.remove(tag)
 
 
 def test_build_reports_every_layer_size_and_id(cpu_image):
@@ -103,11 +117,12 @@ def test_require_gpu_turns_the_skips_into_failures(cpu_image, tmp_path):
     assert {"gpu.runtime", "selftest.gpu.cuda_available"} <= failed
 
 
-def broken_matrix(tmp_path, after_cpu: tuple[str, ...] = ()):
+def broken_matrix(tmp_path, repository: str, after_cpu: tuple[str, ...] = ()):
     """The locked images plus copies of cpu whose locks hold a wrong hash for one package of the stack
-    (what pip meets when a file, or the lock, was tampered with): "broken" first, the ones named in
+    (what the installer meets when a file, or the lock, was tampered with): "broken" first, the ones named in
     after_cpu after the cpu image."""
     def add_broken(data):
+        data["repository"] = repository
         cpu = image_named(data, "cpu")
         for name in ("broken", *after_cpu):
             data["images"].insert(0 if name == "broken" else len(data["images"]), {**cpu, "name": name})
@@ -121,22 +136,22 @@ def broken_matrix(tmp_path, after_cpu: tuple[str, ...] = ()):
     return path
 
 
-def test_keep_going_builds_the_rest_after_a_broken_image(cpu_image, tmp_path):
-    matrix = broken_matrix(tmp_path)
+def test_keep_going_builds_the_rest_after_a_broken_image(cpu_image, own_repository, tmp_path):
+    matrix = broken_matrix(tmp_path, own_repository)
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"),
                       "--image", "broken", *CPU_BUILD_ARGS, "--keep-going",
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
     assert result.returncode == 1
     broken, cpu = read_report(tmp_path / "build.json")
     assert (broken["status"], broken["failed_layer"]) == ("failed", "framework")
-    assert "pip install" in broken["failed_step"] and "requirements/stack.txt" in broken["failed_step"]
-    assert any("DO NOT MATCH THE HASHES" in line for line in broken["log_tail"]), broken["log_tail"]
+    assert "uv pip install" in broken["failed_step"] and "requirements/stack.txt" in broken["failed_step"]
+    assert any("Hash mismatch for `tzdata==" in line for line in broken["log_tail"]), broken["log_tail"]
     assert "broken failed in layer framework" in result.stderr
     assert cpu["status"] == "built"
 
 
-def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_image, tmp_path):
-    matrix = broken_matrix(tmp_path, after_cpu=("broken-too",))
+def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_image, own_repository, tmp_path):
+    matrix = broken_matrix(tmp_path, own_repository, after_cpu=("broken-too",))
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), "--image", "broken",
                       *CPU_BUILD_ARGS, "--image", "broken-too",
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
@@ -148,8 +163,12 @@ def test_without_keep_going_every_image_after_a_failure_is_skipped_unbuilt(cpu_i
     assert "[cpu " not in result.stderr and "[broken-too " not in result.stderr  # no layer of theirs was built
 
 
-def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, tmp_path):
-    matrix = locked_matrix(tmp_path, lambda d: image_named(d, "cpu").update(max_size="1GB"))
+def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, own_repository, tmp_path):
+    def over_budget(data):
+        data["repository"] = own_repository
+        image_named(data, "cpu").update(max_size="1GB")
+
+    matrix = locked_matrix(tmp_path, over_budget)
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), *CPU_BUILD_ARGS,
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
     assert result.returncode == 1
@@ -261,12 +280,16 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
 
 def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, registry, docker_client,
                                                                    local_base_image, tmp_path):
-    namespace = f"{registry}/someone"
-    version_tag = cpu_image["ref"].rsplit(":", 1)[1]
+    """The cpu image is built for two platforms, so its linux/amd64 image goes under <version>-amd64."""
+    namespace = f"{registry}/{unique_name('someone')}"
+    platform_tag = cpu_image["ref"].rsplit(":", 1)[1] + "-amd64"
     other = docker_client.images.get(local_base_image)
-    other.tag(f"{namespace}/vlm-grpo", version_tag)
-    for line in docker_client.images.push(f"{namespace}/vlm-grpo", version_tag, stream=True, decode=True):
-        assert "error" not in line, line
+    other.tag(f"{namespace}/vlm-grpo", platform_tag)
+    try:
+        for line in docker_client.images.push(f"{namespace}/vlm-grpo", platform_tag, stream=True, decode=True):
+            assert "error" not in line, line
+    finally:
+        docker_client.images.remove(f"{namespace}/vlm-grpo:{platform_tag}")
     result = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", namespace, "--skip-tests",
                       "--report", str(tmp_path / "push.json"))
     assert result.returncode == 1
