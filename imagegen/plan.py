@@ -23,6 +23,9 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
 FLASH_ATTN_WHEEL = ("https://github.com/Dao-AILab/flash-attention/releases/download/v{version}/"
                     "flash_attn-{version}+cu{cu}torch{torch}cxx11abi{abi}-cp{py}-cp{py}-linux_x86_64.whl")
 FLASH_ATTN_MIN_ARCH = (8, 0)  # flash-attn 2 runs on Ampere and newer
+# The trainer's extra for QLoRA: bitsandbytes' 4-bit layers need a CUDA GPU, so an image without
+# CUDA leaves it out.
+CUDA_EXTRA = "qlora"
 
 
 
@@ -33,6 +36,7 @@ class Trainer:
     version: str
     requirements: tuple[Requirement, ...] = ()
     build_requirements: tuple[Requirement, ...] = ()
+    cuda_requirements: tuple[Requirement, ...] = ()  # its CUDA_EXTRA: installed in images with CUDA only
 
 
 @dataclass(frozen=True)
@@ -213,21 +217,22 @@ def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform
         accelerate=image.accelerate,
         peft=image.peft,
         trainer_version=trainer.version,
-        trainer_requirements=_trainer_requirements(trainer),
+        trainer_requirements=_trainer_requirements(trainer, with_cuda=cuda is not None),
         repository=matrix.repository,
         max_size=sizes.parse(image.max_size) if image.max_size else None,
         cuda_archs=archs,
     )
 
 
-def _trainer_requirements(trainer: Trainer) -> tuple[str, ...]:
-    """The trainer's dependencies and build tools, less the packages every image pins itself.
+def _trainer_requirements(trainer: Trainer, with_cuda: bool) -> tuple[str, ...]:
+    """The trainer's dependencies and build tools (and its CUDA extra in an image with CUDA), less
+    the packages every image pins itself.
 
     The framework layer installs them, so the trainer layer installs the trainer alone,
     offline, and a change to the trainer's code rebuilds nothing below it.
     """
     pinned = {c.distribution for c in PINNED_DISTRIBUTIONS}
-    wanted = [*trainer.requirements, *trainer.build_requirements]
+    wanted = [*trainer.requirements, *trainer.build_requirements, *(trainer.cuda_requirements if with_cuda else ())]
     return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
 
 

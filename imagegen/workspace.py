@@ -103,8 +103,10 @@ def read_trainer(trainer_dir: Path) -> plan.Trainer:
             document = tomllib.load(handle)
         project = document["project"]
         build = document.get("build-system", {}).get("requires", ())
+        extras = project.get("optional-dependencies", {})
         return plan.Trainer(project["version"], tuple(Requirement(r) for r in project.get("dependencies", ())),
-                            tuple(Requirement(r) for r in build))
+                            tuple(Requirement(r) for r in build),
+                            tuple(Requirement(r) for r in extras.get(plan.CUDA_EXTRA, ())))
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "
                         "Pass --trainer DIR") from None

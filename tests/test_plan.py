@@ -135,6 +135,31 @@ def test_the_framework_layer_gets_the_trainers_dependencies_but_not_the_pinned_o
     assert spec.trainer_requirements == ("Pillow", "click>=8.0", "setuptools>=64")
 
 
+def test_only_images_with_cuda_get_the_trainers_cuda_extra():
+    from packaging.requirements import Requirement
+
+    from imagegen import matrix as matrix_module
+    from imagegen import plan
+    from tests.helpers import MATRIX_PATH
+
+    trainer = plan.Trainer("0.1.0", (Requirement("click>=8.0"),), (), (Requirement("bitsandbytes>=0.45"),))
+    requirements = {s.name: s.trainer_requirements for s in plan.resolve(matrix_module.read(MATRIX_PATH), trainer)}
+    assert requirements["cpu"] == ("click>=8.0",)
+    assert requirements["cu124-torch2.6"] == ("bitsandbytes>=0.45", "click>=8.0")
+    assert all("bitsandbytes>=0.45" in wanted for name, wanted in requirements.items() if name != "cpu")
+
+
+def test_the_trainers_qlora_extra_is_what_cuda_images_add(tmp_path):
+    from imagegen import plan
+    from imagegen.workspace import read_trainer
+    from tests.helpers import REPO
+
+    trainer = read_trainer(REPO / "trainer")
+    assert [r.name for r in trainer.cuda_requirements] == ["bitsandbytes"]
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "1.0"\ndependencies = ["click"]\n')
+    assert read_trainer(tmp_path).cuda_requirements == ()
+
+
 def test_an_image_of_two_platforms_is_one_spec_per_platform_under_one_version_tag():
     amd64, arm64 = choose(specs(), Selection(images=("cu130-torch2.11",)))
     assert (amd64.platform, arm64.platform) == ("linux/amd64", "linux/arm64")
