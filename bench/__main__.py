@@ -49,19 +49,26 @@ def earlier_sections(results: Path) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
+    """Writes RESULTS.md after each section, so a section that fails keeps the ones before it."""
     options = arguments(argv)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="imagegen-bench-") as work:
-        ran = {name: run_section(name, Path(work), options.steps) + "\n\n_" + machine.section().replace("\n\n", " ")
-               + "_" for name in SECTIONS if name in options.only}
     kept = earlier_sections(options.results)
+    ran: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="imagegen-bench-") as work:
+        for name in (name for name in SECTIONS if name in options.only):
+            ran[name] = (run_section(name, Path(work), options.steps) + "\n\n_"
+                         + machine.section().replace("\n\n", " ") + "_")
+            write_results(options.results, ran, kept, time.monotonic() - started)
+    print(f"bench: wrote {options.results}", file=sys.stderr)
+
+
+def write_results(results: Path, ran: dict[str, str], kept: dict[str, str], seconds: float) -> None:
     sections = [ran.get(name) or kept.get(str(place)) for place, name in enumerate(SECTIONS, 1)]
     header = ["# Benchmarks", "",
               "Written by `.venv/bin/python -m bench [--only SECTION ...]`: one run of each measurement, numbers "
               "as measured; each section says when, on what and at which revision it ran. Last run: "
-              f"{' '.join(options.only)}, {time.monotonic() - started:.0f} s."]
-    atomic.write_text(options.results, "\n\n".join(["\n".join(header), *filter(None, sections)]) + "\n")
-    print(f"bench: wrote {options.results}", file=sys.stderr)
+              f"{' '.join(ran)}, {seconds:.0f} s."]
+    atomic.write_text(results, "\n\n".join(["\n".join(header), *filter(None, sections)]) + "\n")
 
 
 if __name__ == "__main__":
