@@ -25,7 +25,7 @@ class CpuBuild:
         return next(layer for layer in self.report["layers"] if layer["layer"] == name)
 
 
-def build_cpu(name: str, work: Path, *options: str) -> CpuBuild:
+def build_cpu(name: str, work: Path, *options: str, env: dict | None = None) -> CpuBuild:
     """`imagegen build --image cpu` with the local base and wheelhouse; options such as --trainer DIR."""
     directory = work / name
     directory.mkdir(parents=True)
@@ -33,7 +33,7 @@ def build_cpu(name: str, work: Path, *options: str) -> CpuBuild:
     wall = run([*IMAGEGEN, "build", "--image", "cpu", "--platform", "linux/amd64", "--base-image", BASE_IMAGE,
                 "--wheelhouse", str(WHEELHOUSE),
                 "--report", str(report), "--context-dir", str(directory / "contexts"), *options],
-               log=directory / "build.log")
+               log=directory / "build.log", env=env)
     (entry,) = json.loads(report.read_text())["images"]
     return CpuBuild(name, wall, entry, context_sends((directory / "build.log").read_text()))
 

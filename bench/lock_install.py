@@ -5,6 +5,7 @@ installed by uv (today's)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,12 @@ from .cpu_image import CpuBuild, build_cpu
 
 BEFORE_LOCKS = "b4a3551"  # the last commit whose builds resolved the stack with pip at build time
 LOCK_WITH_PIP = "dfe17f8"  # the last commit whose builds installed the lock with pip
+
+
+def empty_staging(work: Path, name: str) -> dict:
+    """The environment for a build whose context staging area (imagegen's, under XDG_CACHE_HOME) starts
+    empty, as on a new machine; the revisions also lay that area out differently."""
+    return {**os.environ, "XDG_CACHE_HOME": str(work / f"{name}-cache")}
 
 
 def build_at(revision: str, name: str, work: Path, *arguments: str) -> CpuBuild:
@@ -28,7 +35,7 @@ def build_at(revision: str, name: str, work: Path, *arguments: str) -> CpuBuild:
     # `python -m imagegen` in that directory imports its imagegen.
     wall = run([sys.executable, "-m", "imagegen", "build", "--image", "cpu", *arguments, "--base-image", BASE_IMAGE,
                 "--wheelhouse", str(WHEELHOUSE), "--report", str(report), "--context-dir", str(work / f"{revision}-ctx")],
-               log=work / f"{revision}.log", cwd=source)
+               log=work / f"{revision}.log", cwd=source, env=empty_staging(work, revision))
     (entry,) = json.loads(report.read_text())["images"]
     docker("rmi", "--force", entry["image_id"])
     return CpuBuild(name, wall, entry, [])
@@ -45,14 +52,15 @@ def section(work: Path) -> str:
     make_cold()
     pip = build_at(LOCK_WITH_PIP, f"from the lock, pip ({LOCK_WITH_PIP})", work, "--platform", "linux/amd64")
     make_cold()
-    uv = build_cpu("from the lock, uv (today)", work, *options(inputs))
+    uv = build_cpu("from the lock, uv (today)", work, *options(inputs), env=empty_staging(work, "today"))
     rows = [(build.name, f"{build.wall_s:.1f}", f"{build.wall_s / before.wall_s:.0%}",
              f"{build.wall_s / pip.wall_s:.0%}", _layer_times(build), f"{build.report['size_bytes'] / 1e9:.2f} GB")
             for build in (before, pip, uv)]
     return "\n".join([
         "## 5. Installing from the lock, with pip and with uv (cpu image, cold)",
         "",
-        "Three cold builds (`docker builder prune -af` and the images removed before each), from the local base "
+        "Three cold builds (`docker builder prune -af`, the images removed and an empty context staging area before "
+        "each), from the local base "
         "and wheelhouse, each the whole `imagegen build` command: the build as it was before locks (pip "
         "resolving transformers, TRL and the rest inside the build, torch in a step of its own); the lock "
         "installed by pip, each step one `pip install --no-deps --require-hashes` of part of `locks/cpu.json` "
