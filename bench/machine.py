@@ -28,7 +28,9 @@ def git_revision() -> str:
     def git(*args):
         return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
 
-    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+    # RESULTS.md is what a run rewrites, section by section: not a change to what is measured.
+    changed = git("status", "--porcelain", "--", ".", ":!bench/RESULTS.md")
+    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if changed else "")
 
 
 def docker_version() -> str:

@@ -3,7 +3,7 @@
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
 FROM imagegen-layer/base:192c9034e8ffbd99
 
-# uv installs every step below: the same locked files as pip would, in about a third of the time.
+# uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
