@@ -129,11 +129,10 @@ def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: 
     """Push each image (each platform's), then the index of each image of several platforms; with
     index_only, only the indexes, of platform images pushed before (by one job per platform)."""
     if index_only:
-        names = dict.fromkeys(spec.name for spec in specs if len(spec.platforms) > 1)
-        if not names:
+        grouped = _multi_platform_images(specs)
+        if not grouped:
             raise UserError("--index: none of these images is built for several platforms")
-        results = [publish.push_index([s for s in specs if s.name == name], registry, force, credentials)
-                   for name in names]
+        results = [publish.push_index(members, registry, force, credentials) for members in grouped.values()]
         for result in results:
             echo(_push_line(result))
         reports.write_json(report_path, "push", results)
@@ -186,8 +185,7 @@ def _push_indexes(specs: list[ImageSpec], pushed: list[PushResult], registry: st
     """The multi-platform index of each image of several platforms, once every platform was pushed here;
     an image built here for some of its platforms only (one CI job per platform) waits for the others."""
     results = []
-    for name in dict.fromkeys(spec.name for spec in specs if len(spec.platforms) > 1):
-        members = [spec for spec in specs if spec.name == name]
+    for name, members in _multi_platform_images(specs).items():
         done = {result.platform for result in pushed if result.image == name and result.status == "pushed"}
         missing = [p for p in members[0].platforms if p not in done]
         if missing:
@@ -197,6 +195,15 @@ def _push_indexes(specs: list[ImageSpec], pushed: list[PushResult], registry: st
         results.append(publish.push_index(members, registry, force, credentials))
         echo(_push_line(results[-1]))
     return results
+
+
+def _multi_platform_images(specs: list[ImageSpec]) -> dict[str, list[ImageSpec]]:
+    """The specs of each image built for several platforms, by image name, in the order given."""
+    grouped: dict[str, list[ImageSpec]] = {}
+    for spec in specs:
+        if len(spec.platforms) > 1:
+            grouped.setdefault(spec.name, []).append(spec)
+    return grouped
 
 
 def _read_tests(path: Path) -> dict[str, TestResult]:
