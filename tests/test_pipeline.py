@@ -249,7 +249,7 @@ def index_of(auth_registry, tag: str) -> dict:
 
 
 def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu_image, registry, docker_client,
-                                                                               tmp_path):
+                                                                               own_repository, tmp_path):
     """Every step runs again (--no-cache): a new image id, the same inputs and so the same version tag; the
     registry already holds that tag, so the push says so and exits 0. The rebuild goes under a repository
     of its own, so the session's cpu image keeps its tags."""
@@ -257,7 +257,7 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
     first = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", namespace, "--skip-tests",
                      "--report", str(tmp_path / "first.json"))
     assert first.returncode == 0, first.stderr[-2000:]
-    matrix = locked_matrix(tmp_path, lambda d: d.update(repository=f"imagegen-test/{unique_name('r')}/vlm-grpo"))
+    matrix = locked_matrix(tmp_path, lambda d: d.update(repository=own_repository))
     rebuilt = imagegen("build", "--matrix", str(matrix), *CPU_BUILD_ARGS, "--no-cache", "--test", "--skip-train",
                        "--push", "--registry", namespace, "--context-dir", str(tmp_path / "contexts"),
                        "--report", str(tmp_path / "build.json"))
