@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from .cache import make_cold, options, snapshot_inputs
-from .common import BASE_IMAGE, REPO, WHEELHOUSE, docker, run, table
+from .common import BASE_IMAGE, IMAGEGEN, REPO, WHEELHOUSE, docker, run, table
 from .cpu_image import CpuBuild, build_cpu
 
 BEFORE_LOCKS = "b4a3551"  # the last commit whose builds resolved the stack with pip at build time
@@ -33,7 +32,7 @@ def build_at(revision: str, name: str, work: Path, *arguments: str) -> CpuBuild:
     subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
     report = work / f"{revision}.json"
     # `python -m imagegen` in that directory imports its imagegen.
-    wall = run([sys.executable, "-m", "imagegen", "build", "--image", "cpu", *arguments, "--base-image", BASE_IMAGE,
+    wall = run([*IMAGEGEN, "build", "--image", "cpu", *arguments, "--base-image", BASE_IMAGE,
                 "--wheelhouse", str(WHEELHOUSE), "--report", str(report), "--context-dir", str(work / f"{revision}-ctx")],
                log=work / f"{revision}.log", cwd=source, env=empty_staging(work, revision))
     (entry,) = json.loads(report.read_text())["images"]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
-import sys
 from pathlib import Path
 
-from .common import BASE_IMAGE, REPO, WHEELHOUSE, gb, goal, run, table
+from .common import BASE_IMAGE, IMAGEGEN, REPO, WHEELHOUSE, gb, goal, run, table
 from .cpu_image import build_cpu, remove_images
 
 NAIVE_TAG = "imagegen-bench/naive:latest"
@@ -75,7 +74,7 @@ def cuda_variant_diff(work: Path) -> str:
     runtime_matrix = work / "matrix-runtime.yaml"
     runtime_matrix.write_text(text.replace(marker, marker + "    flavor: runtime\n"))
     # Another base image, so a lock of its own (same packages: the base is not part of the resolution).
-    run([sys.executable, "-m", "imagegen", "lock", "--matrix", str(runtime_matrix), "--image", CUDA_IMAGE],
+    run([*IMAGEGEN, "lock", "--matrix", str(runtime_matrix), "--image", CUDA_IMAGE],
         log=work / "lock-runtime.log")
     devel, runtime = cpu_spec(name=CUDA_IMAGE), cpu_spec(runtime_matrix, CUDA_IMAGE)
     env = render.environment(REPO / "templates")
