@@ -28,7 +28,6 @@ FLASH_ATTN_MIN_ARCH = (8, 0)  # flash-attn 2 runs on Ampere and newer
 CUDA_EXTRA = "qlora"
 
 
-
 @dataclass(frozen=True)
 class Trainer:
     """The trainer distribution baked into every image."""
