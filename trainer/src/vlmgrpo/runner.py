@@ -102,9 +102,23 @@ def run_training(config: TrainConfig, data: LoadedData, build_trainer: Callable,
     finally:
         stop.uninstall()
     if stop.signal_number is not None:
+        leave_process_group()
         write_stop_marker(stop.signal_number)
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code
     save_final(trainer, config)
+    leave_process_group()
     return 0
+
+
+def leave_process_group() -> None:
+    """All ranks wait for each other, then tear the group down before the interpreter does: a gloo group left to
+    interpreter shutdown aborts the process now and then ("terminate called without an active exception",
+    pytorch/pytorch#190489), failing a run that finished. Not called after an error: a rank that failed never
+    reaches the barrier."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
