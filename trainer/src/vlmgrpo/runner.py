@@ -113,12 +113,10 @@ def run_training(config: TrainConfig, data: LoadedData, build_trainer: Callable,
 
 
 def leave_process_group() -> None:
-    """All ranks wait for each other, then tear the group down before the interpreter does: a gloo group left to
-    interpreter shutdown aborts the process now and then ("terminate called without an active exception",
-    pytorch/pytorch#190489), failing a run that finished. Not called after an error: a rank that failed never
-    reaches the barrier."""
+    """Tear the group down before the interpreter does: a gloo group left to interpreter shutdown aborts the
+    process now and then ("terminate called without an active exception", pytorch/pytorch#190489), failing a run
+    that finished. No barrier first: the other ranks would time out waiting while rank 0 merges a large model."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
         dist.destroy_process_group()
