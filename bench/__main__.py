@@ -11,12 +11,12 @@ from pathlib import Path
 
 from imagegen import atomic
 
-from . import arm64, cache, lock_install, machine, overhead, render_time, size
+from . import arm64, cache, examples, lock_install, machine, overhead, render_time, size
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
-            "arm64": arm64}
+            "arm64": arm64, "examples": examples}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:

@@ -4,7 +4,6 @@ import importlib.util
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -126,22 +125,18 @@ def distance(a: dict, b: dict) -> float:
     return sum((a[name].float() - b[name].float()).norm().item() for name in a)
 
 
-def test_sft_then_grpo_example_runs_on_cpu_in_under_two_minutes(tmp_path):
+def test_sft_then_grpo_example_runs_on_cpu(tmp_path):
     """examples/: LoRA SFT of the tiny vision-language model on its image rows, merged, then GRPO from the merge (and
-    from the adapter)."""
+    from the adapter). Its time on a CPU is measured in bench/ (section 7)."""
     work = tmp_path / "examples"
     work.mkdir()
     for name in ("sft_tiny.yaml", "rec_tiny.yaml"):
         shutil.copy(REPO / "examples" / name, work)
-    started = time.monotonic()
     vlmgrpo("make-tiny", "--out", work / "tiny", check=True)
     sft_output, grpo_output = tmp_path / "sft", tmp_path / "grpo"
     vlmgrpo("sft", "--config", work / "sft_tiny.yaml", "--output", sft_output, check=True)
     result = vlmgrpo("train", "--config", work / "rec_tiny.yaml", "--model", sft_output / "merged",
                      "--output", grpo_output, check=True)
-    seconds = time.monotonic() - started
-    print(f"sft then grpo: {seconds:.1f} s")
-    assert seconds < 120
     sft_metrics = read_jsonl(sft_output / "metrics.jsonl")
     assert [m["step"] for m in sft_metrics if "eval_loss" in m] == [4, 8]
     assert "step 8/8" in result.stdout

@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -271,15 +270,12 @@ def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     assert_same(load_file(str(resumed / "adapter_model.safetensors")), adapter)
 
 
-def test_rec_tiny_example_trains_on_cpu_in_under_a_minute(tmp_path):
+def test_rec_tiny_example_trains_on_cpu(tmp_path):
+    """Its time on a CPU is measured in bench/ (section 7)."""
     work = tmp_path / "examples"
     work.mkdir()
     shutil.copy(REPO / "examples" / "rec_tiny.yaml", work)
     vlmgrpo("make-tiny", "--out", work / "tiny", check=True)
-    started = time.monotonic()
     result = vlmgrpo("train", "--config", work / "rec_tiny.yaml", "--output", tmp_path / "out", check=True)
-    seconds = time.monotonic() - started
-    print(f"rec_tiny: {seconds:.1f} s")
     assert "step 8/8" in result.stdout
     assert "GRPO is not learning" in result.stderr  # random policy: rewards stay 0, the watchdog says so
-    assert seconds < 60
