@@ -17,6 +17,19 @@ def suffix(platform: str) -> str:
     return "" if platform == DEFAULT else f"-{ARCH.get(platform, platform)}"
 
 
+def arch_tag(tag: str, platform: str) -> str:
+    """The tag a platform image of a multi-platform image is pushed under: 0.1.0-...-3f2a9c1d4e5b-arm64."""
+    return f"{tag}-{ARCH[platform]}"
+
+
+def without_arch(tag: str) -> str:
+    """The tag before the arch that `suffix` or `arch_tag` appended, or the tag itself."""
+    for arch in ARCH.values():
+        if tag.endswith(f"-{arch}"):
+            return tag[:-len(arch) - 1]
+    return tag
+
+
 def key(image: str, platform: str) -> str:
     """The image and platform, as names of files and report rows: cpu, cpu-arm64."""
     return image + suffix(platform)

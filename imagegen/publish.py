@@ -36,7 +36,7 @@ def platform_tags(spec: ImageSpec) -> tuple[list[str], list[str]]:
     one of several under the version tag with its arch (cpu: 0.1.0-...-amd64); its index takes the tags."""
     if len(spec.platforms) == 1:
         return [spec.version_tag], list(spec.alias_tags)
-    return [f"{spec.version_tag}-{platforms.ARCH[spec.platform]}"], []
+    return [platforms.arch_tag(spec.version_tag, spec.platform)], []
 
 
 def push(spec: ImageSpec, image_id: str, registry: str, force: bool,

@@ -185,7 +185,7 @@ def _tag_matches_inside(facts: dict, versions: dict) -> Check:
         return Check("tag.matches_inside", FAIL, "no org.opencontainers.image.version label: not an imagegen "
                      f"image, or its labels were stripped; the image holds {derived}")
     version_tags = [label]
-    version_tags += [_without_platform(ref.rsplit(":", 1)[1]) for ref in facts["tags"]
+    version_tags += [platforms.without_arch(ref.rsplit(":", 1)[1]) for ref in facts["tags"]
                      if "-torch" in ref.rsplit(":", 1)[1]]
     lying = [tag for tag in version_tags if not tag.startswith(derived + "-")]
     if lying:
@@ -196,14 +196,6 @@ def _tag_matches_inside(facts: dict, versions: dict) -> Check:
         return Check("tag.matches_inside", FAIL, f"tag {other[0]} does not end in the digest of the inputs the "
                      f"image was built from ({INPUTS_LABEL}={inputs or 'absent'})")
     return Check("tag.matches_inside", PASS, f"{', '.join(sorted(set(version_tags)))} match the inside")
-
-
-def _without_platform(tag: str) -> str:
-    """A platform image's local tag carries its arch (0.1.0-...-3f2a9c1d4e5b-arm64): the version tag is before it."""
-    for arch in platforms.ARCH.values():
-        if tag.endswith(f"-{arch}"):
-            return tag[:-len(arch) - 1]
-    return tag
 
 
 def _answers(ref: str, args: list[str], name: str, client) -> Check:

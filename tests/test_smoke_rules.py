@@ -2,7 +2,7 @@
 
 import pytest
 
-from imagegen import smoke
+from imagegen import platforms, smoke
 
 INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
           "python": "3.11.9", "nccl": "2.21.5"}
@@ -38,6 +38,14 @@ def test_a_tag_rebuilt_from_the_inside_passes():
 
 def test_a_platform_images_local_tag_carries_its_arch_after_the_version_tag():
     assert smoke._tag_matches_inside(facts(TAG, [TAG + "-arm64", "cpu-arm64"]), INSIDE).status == "pass"
+
+
+@pytest.mark.parametrize("platform", sorted(platforms.ARCH))
+def test_a_platform_tag_comes_back_to_its_version_tag(platform):
+    assert platforms.without_arch(platforms.arch_tag(TAG, platform)) == TAG
+    assert platforms.without_arch(TAG + platforms.suffix(platform)) == TAG
+    assert platforms.without_arch("cpu" + platforms.suffix(platform)) == "cpu"
+    assert platforms.without_arch(TAG) == TAG
 
 
 def test_a_tag_that_lies_about_torch_fails():
