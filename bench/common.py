@@ -12,6 +12,8 @@ WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 BASE_IMAGE = "local/debian:bookworm"
 DOCKER = "/usr/bin/docker"  # the BuildKit-capable client (see imagegen.docker_cli)
 IMAGEGEN = [sys.executable, "-m", "imagegen"]
+# The console script users type, as examples/README.md does: its start-up is part of what they pay.
+VLMGRPO = [str(Path(sys.executable).with_name("vlmgrpo"))]
 
 
 def run(argv: list[str], log: Path | None = None, cwd: Path = REPO, **kwargs) -> float:

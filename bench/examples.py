@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
-from .common import REPO, goal, run, table
+from .common import REPO, VLMGRPO, goal, run, table
 
-VLMGRPO = [sys.executable, "-m", "vlmgrpo"]
 # What examples/README.md and the user guide promise for these runs on a CPU.
 REC_GOAL_S = 60
 SFT_THEN_GRPO_GOAL_S = 120

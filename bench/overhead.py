@@ -12,10 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from .common import REPO, goal, run, table
+from .common import REPO, VLMGRPO, goal, run, table
 
 OVERHEAD_GOAL = 0.05
-VLMGRPO = str(Path(sys.executable).with_name("vlmgrpo"))
 # Every setting both runs share; the rest are TRL's defaults in both.
 SETTINGS = {
     "num_generations": 4,
@@ -72,7 +71,7 @@ class Timed:
 
 def make_inputs(work: Path, steps: int) -> tuple[Path, dict]:
     tiny = work / "tiny"
-    run([VLMGRPO, "make-tiny", "--out", str(tiny), "--rows", "64"])
+    run([*VLMGRPO, "make-tiny", "--out", str(tiny), "--rows", "64"])
     settings = {**SETTINGS, "max_steps": steps}
     config = {"model_name_or_path": str(tiny / "model"), "reward_funcs": ["iou", "format"],
               "data": [{"path": str(tiny / "data/rec.jsonl"), "image_root": str(tiny / "data/images"),
@@ -86,7 +85,7 @@ def section(work: Path, steps: int) -> str:
     # Whichever run came first would read torch, transformers and TRL from disk alone (after the image
     # builds of sections 1-2 the page cache holds none of them): +13 s of start-up in one run.
     run([sys.executable, "-c", "import trl, transformers, torch"])
-    ours = Timed("vlmgrpo train", [VLMGRPO, "train", "--config", str(work / "vlmgrpo.yaml"),
+    ours = Timed("vlmgrpo train", [*VLMGRPO, "train", "--config", str(work / "vlmgrpo.yaml"),
                                    "--output", str(work / "out-vlmgrpo")], r"step (\d+)/", work / "vlmgrpo.log")
     direct = Timed("GRPOTrainer directly", [sys.executable, "-m", "bench.direct_grpo", str(tiny),
                                             str(work / "out-direct"), json.dumps(settings)],
