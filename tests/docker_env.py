@@ -115,6 +115,19 @@ def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> N
     pytest.fail(f"docker-registry did not answer on {host}: {log_path.read_text()[-2000:]}", pytrace=False)
 
 
+def pytest_report_header(config) -> str | None:
+    """The engine's free disk, first in the log: a full disk fails builds far from its cause."""
+    try:
+        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
+        root = client.info()["DockerRootDir"]
+        cache_bytes = sum(record["Size"] for record in build_cache_records(client))
+    except (docker.errors.DockerException, KeyError):
+        return None
+    free_bytes = shutil.disk_usage(root).free if Path(root).exists() else None
+    free = f"{free_bytes / 1e9:.1f} GB free" if free_bytes is not None else "free space unknown (not on this host)"
+    return f"docker engine: {root} {free}, build cache {cache_bytes / 1e9:.1f} GB"
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
     try:
@@ -139,6 +152,31 @@ def local_base_image(docker_client) -> str:
 
 
 @contextmanager
+def local_tags_made_under(host: str) -> Iterator[None]:
+    """Removes, on leaving, the engine's tags under HOST/ made inside the block: a push tags the local
+    image `HOST/REPOSITORY:TAG` first, and these tags would outlive the registry that gave them meaning."""
+    try:
+        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
+        client.ping()
+    except docker.errors.DockerException:
+        yield  # no engine: nothing can be tagged
+        return
+    before = set(tags_under(client, host))
+    try:
+        yield
+    finally:
+        for tag in set(tags_under(client, host)) - before:
+            try:
+                client.images.remove(tag)
+            except docker.errors.APIError:
+                pass  # still used by a container a test kept
+
+
+def tags_under(client: docker.DockerClient, host: str) -> list[str]:
+    return [tag for image in client.images.list() for tag in image.tags if tag.startswith(f"{host}/")]
+
+
+@contextmanager
 def serve_registry(workdir: Path, htpasswd: Path | None = None) -> Iterator[str]:
     """Debian's docker-registry on a free 127.0.0.1 port; yields "127.0.0.1:PORT"."""
     binary = shutil.which("docker-registry")
@@ -153,7 +191,8 @@ def serve_registry(workdir: Path, htpasswd: Path | None = None) -> Iterator[str]
         process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_registry(host, process, log_path)
-        yield host
+        with local_tags_made_under(host):
+            yield host
     finally:
         process.terminate()
         try:
@@ -205,6 +244,38 @@ def ca_bundle() -> Path:
         if value and Path(value).is_file():
             return Path(value)
     unavailable(f"no CA bundle: none of {', '.join(CA_BUNDLE_VARS)} names a file")
+
+
+def build_cache_records(client: docker.DockerClient) -> list[dict]:
+    return client.api.df().get("BuildCache") or []
+
+
+@contextmanager
+def build_cache_made_inside(client: docker.DockerClient) -> Iterator[None]:
+    """On leaving, prunes the build-cache records made inside the block that no image holds any more
+    (remove the block's images first). A --no-cache rebuild of the cpu image leaves 6 GB of records
+    that outlive its images; CI runs on one engine, so each run would leave them behind until the disk
+    filled. Records that were there before, or that an image still holds, stay."""
+    before = {record["ID"] for record in build_cache_records(client)}
+    try:
+        yield
+    finally:
+        prune_unheld_records(client, before)
+
+
+def prune_unheld_records(client: docker.DockerClient, keep: set[str]) -> None:
+    # The prune API takes one id per call, and a record goes only once its children have: newest first,
+    # then again for the parents left over, until a pass prunes nothing.
+    keep = set(keep)
+    while True:
+        loose = [record for record in build_cache_records(client)
+                 if record["ID"] not in keep and not record["InUse"] and not record["Shared"]]
+        pruned = set()
+        for record in sorted(loose, key=lambda record: record["CreatedAt"], reverse=True):
+            pruned.update(client.api.prune_builds(filters={"id": [record["ID"]]}).get("CachesDeleted") or [])
+        if not pruned:
+            return
+        keep |= pruned
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from imagegen import containers
 from imagegen.registry import Credentials, referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
-from tests.docker_env import unique_name
+from tests.docker_env import build_cache_made_inside, unique_name
 from tests.helpers import REPO, image_named, locked_matrix
 
 
@@ -258,24 +258,26 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
                      "--report", str(tmp_path / "first.json"))
     assert first.returncode == 0, first.stderr[-2000:]
     matrix = locked_matrix(tmp_path, lambda d: d.update(repository=own_repository))
-    rebuilt = imagegen("build", "--matrix", str(matrix), *CPU_BUILD_ARGS, "--no-cache", "--test", "--skip-train",
-                       "--push", "--registry", namespace, "--context-dir", str(tmp_path / "contexts"),
-                       "--report", str(tmp_path / "build.json"))
-    (build,) = read_report(tmp_path / "build.json")
-    try:
-        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
-        (pushed,) = read_report(tmp_path / "push.json")
-        assert build["ref"].rsplit(":", 1)[1] == cpu_image["ref"].rsplit(":", 1)[1]
-        assert build["image_id"] != cpu_image["id"]
-        # The cpu image is built for two platforms: this one goes under its version tag with its arch.
-        assert pushed["status"] == "pushed" and pushed["already_published"] == [build["ref"].rsplit(":", 1)[1] + "-amd64"]
-        assert pushed["digest"] == read_report(tmp_path / "first.json")[0]["digest"]
-        assert "(already published)" in rebuilt.stderr
-    finally:  # the rebuild's images are this test's own: gigabytes, each layer built anew
-        made = {layer["image_id"] for layer in build["layers"]} - {layer["image_id"] for layer in
-                                                                   cpu_image["report"]["layers"]}
-        for image_id in sorted(made - {None}):
-            docker_client.images.remove(image_id, force=True)
+    with build_cache_made_inside(docker_client):
+        rebuilt = imagegen("build", "--matrix", str(matrix), *CPU_BUILD_ARGS, "--no-cache", "--test", "--skip-train",
+                           "--push", "--registry", namespace, "--context-dir", str(tmp_path / "contexts"),
+                           "--report", str(tmp_path / "build.json"))
+        (build,) = read_report(tmp_path / "build.json")
+        try:
+            assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+            (pushed,) = read_report(tmp_path / "push.json")
+            assert build["ref"].rsplit(":", 1)[1] == cpu_image["ref"].rsplit(":", 1)[1]
+            assert build["image_id"] != cpu_image["id"]
+            # The cpu image is built for two platforms: this one goes under its version tag with its arch.
+            assert pushed["status"] == "pushed"
+            assert pushed["already_published"] == [build["ref"].rsplit(":", 1)[1] + "-amd64"]
+            assert pushed["digest"] == read_report(tmp_path / "first.json")[0]["digest"]
+            assert "(already published)" in rebuilt.stderr
+        finally:  # the rebuild's images are this test's own: gigabytes, each layer built anew
+            made = {layer["image_id"] for layer in build["layers"]} - {layer["image_id"] for layer in
+                                                                       cpu_image["report"]["layers"]}
+            for image_id in sorted(made - {None}):
+                docker_client.images.remove(image_id, force=True)
 
 
 def test_push_refuses_a_version_tag_that_holds_someone_elses_image(cpu_image, registry, docker_client,
