@@ -157,3 +157,41 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     check_batch(config, 8)
     assert config.trl["report_to"] == "tensorboard" and config.trl["max_completion_length"] == 2048
     assert config.trl["loss_type"] == "grpo" and config.trl["top_k"] == 50
+
+
+def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_path):
+    """transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns at every start when
+    given the old name; 4.x knows only the old name. Both get the recipe's checkpointing, neither warns."""
+    import dataclasses
+    import warnings
+
+    from vlmgrpo.runner import build_trl_config
+
+    config = load_config(None, {"output_dir": str(tmp_path)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = build_trl_config(config)
+    assert args.gradient_checkpointing is True
+    assert not [w for w in caught if "gradient_checkpointing" in str(w.message)]
+    if "activation_checkpointing" in {f.name for f in dataclasses.fields(args)}:
+        assert args.activation_checkpointing is True
+
+
+def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
+    import dataclasses
+
+    from vlmgrpo.runner import under_current_names
+
+    @dataclasses.dataclass
+    class Old:
+        gradient_checkpointing: bool = False
+
+    @dataclasses.dataclass
+    class New:
+        gradient_checkpointing: bool = False
+        activation_checkpointing: bool = False
+
+    assert under_current_names({"gradient_checkpointing": True}, Old) == {"gradient_checkpointing": True}
+    assert under_current_names({"gradient_checkpointing": True}, New) == {"activation_checkpointing": True}
+    both = {"gradient_checkpointing": True, "activation_checkpointing": False}
+    assert under_current_names(both, New) == both

@@ -3,6 +3,7 @@ checkpoint on SIGTERM and resume, the per-step metrics, and the run's own files.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -19,11 +20,28 @@ from .preflight import RUN_LOGS
 
 log = logging.getLogger("vlmgrpo")
 
+# Old names the recipe, VLM-R1's scripts and users' configs say, and the names transformers 5 gives them:
+# passed under the new name where the installed TrainingArguments has it, so transformers 5 prints no
+# deprecation warning at every start, and 4.x, which knows only the old name, still gets it.
+RENAMED_TRL_KEYS = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
+}
+
+
+def under_current_names(kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
+    known = {f.name for f in dataclasses.fields(config_class)}
+    renamed = dict(kwargs)
+    for old, new in RENAMED_TRL_KEYS.items():
+        if old in renamed and new in known and new not in renamed:
+            renamed[new] = renamed.pop(old)
+    return renamed
+
 
 def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
     from .model import cuda_available
 
-    kwargs = dict(config.trl)
+    kwargs = under_current_names(config.trl, config.command.trl_config_class())
     if (config.data.val_split_ratio or config.data.eval_data) and "eval_strategy" not in kwargs:
         # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
         kwargs["eval_strategy"] = "steps"
