@@ -28,7 +28,8 @@ import docker
 import docker.errors
 import pytest
 
-from imagegen.containers import ENGINE_READ_TIMEOUT_S
+from imagegen import containers
+from imagegen.containers import ContainerError
 from imagegen.docker_cli import BuildClient, BuildClientError, find_build_client
 
 BASE_IMAGE = "local/debian:bookworm"
@@ -118,10 +119,10 @@ def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> N
 def pytest_report_header(config) -> str | None:
     """The engine's free disk, first in the log: a full disk fails builds far from its cause."""
     try:
-        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
+        client = containers.docker_client()
         root = client.info()["DockerRootDir"]
         cache_bytes = sum(record["Size"] for record in build_cache_records(client))
-    except (docker.errors.DockerException, KeyError):
+    except (ContainerError, docker.errors.DockerException, KeyError):
         return None
     free_bytes = shutil.disk_usage(root).free if Path(root).exists() else None
     free = f"{free_bytes / 1e9:.1f} GB free" if free_bytes is not None else "free space unknown (not on this host)"
@@ -131,11 +132,9 @@ def pytest_report_header(config) -> str | None:
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
     try:
-        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
-        client.ping()
-    except docker.errors.DockerException as err:
-        unavailable(f"no Docker daemon answers: {err}")
-    return client
+        return containers.docker_client()
+    except ContainerError as err:
+        unavailable(str(err))
 
 
 @pytest.fixture(scope="session")
@@ -156,9 +155,8 @@ def local_tags_made_under(host: str) -> Iterator[None]:
     """Removes, on leaving, the engine's tags under HOST/ made inside the block: a push tags the local
     image `HOST/REPOSITORY:TAG` first, and these tags would outlive the registry that gave them meaning."""
     try:
-        client = docker.from_env(timeout=ENGINE_READ_TIMEOUT_S)
-        client.ping()
-    except docker.errors.DockerException:
+        client = containers.docker_client()
+    except ContainerError:
         yield  # no engine: nothing can be tagged
         return
     before = set(tags_under(client, host))
