@@ -3,16 +3,15 @@ checkpoint on SIGTERM and resume, the per-step metrics, and the run's own files.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .callbacks import GracefulStop, MetricsLogger, MetricsView, drop_steps_after
 from .checkpoint import checkpoint_step, resolve_resume
-from .config import TrainConfig, dump_config
+from .config import TrainConfig, dump_config, trl_field_types
 from .data import LoadedData
 from .errors import ConfigError
 from .launch import resolve_deepspeed, write_stop_marker
@@ -29,8 +28,9 @@ RENAMED_TRL_KEYS = {
 }
 
 
-def under_current_names(kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
-    known = {f.name for f in dataclasses.fields(config_class)}
+def under_current_names(kwargs: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
+    """kwargs with each old name under its new one where KNOWN (the TRL config's fields) has the new one."""
+    known = set(known)
     renamed = dict(kwargs)
     for old, new in RENAMED_TRL_KEYS.items():
         if old in renamed and new in known and new not in renamed:
@@ -41,7 +41,7 @@ def under_current_names(kwargs: dict[str, Any], config_class: type) -> dict[str,
 def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
     from .model import cuda_available
 
-    kwargs = under_current_names(config.trl, config.command.trl_config_class())
+    kwargs = under_current_names(config.trl, trl_field_types(config.command))
     if (config.data.val_split_ratio or config.data.eval_data) and "eval_strategy" not in kwargs:
         # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
         kwargs["eval_strategy"] = "steps"
