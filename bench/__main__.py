@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from imagegen import atomic
+from imagegen.core import atomic
 
 from . import arm64, cache, examples, lock_install, machine, overhead, render_time, size
 from .common import REPO

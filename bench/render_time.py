@@ -11,7 +11,7 @@ from .common import IMAGEGEN, run, table
 def render_each() -> tuple[float, list[tuple[str, float]]]:
     """Seconds to load the matrix, its locks and the trainer, then seconds per locked image to render its
     three layers (an image without a lock cannot be rendered)."""
-    from imagegen import render
+    from imagegen.render import contexts as render
     from imagegen.workspace import Workspace
 
     started = time.perf_counter()

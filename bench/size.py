@@ -35,8 +35,8 @@ def naive_context(work: Path) -> Path:
 
 def build_naive(work: Path) -> str:
     """Build the naive image with the cpu image's versions; its image id."""
-    from imagegen.build import detect_ca_bundle
-    from imagegen.docker_cli import find_build_client
+    from imagegen.stages.build import detect_ca_bundle
+    from imagegen.engine.buildkit import find_build_client
 
     spec = cpu_spec()
     pins = {"TORCH": spec.torch, "TORCHVISION": spec.torchvision, "TRANSFORMERS": spec.transformers,
@@ -66,7 +66,7 @@ def layer_rows(facts: dict, base_layers: int) -> list[tuple]:
 
 def cuda_variant_diff(work: Path) -> str:
     """The devel and runtime renders of CUDA_IMAGE, as a diff of each layer's Dockerfile."""
-    from imagegen import render
+    from imagegen.render import contexts as render
 
     text = (REPO / "matrix.yaml").read_text()
     marker = f"  - name: {CUDA_IMAGE}\n"
@@ -87,7 +87,7 @@ def cuda_variant_diff(work: Path) -> str:
 
 
 def section(work: Path) -> str:
-    from imagegen.containers import image_facts
+    from imagegen.engine.containers import image_facts
 
     ours = image_facts(build_cpu("size", work).report["image_id"])  # from cache after section 1
     naive = image_facts(build_naive(work))

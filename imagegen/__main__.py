@@ -1,3 +1,3 @@
-from .cli import main
+from imagegen.cli import main
 
 main()

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import click
 
-from . import listing, pipeline, plan, report_page, sbom
-from . import render as render_module
-from . import rules
-from .errors import MatrixError, UserError
-from .plan import ImageSpec
-from .registry import Credentials
-from .schema import PLATFORMS
-from .select import Selection, choose
-from .workspace import Workspace, require_locked
+from imagegen.reports import listing, page as report_page
+from imagegen.stages import pipeline, sbom
+from imagegen.matrix import plan
+from imagegen.render import contexts as render_module
+from imagegen.matrix import rules
+from imagegen.core.errors import MatrixError, UserError
+from imagegen.matrix.plan import ImageSpec
+from imagegen.engine.registry import Credentials
+from imagegen.matrix.schema import PLATFORMS
+from imagegen.matrix.select import Selection, choose
+from imagegen.workspace import Workspace, require_locked
 
 
 def selection_options(command):
@@ -371,7 +373,7 @@ def lock(selection, workspace):
       imagegen lock --image cpu --image cu124-torch2.6
       imagegen lock --all
     """
-    from . import lock as lock_module
+    from imagegen.locking import resolve as lock_module
 
     if selection.empty:
         raise UserError("choose what to lock: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
@@ -414,8 +416,8 @@ def facts_check(workspace):
     release assets. An index that does not answer is reported as not checked. Exits 1 when
     the matrix disagrees with the index, 0 otherwise.
     """
-    from . import facts as facts_module
-    from . import matrix as matrix_module
+    from imagegen.locking import facts as facts_module
+    from imagegen.matrix import model as matrix_module
 
     report = facts_module.check(matrix_module.read(workspace.matrix))
     for problem in report.disagreements:

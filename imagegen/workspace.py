@@ -9,9 +9,11 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import lockfile, plan, render, tags
-from . import matrix as matrix_module
-from .errors import UserError
+from imagegen.locking import lockfile
+from imagegen.matrix import plan
+from imagegen.render import contexts as render, tags
+from imagegen.matrix import model as matrix_module
+from imagegen.core.errors import UserError
 
 if sys.version_info >= (3, 11):
     import tomllib

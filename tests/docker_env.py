@@ -28,9 +28,9 @@ import docker
 import docker.errors
 import pytest
 
-from imagegen import containers
-from imagegen.containers import ContainerError
-from imagegen.docker_cli import BuildClient, BuildClientError, find_build_client
+from imagegen.engine import containers
+from imagegen.engine.containers import ContainerError
+from imagegen.engine.buildkit import BuildClient, BuildClientError, find_build_client
 
 BASE_IMAGE = "local/debian:bookworm"
 TEST_REPOSITORY = "imagegen-test"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from imagegen import matrix as matrix_module
-from imagegen import plan
-from imagegen.errors import MatrixError
+from imagegen.matrix import model as matrix_module
+from imagegen.matrix import plan
+from imagegen.core.errors import MatrixError
 from imagegen.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from imagegen import build, render
-from imagegen.registry import remote_digest
+from imagegen.stages import build
+from imagegen.render import contexts as render
+from imagegen.engine.registry import remote_digest
 from imagegen.workspace import Workspace
 from tests.docker_env import unique_name
 from tests.helpers import REPO, image_named, locked_matrix

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from imagegen.progress import TerminalView, clock, step_of
+from imagegen.engine.progress import TerminalView, clock, step_of
 from tests.conftest import CPU_BUILD_ARGS
 from tests.docker_env import unique_name
 from tests.helpers import REPO

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen.containers import (
+from imagegen.engine.containers import (
     ContainerError,
     exported_file_paths,
     gpu_runtime_available,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.containers import exported_file_paths, image_facts, layer_file_paths
-from imagegen.docker_cli import BuildClientError, find_build_client
+from imagegen.engine.containers import exported_file_paths, image_facts, layer_file_paths
+from imagegen.engine.buildkit import BuildClientError, find_build_client
 SECRET_VALUE = "s3cret-value-never-in-a-layer"
 
 

@@ -5,9 +5,9 @@ import uuid
 
 import docker.errors
 
-from imagegen.build import Builder, PipSettings
-from imagegen.progress import PlainView
-from imagegen.render import LayerContext
+from imagegen.stages.build import Builder, PipSettings
+from imagegen.engine.progress import PlainView
+from imagegen.render.contexts import LayerContext
 
 from tests.helpers import spec_named
 

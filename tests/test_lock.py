@@ -9,8 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from imagegen import lock as lock_module
-from imagegen import lockfile
+from imagegen.locking import resolve as lock_module
+from imagegen.locking import lockfile
 from tests.helpers import REPO, image_named, locked_matrix, real_matrix_data, spec_named
 from tests.test_cli import imagegen
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from imagegen import matrix as matrix_module
-from imagegen.errors import MatrixError
+from imagegen.matrix import model as matrix_module
+from imagegen.core.errors import MatrixError
 
 from tests.helpers import TRAINER, edited, image_named, problems_of, rules_broken, specs
 
@@ -98,8 +98,8 @@ def test_all_problems_are_reported_at_once():
 def test_the_trainers_requirements_must_accept_each_images_pins():
     from packaging.requirements import Requirement
 
-    from imagegen import matrix as matrix_module
-    from imagegen import plan
+    from imagegen.matrix import model as matrix_module
+    from imagegen.matrix import plan
     from tests.helpers import MATRIX_PATH
 
     trainer = plan.Trainer("0.1.0", (Requirement("transformers>=5.0"), Requirement("trl>=1.0")))
@@ -120,8 +120,8 @@ def test_a_python_below_a_packages_floor_is_refused_with_the_package_named():
 
 
 def test_torch_2_6_on_cuda_12_6_takes_the_cxx11_abi_wheel():
-    from imagegen import matrix as matrix_module
-    from imagegen import plan
+    from imagegen.matrix import model as matrix_module
+    from imagegen.matrix import plan
     import yaml
 
     def cu126_torch26(d):

@@ -5,7 +5,7 @@ import copy
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from imagegen.errors import MatrixError, UserError
+from imagegen.core.errors import MatrixError, UserError
 
 from tests.helpers import problems_of, real_matrix_data
 

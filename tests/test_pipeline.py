@@ -14,8 +14,8 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from imagegen import containers
-from imagegen.registry import Credentials, referrers
+from imagegen.engine import containers
+from imagegen.engine.registry import Credentials, referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
 from tests.docker_env import build_cache_made_inside, unique_name

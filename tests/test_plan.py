@@ -4,13 +4,13 @@ import json
 import re
 from dataclasses import replace
 
-from imagegen import plan
-from imagegen.components import COMPONENTS
-from imagegen.select import Selection, choose, version_matches
+from imagegen.matrix import plan
+from imagegen.matrix.components import COMPONENTS
+from imagegen.matrix.select import Selection, choose, version_matches
 
 import pytest
 
-from imagegen.errors import UserError
+from imagegen.core.errors import UserError
 from tests.helpers import REPO, spec_named, specs
 
 
@@ -125,8 +125,8 @@ def test_unknown_image_name_lists_the_names():
 def test_the_framework_layer_gets_the_trainers_dependencies_but_not_the_pinned_ones():
     from packaging.requirements import Requirement
 
-    from imagegen import matrix as matrix_module
-    from imagegen import plan
+    from imagegen.matrix import model as matrix_module
+    from imagegen.matrix import plan
     from tests.helpers import MATRIX_PATH
 
     trainer = plan.Trainer("0.1.0", (Requirement("transformers>=4.57"), Requirement("click>=8.0"),
@@ -138,8 +138,8 @@ def test_the_framework_layer_gets_the_trainers_dependencies_but_not_the_pinned_o
 def test_only_images_with_cuda_get_the_trainers_cuda_extra():
     from packaging.requirements import Requirement
 
-    from imagegen import matrix as matrix_module
-    from imagegen import plan
+    from imagegen.matrix import model as matrix_module
+    from imagegen.matrix import plan
     from tests.helpers import MATRIX_PATH
 
     trainer = plan.Trainer("0.1.0", (Requirement("click>=8.0"),), (), (Requirement("bitsandbytes>=0.45"),))
@@ -150,7 +150,7 @@ def test_only_images_with_cuda_get_the_trainers_cuda_extra():
 
 
 def test_the_trainers_qlora_extra_is_what_cuda_images_add(tmp_path):
-    from imagegen import plan
+    from imagegen.matrix import plan
     from imagegen.workspace import read_trainer
     from tests.helpers import REPO
 
@@ -172,12 +172,12 @@ def test_an_image_of_two_platforms_is_one_spec_per_platform_under_one_version_ta
 
 
 def test_the_inputs_digest_covers_every_platform():
-    from imagegen import tags
+    from imagegen.render import tags
 
     amd64, arm64 = choose(specs(), Selection(images=("cpu",)))
     other = replace(arm64.lock, packages=arm64.lock.packages[1:])
     assert plan.with_lock(arm64, other).lock is other
-    from imagegen import render
+    from imagegen.render import contexts as render
     layers = render.render_specs(REPO / "templates", REPO / "trainer", [amd64, arm64])
     changed = render.render_specs(REPO / "templates", REPO / "trainer", [amd64, plan.with_lock(arm64, other)])
     assert render.inputs_digest(layers["cpu"] + layers["cpu-arm64"]) == amd64.inputs_digest

@@ -15,8 +15,15 @@ import docker.errors
 import pytest
 import requests
 
-from imagegen.registry import (Credentials, RegistryError, attach_artifact, credentials_for, push_image, referrers,
-                               remote_digest)
+from imagegen.engine.registry import (
+    Credentials,
+    RegistryError,
+    attach_artifact,
+    credentials_for,
+    push_image,
+    referrers,
+    remote_digest,
+)
 from tests.docker_env import unique_name
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import render
-from imagegen.errors import UserError
-from imagegen.lockfile import BasePin
+from imagegen.render import contexts as render
+from imagegen.core.errors import UserError
+from imagegen.locking.lockfile import BasePin
 
 from tests.helpers import REPO, locked_specs, spec_named
 

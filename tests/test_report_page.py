@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from imagegen.cli import main
 # Aliased: pytest would try to collect a class named Test* as a test class.
-from imagegen.reports import BuildResult, Check, LayerResult, PushResult, write_json
-from imagegen.reports import TestResult as ImageTestResult
+from imagegen.stages.results import BuildResult, Check, LayerResult, PushResult, write_json
+from imagegen.stages.results import TestResult as ImageTestResult
 from tests.helpers import real_matrix_data
 
 HOSTILE = "<script>alert('x')</script>&\"|"

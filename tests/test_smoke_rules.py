@@ -2,7 +2,8 @@
 
 import pytest
 
-from imagegen import platforms, smoke
+from imagegen.core import platforms
+from imagegen.stages import smoke
 
 INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
           "python": "3.11.9", "nccl": "2.21.5"}

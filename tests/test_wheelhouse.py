@@ -13,8 +13,8 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
-from imagegen import wheelhouse as wh
-from imagegen.build import PipSettings
+from imagegen.render import wheelhouse as wh
+from imagegen.stages.build import PipSettings
 
 HOST = wh.supported_tags("3.11", "x86_64-manylinux_2_36")
 ARM64 = wh.supported_tags("3.11", "aarch64-manylinux_2_36")

@@ -22,10 +22,12 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import atomic, index, plan
-from .errors import UserError
-from .lockfile import Artifact, BasePin, Lock, LockedPackage, dumps
-from .registry import RegistryError, tag_digest
+from imagegen.core import atomic
+from imagegen.locking import index
+from imagegen.matrix import plan
+from imagegen.core.errors import UserError
+from imagegen.locking.lockfile import Artifact, BasePin, Lock, LockedPackage, dumps
+from imagegen.engine.registry import RegistryError, tag_digest
 
 UV_TIMEOUT_S = 600
 GITHUB_API = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/v{version}"

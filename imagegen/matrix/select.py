@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UserError
-from .plan import ImageSpec
+from imagegen.core.errors import UserError
+from imagegen.matrix.plan import ImageSpec
 
 
 @dataclass(frozen=True)

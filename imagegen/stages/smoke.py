@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import time
 
-from . import containers, platforms
-from .components import COMPONENTS
-from .plan import ImageSpec
-from .reports import FAIL, PASS, SKIP, Check, TestResult
-from .tags import DIGEST_CHARS, INPUTS_LABEL, LABEL_PREFIX, version_prefix
+from imagegen.engine import containers
+from imagegen.core import platforms
+from imagegen.matrix.components import COMPONENTS
+from imagegen.matrix.plan import ImageSpec
+from imagegen.stages.results import FAIL, PASS, SKIP, Check, TestResult
+from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, LABEL_PREFIX, version_prefix
 
 # Label keys (after io.imagegen.) and the `vlmgrpo info` keys that report the same thing.
 INFO_KEY_OF_LABEL = {**{c.label: c.key for c in COMPONENTS}, "trainer": "vlmgrpo"}

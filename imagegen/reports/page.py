@@ -14,10 +14,11 @@ from pathlib import Path
 
 import jinja2
 
-from . import atomic, platforms, reports, sizes
-from .listing import VERSION_COLUMNS
-from .plan import ImageSpec
-from .reports import FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult
+from imagegen.core import atomic, platforms, sizes
+from imagegen.stages import results as reports
+from imagegen.reports.listing import VERSION_COLUMNS
+from imagegen.matrix.plan import ImageSpec
+from imagegen.stages.results import FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult
 
 LOG_TAIL_LINES = 6
 NOT_RUN = "not run"

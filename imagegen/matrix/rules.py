@@ -14,10 +14,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .components import COMPONENTS, PINNED_DISTRIBUTIONS
-from . import sizes
-from .errors import Problem
-from .matrix import FlashAttnChoice, ImageEntry, Matrix, TorchBuild
+from imagegen.matrix.components import COMPONENTS, PINNED_DISTRIBUTIONS
+from imagegen.core import sizes
+from imagegen.core.errors import Problem
+from imagegen.matrix.model import FlashAttnChoice, ImageEntry, Matrix, TorchBuild
 
 # Packages whose index facts (Requires-Python, torch requirement) an image's pins must satisfy.
 INDEX_FACT_KEYS = tuple(c.key for c in PINNED_DISTRIBUTIONS if c.in_resolution and c.key not in ("torch", "torchvision"))

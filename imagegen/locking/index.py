@@ -21,7 +21,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
                              parse_sdist_filename, parse_wheel_filename)
 from packaging.version import InvalidVersion, Version
 
-from .errors import UserError
+from imagegen.core.errors import UserError
 
 HTTP_TIMEOUT_S = 60
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

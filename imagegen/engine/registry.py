@@ -31,9 +31,9 @@ import requests
 import requests.adapters
 import urllib3.util.retry
 
-from .containers import docker_client
-from .errors import UserError
-from .tags import INPUTS_LABEL
+from imagegen.engine.containers import docker_client
+from imagegen.core.errors import UserError
+from imagegen.render.tags import INPUTS_LABEL
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",

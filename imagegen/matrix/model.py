@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
-from .components import COMPONENTS
-from .errors import MatrixError, Problem, UserError
-from . import schema, yamlsource
+from imagegen.matrix.components import COMPONENTS
+from imagegen.core.errors import MatrixError, Problem, UserError
+from imagegen.matrix import schema, yamlsource
 
 NONE = "none"  # spelled in the matrix for a component an image leaves out
 DEFAULT_PLATFORMS = ("linux/amd64",)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import platforms
-from . import registry as registry_module
-from . import sbom
-from .errors import UserError
-from .plan import ImageSpec
-from .reports import PushResult, TestResult
+from imagegen.core import platforms
+from imagegen.engine import registry as registry_module
+from imagegen.stages import sbom
+from imagegen.core.errors import UserError
+from imagegen.matrix.plan import ImageSpec
+from imagegen.stages.results import PushResult, TestResult
 
 
 def repository_name(spec: ImageSpec) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging import tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
-from . import atomic
+from imagegen.core import atomic
 
 MOUNT = "/wheelhouse"  # where the templates mount it
 PIP_PAGE = "index.html"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from . import platforms
-from .components import COMPONENTS
-from .plan import ImageSpec
+from imagegen.core import platforms
+from imagegen.matrix.components import COMPONENTS
+from imagegen.matrix.plan import ImageSpec
 
 # How a component's cell reads where the bare version would hide something users check.
 CELL = {

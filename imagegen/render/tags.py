@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Mapping
 
 from packaging.version import Version
 
-from .components import COMPONENTS
+from imagegen.matrix.components import COMPONENTS
 
 if TYPE_CHECKING:
-    from .plan import ImageSpec
+    from imagegen.matrix.plan import ImageSpec
 
 LABEL_PREFIX = "io.imagegen"
 INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"

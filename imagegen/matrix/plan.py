@@ -12,11 +12,12 @@ from dataclasses import asdict, dataclass, field, replace
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from . import platforms, rules, sizes
-from .components import COMPONENTS, PINNED_DISTRIBUTIONS
-from .errors import MatrixError, Problem
-from .lockfile import BUILD_TOOLS, INSTALLER, Lock
-from .matrix import ImageEntry, Matrix
+from imagegen.core import platforms, sizes
+from imagegen.matrix import rules
+from imagegen.matrix.components import COMPONENTS, PINNED_DISTRIBUTIONS
+from imagegen.core.errors import MatrixError, Problem
+from imagegen.locking.lockfile import BUILD_TOOLS, INSTALLER, Lock
+from imagegen.matrix.model import ImageEntry, Matrix
 
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"

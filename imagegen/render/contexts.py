@@ -13,10 +13,10 @@ from pathlib import Path
 
 import jinja2
 
-from . import atomic
-from .errors import UserError
-from .lockfile import InstallStep, install_steps
-from .plan import ImageSpec
+from imagegen.core import atomic
+from imagegen.core.errors import UserError
+from imagegen.locking.lockfile import InstallStep, install_steps
+from imagegen.matrix.plan import ImageSpec
 
 LAYERS = ("base", "framework", "trainer")
 LAYER_REPOSITORY = "imagegen-layer"

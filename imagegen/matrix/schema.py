@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .components import COMPONENTS
-from .errors import Problem
-from .yamlsource import Located, Path
+from imagegen.matrix.components import COMPONENTS
+from imagegen.core.errors import Problem
+from imagegen.matrix.yamlsource import Located, Path
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import containers, platforms, progress, publish, reports, sbom, sizes, smoke
-from . import render as render_module
-from .build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
-from .docker_cli import find_build_client
-from .errors import UserError
-from .listing import aligned
-from .plan import ImageSpec
-from .registry import Credentials
-from .reports import BuildResult, PushResult, TestResult
-from .workspace import Workspace
+from imagegen.engine import containers, progress
+from imagegen.core import platforms, sizes
+from imagegen.stages import publish, results as reports, sbom, smoke
+from imagegen.render import contexts as render_module
+from imagegen.stages.build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
+from imagegen.engine.buildkit import find_build_client
+from imagegen.core.errors import UserError
+from imagegen.reports.listing import aligned
+from imagegen.matrix.plan import ImageSpec
+from imagegen.engine.registry import Credentials
+from imagegen.stages.results import BuildResult, PushResult, TestResult
+from imagegen.workspace import Workspace
 
 Echo = Callable[[str], None]
 

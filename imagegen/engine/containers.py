@@ -22,7 +22,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from .errors import UserError
+from imagegen.core.errors import UserError
 
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 NVIDIA_HOOK = "nvidia-container-runtime-hook"

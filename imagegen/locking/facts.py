@@ -20,10 +20,10 @@ from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
-from . import index
-from .errors import Problem
-from .matrix import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
-from .plan import PYPI, TORCH_INDEX
+from imagegen.locking import index
+from imagegen.core.errors import Problem
+from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
+from imagegen.matrix.plan import PYPI, TORCH_INDEX
 
 MACHINE_TAG = "x86_64"
 AARCH64_LINUX = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "extra": ""}

@@ -19,8 +19,9 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-from . import atomic, containers
-from .containers import ContainerError
+from imagegen.core import atomic
+from imagegen.engine import containers
+from imagegen.engine.containers import ContainerError
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SUFFIX = ".cdx.json"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from .errors import MatrixError, Problem
+from imagegen.core.errors import MatrixError, Problem
 
 Path = tuple  # a key path such as ("images", 2, "torch")
 

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from . import containers, progress, sizes
-from . import wheelhouse as wheel_index  # PipSettings.wheelhouse is the directory
-from .docker_cli import BuildClient
-from .errors import UserError
-from .plan import ImageSpec
-from .render import WHEELHOUSE, LayerContext, write_files
-from .reports import BuildResult, LayerResult
+from imagegen.engine import containers, progress
+from imagegen.core import sizes
+from imagegen.render import wheelhouse as wheel_index
+from imagegen.engine.buildkit import BuildClient
+from imagegen.core.errors import UserError
+from imagegen.matrix.plan import ImageSpec
+from imagegen.render.contexts import WHEELHOUSE, LayerContext, write_files
+from imagegen.stages.results import BuildResult, LayerResult
 
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 CA_BUNDLE_TARGET = "/run/secrets/ca-bundle.crt"  # where templates mount the "ca-bundle" secret

@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from . import atomic, platforms
-from .errors import UserError
+from imagegen.core import atomic, platforms
+from imagegen.core.errors import UserError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from .errors import UserError
+from imagegen.core.errors import UserError
 
 DOCKER_ENV_VAR = "IMAGEGEN_DOCKER"
 FALLBACK_DOCKER = "/usr/bin/docker"
