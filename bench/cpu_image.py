@@ -48,9 +48,8 @@ def cpu_refs() -> list[str]:
     """The cpu image's tags in the real matrix."""
     from imagegen.workspace import Workspace
 
-    _, specs = Workspace().load()
-    spec = next(spec for spec in specs if spec.name == "cpu")
-    return [spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)]
+    cpu = Workspace().load().locked["cpu"]
+    return [cpu.ref(tag) for tag in (cpu.version_tag, *cpu.alias_tags)]
 
 
 def layer_images() -> list[str]:

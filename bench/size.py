@@ -15,11 +15,11 @@ SIZE_GOAL = 0.8
 CUDA_IMAGE = "cu128-torch2.8"
 
 
-def cpu_spec(matrix: Path = REPO / "matrix.yaml", name: str = "cpu"):
+def locked_image(matrix: Path = REPO / "matrix.yaml", name: str = "cpu"):
+    """The locked image of that name (its linux/amd64 platform) in the matrix."""
     from imagegen.workspace import Workspace
 
-    _, specs = Workspace(matrix=matrix).load()
-    return next(spec for spec in specs if spec.name == name)
+    return Workspace(matrix=matrix).load().locked[name]
 
 
 def naive_context(work: Path) -> Path:
@@ -38,9 +38,9 @@ def build_naive(work: Path) -> str:
     from imagegen.stages.build import detect_ca_bundle
     from imagegen.engine.buildkit import find_build_client
 
-    spec = cpu_spec()
-    pins = {"TORCH": spec.torch, "TORCHVISION": spec.torchvision, "TRANSFORMERS": spec.transformers,
-            "TRL": spec.trl, "ACCELERATE": spec.accelerate, "PEFT": spec.peft}
+    versions = locked_image().versions
+    pins = {key.upper(): versions[key] for key in ("torch", "torchvision", "transformers", "trl", "accelerate",
+                                                    "peft")}
     ca_bundle = detect_ca_bundle()
     secrets = {"ca-bundle": ca_bundle} if ca_bundle else {}
     with open(work / "naive.log", "w") as log:
@@ -66,8 +66,6 @@ def layer_rows(facts: dict, base_layers: int) -> list[tuple]:
 
 def cuda_variant_diff(work: Path) -> str:
     """The devel and runtime renders of CUDA_IMAGE, as a diff of each layer's Dockerfile."""
-    from imagegen.render import contexts as render
-
     text = (REPO / "matrix.yaml").read_text()
     marker = f"  - name: {CUDA_IMAGE}\n"
     assert text.count(marker) == 1, f"matrix.yaml: expected one image {CUDA_IMAGE}"
@@ -76,11 +74,9 @@ def cuda_variant_diff(work: Path) -> str:
     # Another base image, so a lock of its own (same packages: the base is not part of the resolution).
     run([*IMAGEGEN, "lock", "--matrix", str(runtime_matrix), "--image", CUDA_IMAGE],
         log=work / "lock-runtime.log")
-    devel, runtime = cpu_spec(name=CUDA_IMAGE), cpu_spec(runtime_matrix, CUDA_IMAGE)
-    env = render.environment(REPO / "templates")
-    trainer = render.trainer_files(REPO / "trainer")
+    devel, runtime = locked_image(name=CUDA_IMAGE), locked_image(runtime_matrix, CUDA_IMAGE)
     diff = [f"# {devel.ref()}\n# {runtime.ref()}\n"]
-    for old, new in zip(render.render_image(devel, env, trainer), render.render_image(runtime, env, trainer)):
+    for old, new in zip(devel.contexts, runtime.contexts):
         diff += difflib.unified_diff(old.dockerfile.splitlines(True), new.dockerfile.splitlines(True),
                                      f"devel/{old.layer}/Dockerfile", f"runtime/{new.layer}/Dockerfile", n=0)
     return "".join(diff)

@@ -1,19 +1,28 @@
-"""Where imagegen finds its inputs (the matrix, its locks, the templates and the trainer source),
-and the whole plan they make: every image with its lock, inputs digest, tags and labels."""
+"""Where imagegen finds its inputs (the matrix, its locks, the templates and the trainer source), and the
+plan they make: every planned image, the locked ones rendered once with their tags and labels, and why
+each other one is not locked.
+
+It reads the filesystem and may import every package below it (core, engine, matrix, locking, render);
+the stages and the command line read the plan from here.
+"""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from imagegen.locking import lockfile
-from imagegen.matrix import plan
-from imagegen.render import contexts as render, tags
+from imagegen.core.errors import Problem, UserError
+from imagegen.locking import inputs, lockfile
+from imagegen.locking.lockfile import Lock
 from imagegen.matrix import model as matrix_module
-from imagegen.core.errors import UserError
+from imagegen.matrix import plan as plan_module
+from imagegen.matrix.plan import PlannedImage
+from imagegen.matrix.rules import PYTORCH_INDEX
+from imagegen.render.contexts import Renderer, RenderOptions
+from imagegen.render.locked import LockedImage, lock_images
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,6 +30,46 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCKS_WORKFLOW = ".github/workflows/locks.yml"
+
+
+@dataclass
+class Plan:
+    """The matrix and every platform of every image it plans, locked or not."""
+
+    matrix: matrix_module.Matrix
+    images: list[PlannedImage]
+    locked: dict[str, LockedImage]  # by key (image and platform)
+    lock_problems: dict[str, str] = field(default_factory=dict)  # by key: why it is not locked
+    lock_warnings: dict[str, str] = field(default_factory=dict)  # by key: not locked here, and that is expected
+
+    def state(self, plan: PlannedImage) -> str:
+        """"locked", or why not, in a few words, for listings."""
+        if plan.key in self.locked:
+            return "locked"
+        return "needs the PyTorch index" if plan.key in self.lock_warnings else "no lock"
+
+    def problems(self) -> list[Problem]:
+        """What `imagegen validate` refuses: images without a current lock that could have one, and the
+        matrix's facts a lock contradicts; once per image, not per platform."""
+        found = []
+        for plan in self.images:
+            entry = self.matrix.images[plan_module.index_of(self.matrix, plan.name)]
+            if plan.key in self.lock_problems:
+                why = self.lock_problems[plan.key]
+                rule = "lock-stale" if "stale" in why else "lock-missing"
+                found.append(self.matrix.problem(("images", entry.index, "name"), why, rule))
+            elif plan.key in self.locked:
+                found += inputs.fact_problems(self.matrix, plan, self.locked[plan.key].lock)
+        return list(dict.fromkeys(found))
+
+    def require_locked(self, chosen: list[PlannedImage]) -> list[LockedImage]:
+        """The chosen images, locked; else one line per platform of an image that is not."""
+        missing = [f"{plan.key}: {self.lock_problems.get(plan.key) or self.lock_warnings.get(plan.key)}"
+                   for plan in chosen if plan.key not in self.locked]
+        if missing:
+            raise UserError("\n".join(missing))
+        return [self.locked[plan.key] for plan in chosen]
 
 
 @dataclass(frozen=True)
@@ -35,7 +84,11 @@ class Workspace:
         return self.locks or self.matrix.parent / "locks"
 
     def lock_path(self, image: str) -> Path:
-        return self.lock_dir / f"{image}.json"
+        """locks/IMAGE.json; a name that would leave the folder (the schema refuses such names) is refused."""
+        path = self.lock_dir / f"{image}.json"
+        if path.resolve().parent != self.lock_dir.resolve():
+            raise UserError(f"{image!r}: a lock file of this name would be written outside {self.lock_dir}")
+        return path
 
     def lock_command(self, image: str) -> str:
         """The command that (re)writes an image's lock, as the user would type it here."""
@@ -46,39 +99,51 @@ class Workspace:
             command += f" --locks {self.locks}"
         return f"{command} --image {image}"
 
-    def load(self) -> tuple[matrix_module.Matrix, list[plan.ImageSpec]]:
-        """The matrix and every image it resolves to, each with its lock where it has a current one;
-        raises MatrixError on any problem of the matrix itself."""
+    def load(self, options: RenderOptions = RenderOptions()) -> Plan:
+        """The plan: the matrix, every planned image, the locked ones rendered once with `options`; raises
+        MatrixError on any problem of the matrix itself."""
         loaded = matrix_module.read(self.matrix)
-        specs = [self._with_lock(spec) for spec in plan.resolve(loaded, read_trainer(self.trainer))]
-        return loaded, tags.assign(specs, loaded.latest, self._inputs_digests(specs))
+        plans = plan_module.resolve(loaded, read_trainer(self.trainer))
+        locks, problems, warnings = {}, {}, {}
+        for plan in plans:
+            lock, why = self._lock_of(plan)
+            if lock is not None:
+                locks[plan.key] = lock
+            elif plan.lock_source == PYTORCH_INDEX:
+                warnings[plan.key] = self._unreachable(plan, why)
+            else:
+                problems[plan.key] = why
+        renderer = Renderer.of(self.templates, self.trainer, options)
+        locked = lock_images(plans, locks, renderer, loaded.latest)
+        for plan in plans:  # a platform locked while another platform of its image is not
+            if plan.key in locks and plan.key not in locked:
+                problems[plan.key] = f"another platform of {plan.name} has no current lock; run " \
+                                     f"`{self.lock_command(plan.name)}`"
+        return Plan(loaded, plans, locked, problems, warnings)
 
-    def _inputs_digests(self, specs: list[plan.ImageSpec]) -> dict[str, str]:
-        """One digest per image, of every platform's layers, for an image whose every platform is locked.
-        Every layer names its image, so two images never share a version tag."""
-        contexts = render.render_specs(self.templates, self.trainer, [spec for spec in specs if spec.lock])
-        digests = {}
-        for name in dict.fromkeys(spec.name for spec in specs):
-            keys = [spec.key for spec in specs if spec.name == name]
-            if all(key in contexts for key in keys):
-                digests[name] = render.inputs_digest([layer for key in sorted(keys) for layer in contexts[key]])
-        return digests
+    def _unreachable(self, plan: PlannedImage, why: str) -> str:
+        """An image declared `lock: pytorch-index` without a current lock: expected where that index is out of
+        reach, so said, not refused, until something builds it."""
+        problem = why.rsplit("; run `", 1)[0]
+        return (f"not locked ({problem}): its torch build is on the PyTorch index alone ({plan.torch_index_url}); "
+                f"run `{self.lock_command(plan.name)}` where that index answers, or let the scheduled locks "
+                f"workflow ({LOCKS_WORKFLOW}) lock it")
 
-    def _with_lock(self, spec: plan.ImageSpec) -> plan.ImageSpec:
-        path, command = _shown(self.lock_path(spec.name)), self.lock_command(spec.name)
+    def _lock_of(self, plan: PlannedImage) -> tuple[Lock | None, str]:
+        path, command = _shown(self.lock_path(plan.name)), self.lock_command(plan.name)
         try:
             locks = lockfile.loads(path.read_text(), command)
         except FileNotFoundError:
-            return replace(spec, lock_problem=f"no lock at {path}; run `{command}`")
+            return None, f"no lock at {path}; run `{command}`"
         except (OSError, UnicodeDecodeError, lockfile.LockFormatError) as error:
-            return replace(spec, lock_problem=f"{path} is not a lock imagegen wrote ({error}); run `{command}`")
-        lock = locks.get(spec.platform)
+            return None, f"{path} is not a lock imagegen wrote ({error}); run `{command}`"
+        lock = locks.get(plan.platform)
         if lock is None:
-            return replace(spec, lock_problem=f"{path} has no {spec.platform} lock; run `{command}`")
-        reasons = lockfile.stale_reasons(lock, plan.lock_inputs(spec))
+            return None, f"{path} has no {plan.platform} lock; run `{command}`"
+        reasons = lockfile.stale_reasons(lock, inputs.lock_inputs(plan))
         if reasons:
-            return replace(spec, lock_problem=f"{path} is stale ({'; '.join(reasons)}); run `{command}`")
-        return plan.with_lock(spec, lock)
+            return None, f"{path} is stale ({'; '.join(reasons)}); run `{command}`"
+        return lock, ""
 
 
 def _shown(path: Path) -> Path:
@@ -89,15 +154,7 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def require_locked(specs: list[plan.ImageSpec]) -> list[plan.ImageSpec]:
-    """The specs, when every one has a current lock; else one line per image that has none."""
-    problems = [f"{spec.key}: {spec.lock_problem}" for spec in specs if spec.lock is None]
-    if problems:
-        raise UserError("\n".join(problems))
-    return specs
-
-
-def read_trainer(trainer_dir: Path) -> plan.Trainer:
+def read_trainer(trainer_dir: Path) -> plan_module.Trainer:
     """The trainer's version (the first part of every tag) and what it requires of the image."""
     pyproject = trainer_dir / "pyproject.toml"
     try:
@@ -106,9 +163,10 @@ def read_trainer(trainer_dir: Path) -> plan.Trainer:
         project = document["project"]
         build = document.get("build-system", {}).get("requires", ())
         extras = project.get("optional-dependencies", {})
-        return plan.Trainer(project["version"], tuple(Requirement(r) for r in project.get("dependencies", ())),
-                            tuple(Requirement(r) for r in build),
-                            tuple(Requirement(r) for r in extras.get(plan.CUDA_EXTRA, ())))
+        return plan_module.Trainer(project["version"],
+                                   tuple(Requirement(r) for r in project.get("dependencies", ())),
+                                   tuple(Requirement(r) for r in build),
+                                   tuple(Requirement(r) for r in extras.get(plan_module.CUDA_EXTRA, ())))
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "
                         "Pass --trainer DIR") from None

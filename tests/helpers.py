@@ -1,4 +1,10 @@
-"""Shared test helpers: the real matrix as data, edited per test and parsed back."""
+"""Shared test helpers: the tests' own matrix (tests/fixture) as data, edited per test and parsed back, and
+the workspaces made of it.
+
+Tests build on the fixture, a frozen copy of the real matrix with its locks and a trainer pyproject.toml
+of its own, so that adding an image or a trainer dependency to the real ones changes no test. The tests
+that read the real matrix.yaml say so (test_real_matrix.py, the render snapshots, the image builds).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,25 @@ from pathlib import Path
 
 import yaml
 
+from imagegen.core.errors import MatrixError
 from imagegen.matrix import model as matrix_module
 from imagegen.matrix import plan
-from imagegen.core.errors import MatrixError
 from imagegen.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
-MATRIX_PATH = REPO / "matrix.yaml"
+MATRIX_PATH = REPO / "matrix.yaml"  # the real one
+FIXTURE = Path(__file__).resolve().parent / "fixture"
+FIXTURE_MATRIX = FIXTURE / "matrix.yaml"
+FIXTURE_TRAINER = FIXTURE / "trainer"
 TRAINER = plan.Trainer("0.1.0")
 
 
-def real_matrix_data() -> dict:
-    return yaml.safe_load(MATRIX_PATH.read_text())
+def fixture_workspace(**kwargs) -> Workspace:
+    return Workspace(FIXTURE_MATRIX, trainer=FIXTURE_TRAINER, **kwargs)
+
+
+def fixture_data() -> dict:
+    return yaml.safe_load(FIXTURE_MATRIX.read_text())
 
 
 def image_named(data: dict, name: str) -> dict:
@@ -27,7 +40,7 @@ def image_named(data: dict, name: str) -> dict:
 
 def problems_of(data: dict) -> list:
     """The problems a matrix made of `data` has; [] when it resolves."""
-    text = yaml.safe_dump(data, sort_keys=False)
+    text = yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
     try:
         plan.resolve(matrix_module.parse(text, "matrix.yaml"), TRAINER)
     except MatrixError as error:
@@ -40,37 +53,51 @@ def rules_broken(data: dict) -> set[str]:
 
 
 def edited(edit) -> dict:
-    data = copy.deepcopy(real_matrix_data())
+    data = copy.deepcopy(fixture_data())
     edit(data)
     return data
 
 
-def specs():
-    """Every image of the real matrix as imagegen plans it: with its lock, tags and labels where
-    locks/ has a current lock for it."""
-    return Workspace(MATRIX_PATH).load()[1]
+def loaded():
+    """The fixture's plan: every planned image, the locked ones with their tags and labels."""
+    return fixture_workspace().load()
 
 
-def locked_specs():
-    return [spec for spec in specs() if spec.lock]
+def planned():
+    return loaded().images
 
 
-def spec_named(name: str):
-    return next(spec for spec in specs() if spec.name == name)
+def locked_images():
+    return list(loaded().locked.values())
 
 
-def locked_matrix(directory: Path, edit=None) -> Path:
-    """The real matrix without the images locks/ has no lock for, beside a copy of the locks, after
-    an optional edit of its data; returns the matrix's path."""
-    data = real_matrix_data()
-    data["images"] = [i for i in data["images"] if (REPO / "locks" / f"{i['name']}.json").is_file()]
+def planned_named(name: str):
+    return next(p for p in planned() if p.name == name)
+
+
+def locked_named(name: str, platform: str = "linux/amd64"):
+    return next(i for i in locked_images() if i.name == name and i.platform == platform)
+
+
+def locked_matrix(directory: Path, edit=None, source: Path = FIXTURE_MATRIX) -> Path:
+    """A matrix (the fixture's by default) without the images it has no lock for, beside a copy of its locks,
+    after an optional edit of its data; returns the matrix's path. Its workspace takes the trainer the locks
+    were made for: FIXTURE_TRAINER for the fixture, the real trainer for the real matrix."""
+    data = yaml.safe_load(source.read_text())
+    locks = source.parent / "locks"
+    data["images"] = [i for i in data["images"] if (locks / f"{i['name']}.json").is_file()]
     if edit:
         edit(data)
     (directory / "locks").mkdir(parents=True, exist_ok=True)
     for image in data["images"]:
-        source = REPO / "locks" / f"{image['name']}.json"
-        if source.is_file():
-            (directory / "locks" / source.name).write_bytes(source.read_bytes())
+        lock = locks / f"{image['name']}.json"
+        if lock.is_file():
+            (directory / "locks" / lock.name).write_bytes(lock.read_bytes())
     path = directory / "matrix.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def real_locked_matrix(directory: Path, edit=None) -> Path:
+    """The real matrix's locked images, as locked_matrix: for tests of the images the real matrix builds."""
+    return locked_matrix(directory, edit, MATRIX_PATH)

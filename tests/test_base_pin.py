@@ -11,8 +11,8 @@ from imagegen.render import contexts as render
 from imagegen.engine.registry import remote_digest
 from imagegen.workspace import Workspace
 from tests.docker_env import unique_name
-from tests.helpers import REPO, image_named, locked_matrix
-from tests.test_cli import imagegen
+from tests.helpers import FIXTURE_TRAINER, image_named, locked_matrix
+from tests.test_cli import imagegen, on
 
 
 def push(docker_client, image: str, ref: str) -> str:
@@ -25,9 +25,8 @@ def push(docker_client, image: str, ref: str) -> str:
 
 
 def build_base_layer(build_client, matrix, throwaway_tag, directory):
-    _, specs = Workspace(matrix).load()
-    cpu = next(spec for spec in specs if spec.name == "cpu")
-    base = render.render_specs(REPO / "templates", REPO / "trainer", [cpu])["cpu"][0]
+    cpu = Workspace(matrix, trainer=FIXTURE_TRAINER).load().locked["cpu"]
+    base = cpu.contexts[0]
     render.write_files(directory, base.files)
     lines: list[str] = []
     outcome = build_client.build(directory, None, [throwaway_tag("base-pin")], {}, {}, {}, lines.append)
@@ -40,7 +39,7 @@ def test_the_lock_pins_the_base_digest_and_a_build_keeps_to_it(registry, docker_
     pinned = push(docker_client, local_base_image, ref)
     matrix = locked_matrix(tmp_path, lambda d: image_named(d, "cpu").update(base=ref))
 
-    locked = imagegen("lock", "--matrix", str(matrix), "--image", "cpu")
+    locked = imagegen("lock", *on(matrix), "--image", "cpu")
     assert locked.returncode == 0, locked.stderr
     lock = json.loads((tmp_path / "locks" / "cpu.json").read_text())["platforms"]["linux/amd64"]
     assert lock["base"] == {"ref": ref, "digest": pinned, "note": ""}
@@ -71,7 +70,7 @@ def test_a_locked_base_digest_the_registry_dropped_fails_the_build_with_what_to_
     ref = f"{registry}/{unique_name('imagegen-test/debian')}:bookworm"
     pinned = push(docker_client, made.image_id, ref)
     matrix = locked_matrix(tmp_path, lambda d: image_named(d, "cpu").update(base=ref))
-    assert imagegen("lock", "--matrix", str(matrix), "--image", "cpu").returncode == 0
+    assert imagegen("lock", *on(matrix), "--image", "cpu").returncode == 0
     host, repository = ref.rsplit(":", 1)[0].split("/", 1)
     request = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{pinned}", method="DELETE")
     urllib.request.urlopen(request, timeout=10).close()

@@ -9,7 +9,7 @@ from imagegen.stages.build import Builder, PipSettings
 from imagegen.engine.progress import PlainView
 from imagegen.render.contexts import LayerContext
 
-from tests.helpers import spec_named
+from tests.helpers import locked_named
 
 
 def layer(image, name, parent, body):
@@ -21,8 +21,8 @@ def layer(image, name, parent, body):
 def test_a_shared_base_layer_is_built_once_and_reused(build_client, local_base_image, docker_client, tmp_path):
     run = uuid.uuid4().hex[:10]
     shared = layer("first", "base", local_base_image, f"shared-base-{run}")
-    first = spec_named("cu128-torch2.7")
-    second = spec_named("cu128-torch2.8")
+    first = locked_named("cu124-torch2.6")
+    second = locked_named("cu128-torch2.8")
     builder = Builder(build_client, PipSettings(), tmp_path / "logs", view=PlainView(lambda line: None),
                       staging=tmp_path / "staging")
     tops = [layer("first", "trainer", shared.ref, f"first-top-{run}"),

@@ -11,8 +11,8 @@ import yaml
 
 from imagegen.locking import resolve as lock_module
 from imagegen.locking import lockfile
-from tests.helpers import REPO, image_named, locked_matrix, real_matrix_data, spec_named
-from tests.test_cli import imagegen
+from tests.helpers import FIXTURE, fixture_data, image_named, locked_matrix, locked_named
+from tests.test_cli import imagegen, on
 
 # What uv prints for `accelerate` and `torch==2.14.1`, trimmed to three packages.
 UV_OUTPUT = """\
@@ -43,34 +43,34 @@ def test_uv_output_becomes_locked_packages_with_hashes_index_and_parents():
 
 
 def test_a_lock_round_trips_and_says_how_it_is_refreshed():
-    spec = spec_named("cu124-torch2.6")
-    text = lockfile.dumps([spec.lock])
-    assert json.loads(text)["comment"].endswith("then run `imagegen lock --image cu124-torch2.6`.")
-    assert lockfile.loads(text, spec.lock.command) == {"linux/amd64": spec.lock}
+    lock = locked_named("cu124-torch2.6").lock
+    text = lockfile.dumps([lock])
+    assert json.loads(text)["comment"].endswith(f"then run `imagegen lock --matrix {FIXTURE}/matrix.yaml --image "
+                                                "cu124-torch2.6`.")
+    assert lockfile.loads(text, lock.command) == {"linux/amd64": lock}
     with pytest.raises(lockfile.LockFormatError):
         lockfile.loads('{"lock_version": 1, "image": "x"}', "")
 
 
 def test_install_steps_put_torch_first_and_install_each_package_once():
-    spec = spec_named("cu130-torch2.11")
-    steps = lockfile.install_steps(spec.lock, deepspeed=True, flash_attn_source_build=True)
+    lock = locked_named("cu130-torch2.11").lock
+    steps = lockfile.install_steps(lock, deepspeed=True, flash_attn_source_build=True)
     assert [step.name for step in steps] == ["installer", "torch", "build-tools", "flash-attn", "deepspeed", "stack"]
     lines = [line for step in steps for line in (*step.wheels, *step.sources) if not line.startswith("flash-attn")]
-    assert sorted(line.split("==")[0] for line in lines) == sorted(p.name for p in spec.lock.packages)
+    assert sorted(line.split("==")[0] for line in lines) == sorted(p.name for p in lock.packages)
     assert [line.split("==")[0] for line in steps[0].wheels] == ["uv"] and steps[0].tool == "pip"
     assert all(step.tool == "uv" for step in steps[1:])
     assert any(line.startswith("torch==2.11.0 ") for line in steps[1].wheels)
     assert [line.split("==")[0] for line in steps[4].sources] == ["deepspeed"]
-    assert steps[3].sources == ("flash-attn==2.8.3 --hash=sha256:" + spec.lock.flash_attn.sha256,)
+    assert steps[3].sources == ("flash-attn==2.8.3 --hash=sha256:" + lock.flash_attn.sha256,)
 
 
 def test_packages_from_the_torch_index_install_from_that_index_alone():
-    spec = spec_named("cpu")
+    lock = locked_named("cpu").lock
     index = "https://download.pytorch.org/whl/cu130"
-    moved = lockfile.Lock(spec.lock.image, spec.lock.platform, {**spec.lock.inputs, "torch_index": index},
-                          spec.lock.base,
+    moved = lockfile.Lock(lock.image, lock.platform, {**lock.inputs, "torch_index": index}, lock.base,
                           tuple(p if p.name not in ("torch", "triton") else lockfile.LockedPackage(
-                              p.name, p.version, p.hashes, index, p.required_by) for p in spec.lock.packages))
+                              p.name, p.version, p.hashes, index, p.required_by) for p in lock.packages))
     steps = lockfile.install_steps(moved, deepspeed=False, flash_attn_source_build=False)
     assert steps[1].name == "torch-torch-index" and steps[1].index_url == index
     assert sorted(line.split("==")[0] for line in steps[1].wheels) == ["torch", "triton"]
@@ -82,7 +82,7 @@ def test_a_changed_input_makes_the_lock_stale_with_what_changed(tmp_path):
         data["defaults"]["peft"] = "0.21.1"
         data["packages"]["peft"]["0.21.1"] = {"python": ">=3.10", "torch": ">=1.13"}
 
-    result = imagegen("validate", "--matrix", str(locked_matrix(tmp_path, bump_peft)))
+    result = imagegen("validate", *on(locked_matrix(tmp_path, bump_peft)))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     stale = [line for line in result.stderr.splitlines() if "[lock-stale]" in line]
     assert len(stale) == len(yaml.safe_load((tmp_path / "matrix.yaml").read_text())["images"])
@@ -91,7 +91,7 @@ def test_a_changed_input_makes_the_lock_stale_with_what_changed(tmp_path):
 
 def test_a_lock_that_disagrees_with_the_typed_facts_fails_validate(tmp_path):
     path = locked_matrix(tmp_path, lambda d: d["torch"]["2.14.1"].update(cudnn="9.99.0.1"))
-    result = imagegen("validate", "--matrix", str(path))
+    result = imagegen("validate", *on(path))
     assert result.returncode == 2
     assert "torch.2.14.1.builds.13.0.cudnn: torch 2.14.1's CUDA 13.0 build pins nvidia-cudnn-cu* 9.24.0.43 in cpu's " \
            "lock (read from the index), the matrix says 9.99.0.1: correct the matrix [lock-facts]" in result.stderr
@@ -100,7 +100,7 @@ def test_a_lock_that_disagrees_with_the_typed_facts_fails_validate(tmp_path):
 def test_a_missing_lock_keeps_render_and_build_from_starting(tmp_path):
     path = locked_matrix(tmp_path)
     (tmp_path / "locks" / "cpu.json").unlink()
-    result = imagegen("render", "--matrix", str(path), "--image", "cpu", "--out", str(tmp_path / "out"))
+    result = imagegen("render", *on(path), "--image", "cpu", "--out", str(tmp_path / "out"))
     assert result.returncode == 1 and not (tmp_path / "out").exists()
     fix = f"no lock at {tmp_path}/locks/cpu.json; run `imagegen lock --matrix {path} --image cpu`"
     assert result.stderr == f"error: cpu: {fix}\nerror: cpu-arm64: {fix}\n"  # each platform of the image
@@ -111,7 +111,7 @@ def test_lock_writes_hashed_locks_that_validate_accepts(tmp_path):
     NCCL among them, and the lock current for validate."""
     path = locked_matrix(tmp_path)
     shutil.rmtree(tmp_path / "locks")
-    result = imagegen("lock", "--matrix", str(path), "--image", "cpu", "--image", "cu124-torch2.6")
+    result = imagegen("lock", *on(path), "--image", "cpu", "--image", "cu124-torch2.6")
     assert result.returncode == 0, result.stderr
     cpu = json.loads((tmp_path / "locks" / "cpu.json").read_text())["platforms"]["linux/amd64"]
     packages = {p["name"]: p for p in cpu["packages"]}
@@ -125,8 +125,8 @@ def test_lock_writes_hashed_locks_that_validate_accepts(tmp_path):
     # The other locked images were not made again: validate sees those two as current.
     for name in [i["name"] for i in yaml.safe_load(path.read_text())["images"]]:
         if name not in ("cpu", "cu124-torch2.6"):
-            shutil.copy(REPO / "locks" / f"{name}.json", tmp_path / "locks")
-    assert imagegen("validate", "--matrix", str(path)).returncode == 0
+            shutil.copy(FIXTURE / "locks" / f"{name}.json", tmp_path / "locks")
+    assert imagegen("validate", *on(path)).returncode == 0
 
 
 def test_an_unresolvable_stack_fails_with_the_resolvers_reason_and_the_matrix_line(tmp_path):
@@ -137,7 +137,7 @@ def test_an_unresolvable_stack_fails_with_the_resolvers_reason_and_the_matrix_li
         image_named(data, "cu124-torch2.6").update(python="3.10", transformers="5.20.2")
 
     path = locked_matrix(tmp_path, wrong_floor)
-    result = imagegen("lock", "--matrix", str(path), "--image", "cu124-torch2.6")
+    result = imagegen("lock", *on(path), "--image", "cu124-torch2.6")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "name: cu124-torch2.6" in text)
     (error,) = [text for text in result.stderr.splitlines() if text.startswith("error:")]
@@ -149,15 +149,15 @@ def test_an_index_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("UV_NO_CACHE", "1")
     path = locked_matrix(tmp_path)
-    result = imagegen("lock", "--matrix", str(path), "--image", "cpu")
+    result = imagegen("lock", *on(path), "--image", "cpu")
     assert result.returncode == 1
     (error,) = [text for text in result.stderr.splitlines() if text.startswith("error:")]
     assert error.startswith("error: cpu (") and "cannot reach http://127.0.0.1:9/simple" in error
 
 
 def facts_matrix(tmp_path, edit) -> str:
-    """The real matrix cut down to one torch release and one package, so that a check is quick."""
-    data = real_matrix_data()
+    """The tests' matrix cut down to one torch release and one package, so that a check is quick."""
+    data = fixture_data()
     data["torch"] = {"2.14.1": {**data["torch"]["2.14.1"], "builds": {"13.0": {}}}}
     data["packages"] = {"trl": data["packages"]["trl"]}
     data["flash_attn"] = {}
@@ -193,7 +193,7 @@ def test_facts_check_catches_a_wrong_cudnn_pin_and_a_wrong_python_floor(tmp_path
 def test_facts_check_catches_arm64_wheels_that_are_cpu_only(tmp_path):
     """PyPI's aarch64 torch is a CPU build up to 2.9: a CUDA image cannot be built for arm64 from it."""
     def cpu_only_arm64(data):
-        data["torch"] = {"2.9.1": {**real_matrix_data()["torch"]["2.9.1"],
+        data["torch"] = {"2.9.1": {**fixture_data()["torch"]["2.9.1"],
                                    "builds": {"12.8": {"platforms": ["linux/amd64", "linux/arm64"]}}}}
 
     result = imagegen("facts", "check", "--matrix", facts_matrix(tmp_path, cpu_only_arm64))

@@ -5,23 +5,24 @@ import pytest
 from imagegen.matrix import model as matrix_module
 from imagegen.core.errors import MatrixError
 
-from tests.helpers import TRAINER, edited, image_named, problems_of, rules_broken, specs
+from tests.helpers import FIXTURE_MATRIX, TRAINER, edited, image_named, planned, problems_of, rules_broken
 
 
-def test_real_matrix_resolves_to_every_image():
-    names = [spec.name for spec in specs()]
+def test_the_fixture_matrix_resolves_to_every_image():
+    names = [plan.name for plan in planned()]
     assert "cpu" in names
-    cudas = {spec.cuda_minor for spec in specs() if spec.cuda_minor}
+    cudas = {plan.cuda_minor for plan in planned() if plan.cuda_minor}
     assert {"11.8", "12.1", "12.4", "12.6", "12.8", "13.0"} <= cudas
 
 
 def test_errors_name_file_line_and_key():
-    text = "repository: r\nos: {}\ncuda: {}\ntorch: {}\nimages: []\ncolour: blue\n"
+    text = FIXTURE_MATRIX.read_text() + "colour: blue\n"
     with pytest.raises(MatrixError) as caught:
         matrix_module.parse(text, "m.yaml")
     (problem,) = caught.value.problems
-    assert (problem.file, problem.line, problem.key, problem.rule) == ("m.yaml", 6, "colour", "unknown-key")
-    assert "allowed keys: repository" in problem.message
+    line = FIXTURE_MATRIX.read_text().count("\n") + 1
+    assert (problem.file, problem.line, problem.key, problem.rule) == ("m.yaml", line, "colour", "unknown-key")
+    assert "allowed keys: repository, latest, components" in problem.message
 
 
 def test_yaml_syntax_error_has_a_line():
@@ -43,7 +44,7 @@ def test_unquoted_version_read_as_a_number_is_explained():
     (lambda d: image_named(d, "cpu").update(flavor="tiny"), "choice"),
     (lambda d: image_named(d, "cu124-torch2.6").update(cuda="9.9"), "known-cuda"),
     (lambda d: image_named(d, "cu124-torch2.6").update(torch="3.0.0"), "known-torch"),
-    (lambda d: image_named(d, "cu126-torch2.7").update(torch="2.5.1", transformers="4.57.6",
+    (lambda d: image_named(d, "cu126-torch2.7").update(torch="2.5.1", transformers="4.57.6", lock="pytorch-index",
                                                        flash_attn="none"), "torch-cuda-build"),
     (lambda d: image_named(d, "cu124-torch2.6").update(python="3.8"), "python-in-torch-range"),
     (lambda d: image_named(d, "cpu").update(python="3.12"), "python-source"),
@@ -100,11 +101,10 @@ def test_the_trainers_requirements_must_accept_each_images_pins():
 
     from imagegen.matrix import model as matrix_module
     from imagegen.matrix import plan
-    from tests.helpers import MATRIX_PATH
 
     trainer = plan.Trainer("0.1.0", (Requirement("transformers>=5.0"), Requirement("trl>=1.0")))
     with pytest.raises(MatrixError) as caught:
-        plan.resolve(matrix_module.read(MATRIX_PATH), trainer)
+        plan.resolve(matrix_module.read(FIXTURE_MATRIX), trainer)
     (problem,) = caught.value.problems
     assert (problem.key, problem.rule) == ("images[1].transformers", "trainer-requirements")
     assert problem.message == "the trainer requires transformers>=5.0, the image pins 4.57.6"
@@ -125,13 +125,14 @@ def test_torch_2_6_on_cuda_12_6_takes_the_cxx11_abi_wheel():
     import yaml
 
     def cu126_torch26(d):
-        image_named(d, "cu126-torch2.7").update(torch="2.6.0", python="3.11", flash_attn="2.7.4.post1")
+        image_named(d, "cu126-torch2.7").update(torch="2.6.0", python="3.11", flash_attn="2.7.4.post1",
+                                                lock="pytorch-index")
 
     data = edited(cu126_torch26)
     assert problems_of(data) == []
-    spec = next(s for s in plan.resolve(matrix_module.parse(yaml.safe_dump(data), "m.yaml"), TRAINER)
-                if s.name == "cu126-torch2.7")
-    assert spec.cxx11_abi and "cu12torch2.6cxx11abiTRUE-cp311" in spec.flash_attn_wheel_url
+    chosen = next(p for p in plan.resolve(matrix_module.parse(yaml.safe_dump(data), "m.yaml"), TRAINER)
+                  if p.name == "cu126-torch2.7")
+    assert chosen.cxx11_abi and "cu12torch2.6cxx11abiTRUE-cp311" in chosen.flash_attn_wheel_url
 
 
 def test_a_flash_attn_release_without_wheels_of_the_builds_abi_is_refused():
@@ -149,4 +150,4 @@ def test_max_size_is_read_in_bytes_and_a_bad_one_is_a_size_problem():
     [problem] = problems_of(edited(lambda d: image_named(d, "cpu").update(max_size="seven gigs")))
     assert (problem.key, problem.rule) == ("images[7].max_size", "size")
     assert "'seven gigs' is not a size" in problem.message and '"7GB"' in problem.message
-    assert next(s for s in specs() if s.name == "cpu").max_size is None
+    assert next(p for p in planned() if p.name == "cpu").max_size is None

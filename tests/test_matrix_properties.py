@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from imagegen.core.errors import MatrixError, UserError
 
-from tests.helpers import problems_of, real_matrix_data
+from tests.helpers import fixture_data, problems_of
 
-BASE = real_matrix_data()
+BASE = fixture_data()
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False, width=16),

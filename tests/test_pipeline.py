@@ -19,7 +19,7 @@ from imagegen.engine.registry import Credentials, referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
 from tests.docker_env import build_cache_made_inside, unique_name
-from tests.helpers import REPO, image_named, locked_matrix
+from tests.helpers import REPO, image_named, real_locked_matrix
 
 
 def read_report(path):
@@ -127,7 +127,7 @@ def broken_matrix(tmp_path, repository: str, after_cpu: tuple[str, ...] = ()):
         for name in ("broken", *after_cpu):
             data["images"].insert(0 if name == "broken" else len(data["images"]), {**cpu, "name": name})
 
-    path = locked_matrix(tmp_path, add_broken)
+    path = real_locked_matrix(tmp_path, add_broken)
     lock = json.loads((tmp_path / "locks" / "cpu.json").read_text())
     tzdata = next(package for package in lock["platforms"]["linux/amd64"]["packages"] if package["name"] == "tzdata")
     tzdata["hashes"] = ["sha256:" + "0" * 64]
@@ -168,7 +168,7 @@ def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, 
         data["repository"] = own_repository
         image_named(data, "cpu").update(max_size="1GB")
 
-    matrix = locked_matrix(tmp_path, over_budget)
+    matrix = real_locked_matrix(tmp_path, over_budget)
     result = imagegen("build", "--matrix", str(matrix), "--trainer", str(REPO / "trainer"), *CPU_BUILD_ARGS,
                       "--context-dir", str(tmp_path / "contexts"), "--report", str(tmp_path / "build.json"))
     assert result.returncode == 1
@@ -257,7 +257,7 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
     first = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", namespace, "--skip-tests",
                      "--report", str(tmp_path / "first.json"))
     assert first.returncode == 0, first.stderr[-2000:]
-    matrix = locked_matrix(tmp_path, lambda d: d.update(repository=own_repository))
+    matrix = real_locked_matrix(tmp_path, lambda d: d.update(repository=own_repository))
     with build_cache_made_inside(docker_client):
         rebuilt = imagegen("build", "--matrix", str(matrix), *CPU_BUILD_ARGS, "--no-cache", "--test", "--skip-train",
                            "--push", "--registry", namespace, "--context-dir", str(tmp_path / "contexts"),

@@ -8,29 +8,44 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.render import contexts as render
 from imagegen.core.errors import UserError
 from imagegen.locking.lockfile import BasePin
+from imagegen.render import contexts as render
+from imagegen.render import output
+from imagegen.render.locked import LockedImage
+from imagegen.workspace import Workspace
 
-from tests.helpers import REPO, locked_specs, spec_named
+from tests.helpers import REPO, locked_images, locked_named
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 TRAINER = {"pyproject.toml": b"[project]\nname = 'vlmgrpo'\nversion = '0.1.0'\n",
            "src/vlmgrpo/__init__.py": b""}
 
 
-def contexts_for(spec_list, trainer=TRAINER, options=render.RenderOptions(), templates=REPO / "templates"):
+def contexts_for(images, trainer=TRAINER, options=render.RenderOptions(), templates=REPO / "templates"):
     env = render.environment(templates)
-    return [c for spec in spec_list for c in render.render_image(spec, env, trainer, options)]
+    return [c for image in images
+            for c in render.render_image(image.plan, image.lock, dict(image.versions), env, trainer, options)]
+
+
+def with_contexts(images: list[LockedImage], **kwargs) -> list[LockedImage]:
+    """The images with contexts rendered from the test's own trainer files."""
+    return [replace(image, contexts=tuple(contexts_for([image], **kwargs))) for image in images]
+
+
+def real_locked_images() -> list[LockedImage]:
+    """The real matrix's locked images: what the snapshots record."""
+    return list(Workspace().load().locked.values())
 
 
 def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("context", contexts_for(locked_specs()), ids=lambda c: f"{c.image}/{c.layer}")
+@pytest.mark.parametrize("context", contexts_for(real_locked_images()), ids=lambda c: f"{c.image}/{c.layer}")
 def test_rendered_dockerfile_matches_snapshot(context):
-    """Set UPDATE_SNAPSHOTS=1 to accept a deliberate template change, then read the diff."""
+    """The real matrix's images as rendered. Set UPDATE_SNAPSHOTS=1 to accept a deliberate template or lock change,
+    then read the diff."""
     snapshot = SNAPSHOTS / context.image / f"{context.layer}.Dockerfile"
     if os.environ.get("UPDATE_SNAPSHOTS") == "1":
         snapshot.parent.mkdir(parents=True, exist_ok=True)
@@ -39,9 +54,9 @@ def test_rendered_dockerfile_matches_snapshot(context):
 
 
 def test_cu124_renders_from_its_nvidia_base_and_installs_torch_from_its_lock():
-    spec = spec_named("cu124-torch2.6")
-    base, framework, trainer = contexts_for([spec])
-    assert base.dockerfile.splitlines()[3] == f"FROM {spec.lock.base.pinned_ref}"
+    image = locked_named("cu124-torch2.6")
+    base, framework, trainer = contexts_for([image])
+    assert base.dockerfile.splitlines()[3] == f"FROM {image.lock.base.pinned_ref}"
     assert "uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt" \
         in framework.dockerfile
     assert framework.files["requirements/installer.txt"].decode().startswith("uv==")
@@ -53,35 +68,35 @@ def test_cu124_renders_from_its_nvidia_base_and_installs_torch_from_its_lock():
 
 
 def test_every_locked_package_is_installed_by_exactly_one_step():
-    spec = spec_named("cu130-torch2.11")
-    framework = contexts_for([spec])[1]
+    image = locked_named("cu130-torch2.11")
+    framework = contexts_for([image])[1]
     step_files = [path for path in framework.files if path.startswith("requirements/")]
     installed = [line.split("==")[0] for path in step_files for line in framework.files[path].decode().splitlines()
                  if "==" in line and not line.startswith("flash-attn")]
-    assert sorted(installed) == sorted(p.name for p in spec.lock.packages)
+    assert sorted(installed) == sorted(p.name for p in image.lock.packages)
     order = [path for path in step_files]
     assert order.index("requirements/torch.txt") < order.index("requirements/deepspeed-sources.txt")
     assert "flash-attn==2.8.3 --hash=sha256:" in framework.files["requirements/flash-attn-sources.txt"].decode()
 
 
 def test_a_pinned_base_digest_goes_into_from(tmp_path):
-    spec = spec_named("cpu")
-    pinned = replace(spec, lock=replace(spec.lock, base=BasePin("debian:bookworm-slim", "sha256:" + "a" * 64)))
+    image = locked_named("cpu")
+    pinned = replace(image, lock=replace(image.lock, base=BasePin("debian:bookworm-slim", "sha256:" + "a" * 64)))
     assert contexts_for([pinned])[0].dockerfile.splitlines()[3] == f"FROM debian:bookworm-slim@sha256:{'a' * 64}"
 
 
 def test_two_renders_are_byte_identical(tmp_path):
-    chosen = [spec_named("cpu"), spec_named("cu128-torch2.8")]
-    render.write(tmp_path / "a", contexts_for(chosen), chosen)
-    render.write(tmp_path / "b", contexts_for(chosen), chosen)
+    chosen = with_contexts([locked_named("cpu"), locked_named("cu128-torch2.8")])
+    output.write(tmp_path / "a", chosen)
+    output.write(tmp_path / "b", chosen)
     assert tree(tmp_path / "a") == tree(tmp_path / "b")
     assert (tmp_path / "a" / "cpu" / "framework" / "wheelhouse").is_dir()
 
 
 def test_a_render_replaces_the_previous_one_whole(tmp_path):
     out = tmp_path / "out"
-    render.write(out, contexts_for([spec_named("cpu")]), [spec_named("cpu")])
-    render.write(out, contexts_for([spec_named("cu124-torch2.6")]), [spec_named("cu124-torch2.6")])
+    output.write(out, [locked_named("cpu")])
+    output.write(out, [locked_named("cu124-torch2.6")])
     assert sorted(p.name for p in out.iterdir()) == [".imagegen-render", "cu124-torch2.6"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
@@ -91,28 +106,28 @@ def test_a_failed_render_leaves_nothing_behind(tmp_path):
     shutil.copytree(REPO / "templates", templates)
     (templates / "trainer.Dockerfile.j2").write_text("FROM {{ parent }}\nRUN {{ no_such_variable }}\n")
     with pytest.raises(UserError, match="trainer.Dockerfile.j2.*no_such_variable"):
-        contexts_for([spec_named("cpu")], templates=templates)
+        contexts_for([locked_named("cpu")], templates=templates)
     out = tmp_path / "out"
     with pytest.raises(UserError, match="not an imagegen render"):
         (out / "precious").mkdir(parents=True)
-        render.write(out, contexts_for([spec_named("cpu")]), [spec_named("cpu")])
+        output.write(out, [locked_named("cpu")])
     assert [p.name for p in out.iterdir()] == ["precious"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "templates"]
 
 
 def test_images_on_one_cuda_base_share_the_base_layer():
-    spec = spec_named("cu128-torch2.8")
-    other_lock = replace(spec.lock, packages=tuple(replace(p, version="0.0.1") if p.name == "peft" else p
-                                                   for p in spec.lock.packages))
-    first = contexts_for([spec])
-    second = contexts_for([replace(spec, name="cu128-other", lock=other_lock)])
+    image = locked_named("cu128-torch2.8")
+    other_lock = replace(image.lock, packages=tuple(replace(p, version="0.0.1") if p.name == "peft" else p
+                                                    for p in image.lock.packages))
+    first = contexts_for([image])
+    second = contexts_for([replace(image, plan=replace(image.plan, name="cu128-other"), lock=other_lock)])
     assert first[0].ref == second[0].ref
     assert first[1].ref != second[1].ref
 
 
 def test_a_trainer_change_leaves_the_framework_layer_alone():
-    before = contexts_for([spec_named("cpu")])
-    after = contexts_for([spec_named("cpu")], trainer={**TRAINER, "src/vlmgrpo/new.py": b"x = 1\n"})
+    before = contexts_for([locked_named("cpu")])
+    after = contexts_for([locked_named("cpu")], trainer={**TRAINER, "src/vlmgrpo/new.py": b"x = 1\n"})
     assert [c.ref for c in before[:2]] == [c.ref for c in after[:2]]
     assert before[2].ref != after[2].ref
 
@@ -120,7 +135,7 @@ def test_a_trainer_change_leaves_the_framework_layer_alone():
 def test_base_image_and_apt_mirror_overrides():
     options = render.RenderOptions(base_images=(("", "local/debian:bookworm"),),
                                    apt_mirror="http://mirror.example/debian")
-    base = contexts_for([spec_named("cpu")], options=options)[0]
+    base = contexts_for([locked_named("cpu")], options=options)[0]
     assert "FROM local/debian:bookworm" in base.dockerfile
     assert "#http://mirror.example/debian#g" in base.dockerfile
 
@@ -137,8 +152,8 @@ def test_trainer_files_leave_out_tests_and_caches(tmp_path):
 
 def test_every_rendered_dockerfile_passes_hadolint_at_warning_level(tmp_path):
     hadolint = shutil.which("hadolint") or str(Path(os.sys.executable).parent / "hadolint")
-    every = locked_specs()
-    render.write(tmp_path / "out", contexts_for(every), every)
+    every = real_locked_images()
+    output.write(tmp_path / "out", every)
     dockerfiles = sorted((tmp_path / "out").glob("*/*/Dockerfile"))
     assert len(dockerfiles) == 3 * len(every)
     result = subprocess.run([hadolint, "--failure-threshold", "warning", *map(str, dockerfiles)],
@@ -148,10 +163,9 @@ def test_every_rendered_dockerfile_passes_hadolint_at_warning_level(tmp_path):
 
 def test_where_the_matrix_lives_changes_no_rendered_file(tmp_path):
     """The inputs digest, and so the version tag, covers every rendered file: none may name the matrix's path."""
-    from imagegen.workspace import Workspace
-    from tests.helpers import locked_matrix
+    from tests.helpers import FIXTURE_TRAINER, locked_matrix
 
-    elsewhere = {spec.key: spec for spec in Workspace(locked_matrix(tmp_path)).load()[1]}
-    for spec in locked_specs():
-        assert spec.lock.command != elsewhere[spec.key].lock.command  # `imagegen lock --matrix TMP ...`
-        assert elsewhere[spec.key].version_tag == spec.version_tag
+    elsewhere = Workspace(locked_matrix(tmp_path), trainer=FIXTURE_TRAINER).load().locked
+    for image in locked_images():
+        assert image.lock.command != elsewhere[image.key].lock.command  # `imagegen lock --matrix TMP ...`
+        assert elsewhere[image.key].version_tag == image.version_tag

@@ -16,15 +16,16 @@ from imagegen.cli import main
 # Aliased: pytest would try to collect a class named Test* as a test class.
 from imagegen.stages.results import BuildResult, Check, LayerResult, PushResult, write_json
 from imagegen.stages.results import TestResult as ImageTestResult
-from tests.helpers import real_matrix_data
+from tests.helpers import FIXTURE_MATRIX, FIXTURE_TRAINER, fixture_data
 
+FIXTURE_ARGS = ["--matrix", str(FIXTURE_MATRIX), "--trainer", str(FIXTURE_TRAINER)]
 HOSTILE = "<script>alert('x')</script>&\"|"
 PUSHED_DIGEST = "sha256:" + "9f8e" * 16
 SBOM_DIGEST = "sha256:" + "5b0m" * 16
 GPU_SKIP_REASON = "no GPU runtime: docker has no nvidia runtime"
 # A row per image and platform; an image of several platforms names the platform.
 MATRIX_ROWS = [image["name"] if len(image.get("platforms", ["linux/amd64"])) == 1 else f"{image['name']} ({platform})"
-               for image in real_matrix_data()["images"] for platform in image.get("platforms", ["linux/amd64"])]
+               for image in fixture_data()["images"] for platform in image.get("platforms", ["linux/amd64"])]
 
 
 def results(logs: Path) -> tuple[list, list, list]:
@@ -72,7 +73,7 @@ def reports(tmp_path) -> Path:
 def run_report(reports: Path, out: Path):
     args = ["--build", reports / "build.json", "--test", reports / "test.json", "--push", reports / "push.json",
             "--out", out]
-    return CliRunner().invoke(main, ["report", *(str(arg) for arg in args)])
+    return CliRunner().invoke(main, ["report", *FIXTURE_ARGS, *(str(arg) for arg in args)])
 
 
 @pytest.fixture
@@ -221,8 +222,16 @@ def test_from_reads_the_reports_of_every_job(tmp_path):
     write_json(downloaded / "cpu" / "build.json", "build", builds[2:])
     write_json(downloaded / "cpu" / "test.json", "test", tests[1:])
     out = tmp_path / "page"
-    result = CliRunner().invoke(main, ["report", "--from", str(downloaded), "--out", str(out)])
+    result = CliRunner().invoke(main, ["report", *FIXTURE_ARGS, "--from", str(downloaded), "--out", str(out)])
     assert result.exit_code == 0, result.output
     markdown = (out / "index.md").read_text()
     assert "sha256:9f8e9f8e9f8e" in markdown and "4.1 GB" in markdown and "expected 2.14.1" in markdown
     assert "href=\"../reports/cu124-torch2.6/logs/cu124-torch2.6.log\"" in (out / "index.html").read_text()
+
+
+def test_an_image_locked_elsewhere_says_so_in_its_build_cell(page):
+    markdown = (page / "index.md").read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| **cu121-torch2.5**"))
+    assert "➖ not run<br>needs the PyTorch index" in row
+    html_text = (page / "index.html").read_text()
+    assert 'title="needs the PyTorch index">cu121-torch2.5</td>' in html_text

@@ -24,7 +24,8 @@ from packaging.utils import canonicalize_name
 
 from imagegen.core import atomic
 from imagegen.locking import index
-from imagegen.matrix import plan
+from imagegen.locking.inputs import flash_attn_requirement, lock_inputs
+from imagegen.matrix.plan import PYPI, PlannedImage
 from imagegen.core.errors import UserError
 from imagegen.locking.lockfile import Artifact, BasePin, Lock, LockedPackage, dumps
 from imagegen.engine.registry import RegistryError, tag_digest
@@ -45,24 +46,24 @@ class LockOutcome:
     warnings: tuple[str, ...]
 
 
-def lock_image(spec: plan.ImageSpec, command: str) -> LockOutcome:
-    """Resolve one image; LockError when its stack does not resolve or an index does not answer."""
-    inputs = plan.lock_inputs(spec)
-    packages = resolve(spec, inputs["requirements"])
-    base = pin_base(spec.base_image)
-    flash_attn = flash_attn_artifact(spec)
+def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
+    """Resolve one platform of an image; LockError when its stack does not resolve or an index does not answer."""
+    inputs = lock_inputs(plan)
+    packages = resolve(plan, inputs["requirements"])
+    base = pin_base(plan.base_image)
+    flash_attn = flash_attn_artifact(plan)
     warnings = [text for text in (base.note, flash_attn.note if flash_attn else "") if text]
-    lock = Lock(spec.name, spec.platform, inputs, base, tuple(packages), flash_attn, command)
+    lock = Lock(plan.name, plan.platform, inputs, base, tuple(packages), flash_attn, command)
     return LockOutcome(lock, tuple(warnings))
 
 
-def resolve(spec: plan.ImageSpec, requirements: list[str]) -> list[LockedPackage]:
-    argv = [_uv(), "pip", "compile", "-", "--python-version", spec.python, "--python-platform",
-            spec.python_platform, "--generate-hashes", "--emit-index-annotation", "--no-header",
+def resolve(plan: PlannedImage, requirements: list[str]) -> list[LockedPackage]:
+    argv = [_uv(), "pip", "compile", "-", "--python-version", plan.version("python"), "--python-platform",
+            plan.python_platform, "--generate-hashes", "--emit-index-annotation", "--no-header",
             "--annotation-style", "split", "--quiet"]
-    if spec.torch_index_url:
+    if plan.torch_index_url:
         # An extra index is searched first: torch and its CUDA wheels come from the PyTorch index.
-        argv += ["--extra-index-url", spec.torch_index_url]
+        argv += ["--extra-index-url", plan.torch_index_url]
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1"}
     try:
         done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True, env=env,
@@ -70,7 +71,7 @@ def resolve(spec: plan.ImageSpec, requirements: list[str]) -> list[LockedPackage
     except subprocess.TimeoutExpired:
         raise LockError(f"uv did not resolve within {UV_TIMEOUT_S} s") from None
     if done.returncode != 0:
-        raise LockError(_uv_reason(done.stderr, spec.torch_index_url))
+        raise LockError(_uv_reason(done.stderr, plan.torch_index_url))
     return parse_compiled(done.stdout)
 
 
@@ -141,15 +142,15 @@ def pin_base(ref: str) -> BasePin:
         return BasePin(ref, None, f"base {ref} not pinned: {error}")
 
 
-def flash_attn_artifact(spec: plan.ImageSpec) -> Artifact | None:
-    requirement = plan.flash_attn_requirement(spec)
+def flash_attn_artifact(plan: PlannedImage) -> Artifact | None:
+    requirement = flash_attn_requirement(plan)
     if requirement is None:
         return None
-    if spec.flash_attn_source_build:
-        return Artifact(requirement, _sdist_sha256(spec.flash_attn))
-    filename = spec.flash_attn_wheel_url.rsplit("/", 1)[-1]
+    if plan.flash_attn_source_build:
+        return Artifact(requirement, _sdist_sha256(plan.version("flash_attn")))
+    filename = plan.flash_attn_wheel_url.rsplit("/", 1)[-1]
     try:
-        return Artifact(requirement, _release_asset_sha256(spec.flash_attn, filename))
+        return Artifact(requirement, _release_asset_sha256(plan.version("flash_attn"), filename))
     except LockError:
         raise
     except UserError as error:
@@ -159,7 +160,7 @@ def flash_attn_artifact(spec: plan.ImageSpec) -> Artifact | None:
 def _sdist_sha256(version: str) -> str:
     wanted = FLASH_ATTN_SDIST.format(version=version)
     try:
-        files = index.project_files(plan.PYPI, "flash-attn")
+        files = index.project_files(PYPI, "flash-attn")
     except index.PackageIndexError as error:
         raise LockError(str(error)) from None
     found = next((f for f in files if f.filename == wanted), None)

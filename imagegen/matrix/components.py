@@ -1,48 +1,100 @@
-"""The components of an image: one table that tags, labels, expected.json, the in-image checks,
-the listing and report columns, the matrix's image keys and the lock all read.
+"""The components of an image as data: the rows of matrix.yaml's `components` table.
 
-Adding a component is one row here (plus its value on ImageSpec): every consumer iterates this table.
+Tags, labels (the description too), expected.json, the listing and report columns, the image keys
+of the matrix, the rules, the lock and the in-image checks all iterate this table. Adding a component
+is its row in matrix.yaml, its facts under `packages`, its version per image (or under `defaults`)
+and a re-lock: no code changes.
+
+The code knows a few rows by key, because their versions come from facts the code reads (torch's
+builds, Python's source, flash-attn's wheels, DeepSpeed's ops); `CORE_KEYS` lists them and the
+schema refuses a table without them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+# Rows the code reads by key: the matrix must keep them.
+CORE_KEYS = ("python", "torch", "torch_cuda", "cudnn", "nccl", "torchvision", "flash_attn", "deepspeed",
+             "transformers")
+IMAGE, TORCH = "image", "torch"  # where a component's version comes from
 
 
 @dataclass(frozen=True)
 class Component:
-    key: str  # ImageSpec attribute; the key in expected.json and in `vlmgrpo info`'s versions
+    key: str  # the image key, the key in expected.json and in `vlmgrpo info`'s versions
     title: str  # column heading in the listing and the report page
     label: str  # the image carries io.imagegen.<label>
-    # The Python distribution installed for it, which the lock pins and `vlmgrpo selftest` reads back;
-    # None for what torch reports at run time (its CUDA, cuDNN and NCCL) and for Python itself.
+    # The Python distribution installed for it: the image pins it, the lock holds it at exactly that version,
+    # `vlmgrpo selftest` reads it back. None for Python itself and for what torch's build decides.
     distribution: str | None = None
-    # Distributions of the lock whose version this component is, when it is not a distribution of
-    # its own: torch's cuDNN and NCCL wheels (nvidia-cudnn-cu12, nvidia-nccl-cu13, ...).
+    source: str = IMAGE  # IMAGE: each image says its version; TORCH: the image's torch release and build say it
+    image_key: bool = True  # an image (or defaults) may set it; TORCH components only to repeat what torch says
+    # Read back from the lock: the version of the one distribution whose name starts with this (torch's cuDNN
+    # and NCCL wheels: nvidia-cudnn-cu12, nvidia-nccl-cu13, ...).
     lock_family: str | None = None
-    image_key: bool = False  # an image key of matrix.yaml (set per image or under defaults)
-    required: bool = False  # an image must pin it; the others may be `none`
-    in_resolution: bool = True  # resolved by the lock; flash-attn's wheels live outside any index
-    column: bool = True  # shown as a column of `imagegen matrix` and the report
+    required: bool = False  # every image pins it; the others may be `none`
+    artifact: bool = False  # no index resolves it (flash-attn's wheels): a wheel URL or a source build
+    column: bool = True  # a column of `imagegen matrix` and the report, and named in the image's description
+
+    @property
+    def pinned(self) -> bool:
+        """An image key whose distribution the lock resolves at exactly the image's version."""
+        return self.source == IMAGE and self.distribution is not None and not self.artifact
 
 
-COMPONENTS: tuple[Component, ...] = (
-    Component("python", "Python", "python", image_key=True, required=True),
-    Component("torch", "torch", "torch", "torch", image_key=True, required=True),
-    Component("torch_cuda", "torch CUDA", "torch.cuda", column=False),
-    Component("cudnn", "cuDNN", "cudnn", lock_family="nvidia-cudnn-cu"),
-    Component("nccl", "NCCL", "nccl", lock_family="nvidia-nccl-cu"),
-    Component("torchvision", "torchvision", "torchvision", "torchvision", image_key=True, column=False),
-    Component("flash_attn", "flash-attn", "flash-attn", "flash-attn", image_key=True, in_resolution=False),
-    Component("deepspeed", "DeepSpeed", "deepspeed", "deepspeed", image_key=True),
-    Component("transformers", "transformers", "transformers", "transformers", image_key=True, required=True),
-    Component("trl", "TRL", "trl", "trl", image_key=True, required=True),
-    Component("accelerate", "accelerate", "accelerate", "accelerate", image_key=True, required=True, column=False),
-    Component("peft", "peft", "peft", "peft", image_key=True, required=True, column=False),
-)
+@dataclass(frozen=True)
+class Components:
+    """The table, in its order."""
 
-BY_KEY = {component.key: component for component in COMPONENTS}
+    rows: tuple[Component, ...]
 
-# Image keys that are components installed from the index and pinned by the image: what the
-# trainer's requirements must accept, what the lock must hold at exactly that version.
-PINNED_DISTRIBUTIONS = tuple(c for c in COMPONENTS if c.distribution and c.image_key)
+    def __iter__(self) -> Iterator[Component]:
+        return iter(self.rows)
+
+    def __getitem__(self, key: str) -> Component:
+        return next(c for c in self.rows if c.key == key)
+
+    def __contains__(self, key: str) -> bool:
+        return any(c.key == key for c in self.rows)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.rows)
+
+    @property
+    def image_keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.rows if c.image_key)
+
+    @property
+    def pinned(self) -> tuple[Component, ...]:
+        return tuple(c for c in self.rows if c.pinned)
+
+    @property
+    def distributions(self) -> dict[str, str]:
+        """Component key -> the distribution installed for it."""
+        return {c.key: c.distribution for c in self.rows if c.distribution}
+
+    @property
+    def families(self) -> dict[str, str]:
+        """Component key -> the name prefix of the distribution the lock pins for it."""
+        return {c.key: c.lock_family for c in self.rows if c.lock_family}
+
+    def of_distribution(self, name: str) -> Component | None:
+        return next((c for c in self.rows if c.distribution and _canonical(c.distribution) == _canonical(name)),
+                    None)
+
+
+def table(rows: Mapping[str, Mapping]) -> Components:
+    """The table from matrix.yaml's `components` mapping (already shape-checked)."""
+    return Components(tuple(Component(key=key, title=row["title"], label=row.get("label", key),
+                                      distribution=row.get("distribution"), source=row.get("from", IMAGE),
+                                      image_key=row.get("image_key", row.get("from", IMAGE) == IMAGE),
+                                      lock_family=row.get("lock_family"), required=row.get("required", False),
+                                      artifact=row.get("artifact", False), column=row.get("column", True))
+                            for key, row in rows.items()))
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")

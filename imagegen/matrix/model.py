@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
-from imagegen.matrix.components import COMPONENTS
+from imagegen.matrix.components import IMAGE, Components
+from imagegen.matrix.components import table as components_table
 from imagegen.core.errors import MatrixError, Problem, UserError
 from imagegen.matrix import schema, yamlsource
 
@@ -83,32 +84,32 @@ class KnownBad:
 
 
 @dataclass(frozen=True)
-class FlashAttnChoice:
-    version: str | None
-    source_build: bool = False
-
-
-@dataclass(frozen=True)
 class ImageEntry:
+    """One image of the matrix, every platform of it, as the file says (defaults applied)."""
+
     index: int
     name: str
     cuda: str | None
     base: str | None
     os: str | None
     flavor: str
-    python: str
-    torch: str
     torch_build: str | None
     platforms: tuple[str, ...]
-    torchvision: str | None
-    flash_attn: FlashAttnChoice
-    deepspeed: str | None
+    # Each component the image sets (or inherits from defaults), by key; None where it says `none`. A component
+    # torch decides (cuDNN, NCCL) is absent unless the image repeats it (torchvision may).
+    versions: dict[str, str | None]
+    source_builds: frozenset[str]  # artifact components ({version: ..., build: source}) compiled in the build
     deepspeed_ops: tuple[str, ...]
-    transformers: str
-    trl: str
-    accelerate: str
-    peft: str
     max_size: str | None = None  # a size budget such as "7GB"; checked by rules, enforced after the build
+    lock_source: str = "pypi"  # where its lock can be made: "pypi", or "pytorch-index" (see matrix.yaml)
+
+    @property
+    def python(self) -> str:
+        return self.versions["python"] or ""
+
+    @property
+    def torch(self) -> str:
+        return self.versions["torch"] or ""
 
 
 @dataclass
@@ -122,6 +123,7 @@ class Matrix:
     flash_attn: dict[str, FlashAttnRelease]
     packages: dict[str, dict[str, PackageRelease]]  # package -> version -> facts
     known_bad: list[KnownBad]
+    components: Components
     images: list[ImageEntry] = field(default_factory=list)
 
     def problem(self, path: tuple, message: str, rule: str) -> Problem:
@@ -157,6 +159,7 @@ def parse(text: str, file: str) -> Matrix:
 def _build(located: yamlsource.Located) -> Matrix:
     data = located.data
     defaults = data.get("defaults", {})
+    table = components_table(data["components"])
     return Matrix(
         located=located,
         repository=data["repository"],
@@ -172,7 +175,8 @@ def _build(located: yamlsource.Located) -> Matrix:
                   for name, releases in data.get("packages", {}).items()},
         known_bad=[KnownBad(k["transformers"], k["with"], k["reason"], i)
                    for i, k in enumerate(data.get("known_bad", []))],
-        images=[_image(i, {**defaults, **entry}) for i, entry in enumerate(data["images"])],
+        components=table,
+        images=[_image(i, {**defaults, **entry}, table) for i, entry in enumerate(data["images"])],
     )
 
 
@@ -193,11 +197,20 @@ def _torch(version: str, t: dict) -> TorchFacts:
     return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"])
 
 
-def _image(index: int, e: dict) -> ImageEntry:
-    missing = [c.key for c in COMPONENTS if c.required and c.key not in e]
+def _image(index: int, e: dict, table: Components) -> ImageEntry:
+    missing = [c.key for c in table if c.required and c.source == IMAGE and c.key not in e]
     if missing:
         # Reported by rules with a line number; keep a placeholder to carry on.
         e = {**e, **{k: "" for k in missing}}
+    versions, source_builds = {}, set()
+    for component in table:
+        value = e.get(component.key, NONE if component.source == IMAGE else None)
+        if isinstance(value, dict):  # {version: ..., build: source|wheel}
+            if value["build"] == "source":
+                source_builds.add(component.key)
+            value = value["version"]
+        if component.source == IMAGE or value is not None:
+            versions[component.key] = None if value == NONE else value
     return ImageEntry(
         index=index,
         name=e["name"],
@@ -205,27 +218,11 @@ def _image(index: int, e: dict) -> ImageEntry:
         base=e.get("base"),
         os=e.get("os"),
         flavor=e.get("flavor", "devel"),
-        python=e["python"],
-        torch=e["torch"],
         torch_build=e.get("torch_build"),
         platforms=tuple(e.get("platforms", DEFAULT_PLATFORMS)),
-        torchvision=e.get("torchvision"),
-        flash_attn=_flash_attn(e.get("flash_attn", NONE)),
-        deepspeed=_optional(e.get("deepspeed", NONE)),
+        versions=versions,
+        source_builds=frozenset(source_builds),
         deepspeed_ops=tuple(e.get("deepspeed_ops", ())),
-        transformers=e["transformers"],
-        trl=e["trl"],
-        accelerate=e["accelerate"],
-        peft=e["peft"],
         max_size=e.get("max_size"),
+        lock_source=e.get("lock", "pypi"),
     )
-
-
-def _flash_attn(value) -> FlashAttnChoice:
-    if isinstance(value, dict):
-        return FlashAttnChoice(value["version"], value["build"] == "source")
-    return FlashAttnChoice(_optional(value))
-
-
-def _optional(value: str) -> str | None:
-    return None if value == NONE else value

@@ -1,22 +1,22 @@
-"""Resolve matrix entries into image specs: every version and base an image will have, and what
-its lock must be resolved from. Locks and tags come later (workspace.load): a spec here holds the
-matrix's facts; `with_lock` replaces the typed cuDNN and NCCL with what the lock pins.
+"""Resolve matrix entries into planned images: every version and base one platform of an image will have,
+and what its lock must be resolved from. A planned image has no lock, no tags and no reference: those are
+a LockedImage's (imagegen.render.locked).
 
-Pure functions: a Matrix in, ImageSpecs out. Nothing here touches Docker or the disk.
+Pure functions: a Matrix in, PlannedImages out. Nothing here touches Docker, the network or the disk.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
+from typing import Mapping
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imagegen.core import platforms, sizes
+from imagegen.core.errors import MatrixError
 from imagegen.matrix import rules
-from imagegen.matrix.components import COMPONENTS, PINNED_DISTRIBUTIONS
-from imagegen.core.errors import MatrixError, Problem
-from imagegen.locking.lockfile import BUILD_TOOLS, INSTALLER, Lock
+from imagegen.matrix.components import Components
 from imagegen.matrix.model import ImageEntry, Matrix
 
 PYPI = "https://pypi.org/simple"
@@ -40,210 +40,135 @@ class Trainer:
 
 
 @dataclass(frozen=True)
-class ImageSpec:
-    """One image to build, fully resolved: what is inside and what it is called."""
+class PlannedImage:
+    """One platform of one image, as the matrix says it (an image of two platforms plans two)."""
 
-    name: str
-    platform: str  # linux/amd64: one spec per platform of an image
+    name: str  # the image's name in the matrix
+    platform: str  # linux/amd64
     platforms: tuple[str, ...]  # every platform of the image, this one among them
+    versions: Mapping[str, str | None]  # every component's version by key (the table's order); None: left out
+    components: Components
     flavor: str
     base_image: str
     os: str
     cuda: str | None  # CUDA toolkit of the base image, e.g. "12.4.1"; None without one
     base_cudnn: int | None  # cuDNN major of the base image
     min_driver: str | None
-    python: str
     python_source: str  # "system" or "deadsnakes"
     python_platform: str  # what the lock is resolved for, e.g. x86_64-manylinux_2_35 (uv's spelling)
-    torch: str
-    torch_cuda: str  # the CUDA torch was built for, as torch.version.cuda reports it
     torch_index_url: str | None  # None: PyPI serves this very build
-    torchvision: str
-    cudnn: str  # pinned by the torch wheels; torch.backends.cudnn.version() reports it
-    nccl: str
     cxx11_abi: bool  # of this torch build's wheels
-    flash_attn: str | None
-    flash_attn_source_build: bool
+    source_builds: frozenset[str]  # artifact components compiled in the build (flash-attn)
     flash_attn_wheel_url: str | None
     flash_attn_requires: tuple[str, ...]
-    deepspeed: str | None
     deepspeed_ops: tuple[str, ...]
     cuda_arch_list: str  # TORCH_CUDA_ARCH_LIST for anything compiled at build time
-    transformers: str
-    trl: str
-    accelerate: str
-    peft: str
+    cuda_archs: tuple[str, ...]  # compute capabilities the image must run on; torch's build must cover them
     trainer_version: str
     trainer_requirements: tuple[str, ...]  # what the framework layer installs for the trainer
     repository: str
-    lock: Lock | None = field(default=None, repr=False, compare=False)
-    lock_problem: str | None = None  # why the image has no usable lock: missing or stale
-    inputs_digest: str | None = None  # sha256 of everything it is built from; None without a lock
-    version_tag: str | None = None  # None without a lock: the tag carries the inputs digest
-    alias_tags: tuple[str, ...] = ()
-    labels: dict[str, str] = field(default_factory=dict)
+    lock_source: str  # "pypi", or "pytorch-index": locked only where the PyTorch index answers
     max_size: int | None = None  # bytes; a larger image fails its build
-    cuda_archs: tuple[str, ...] = ()  # compute capabilities the image must run on; torch's build must cover them
+
+    def version(self, key: str) -> str | None:
+        return self.versions.get(key)
 
     @property
-    def cudnn_major(self) -> str:
-        return self.cudnn.split(".")[0]
+    def key(self) -> str:
+        """The image and platform, as names of files and report rows: cpu, cpu-arm64."""
+        return platforms.key(self.name, self.platform)
 
     @property
     def cuda_minor(self) -> str | None:
         return ".".join(self.cuda.split(".")[:2]) if self.cuda else None
 
     @property
-    def key(self) -> str:
-        return platforms.key(self.name, self.platform)
-
-    def ref(self, tag: str | None = None) -> str:
-        """This platform's image, locally: cpu's linux/arm64 image is REPOSITORY:TAG-arm64."""
-        return f"{self.repository}:{tag or self.version_tag}{platforms.suffix(self.platform)}"
+    def flash_attn_source_build(self) -> bool:
+        return "flash_attn" in self.source_builds
 
     def as_dict(self) -> dict:
-        """The spec as plain data, the lock left out (it lives in its own file)."""
-        return asdict(replace(self, lock=None))
-
-    def versions(self) -> dict[str, str | None]:
-        """Every component's version, by component key; None for one the image leaves out."""
-        return {c.key: getattr(self, c.key) for c in COMPONENTS}
-
-    def expected(self) -> dict[str, object]:
-        """What `vlmgrpo selftest` must find inside (expected.json): each component's version and the
-        distribution it is read from, so that the image's own checks follow the component table."""
-        return {
-            "versions": self.versions(),
-            "distributions": {c.key: c.distribution for c in COMPONENTS if c.distribution},
-            "gpu_count": None,
-            "cuda_archs": list(self.cuda_archs),
-            "min_driver": self.min_driver,
-        }
+        """The plan as plain data (the component table left out: it is the matrix's)."""
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "components"}
+        return {**fields, "versions": dict(self.versions), "source_builds": sorted(self.source_builds)}
 
 
-def resolve(matrix: Matrix, trainer: Trainer) -> list[ImageSpec]:
-    """Every image of the matrix, or MatrixError listing every problem found."""
+def resolve(matrix: Matrix, trainer: Trainer) -> list[PlannedImage]:
+    """Every platform of every image of the matrix, or MatrixError listing every problem found."""
     problems = rules.check(matrix, trainer.requirements)
     if problems:
         raise MatrixError(problems)
-    return [_resolve_image(matrix, image, trainer, platform) for image in matrix.images
-            for platform in image.platforms]
+    return [_plan(matrix, image, trainer, platform) for image in matrix.images for platform in image.platforms]
 
 
-def with_lock(spec: ImageSpec, lock: Lock) -> ImageSpec:
-    """The spec with what its (current) lock pins: torch's cuDNN and NCCL wheels."""
-    locked = {c.key: lock.family_version(c.lock_family) for c in COMPONENTS if c.lock_family}
-    return replace(spec, lock=lock, lock_problem=None, **{k: v for k, v in locked.items() if v})
-
-
-def lock_inputs(spec: ImageSpec) -> dict:
-    """What the image's lock is resolved from; a lock made from other inputs is stale."""
-    flash_attn = None
-    if spec.flash_attn:
-        flash_attn = {"version": spec.flash_attn, "build": "source" if spec.flash_attn_source_build else "wheel",
-                      "requirement": flash_attn_requirement(spec), "requires": list(spec.flash_attn_requires)}
-    return {
-        "python": spec.python,
-        "platform": spec.python_platform,
-        "torch_index": spec.torch_index_url,
-        "requirements": list(resolution_requirements(spec)),
-        "flash_attn": flash_attn,
-        "base": spec.base_image,
-    }
-
-
-def resolution_requirements(spec: ImageSpec) -> tuple[str, ...]:
-    """Everything the lock resolves: the image's pins, the trainer's needs, what flash-attn needs
-    (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools and
-    the installer."""
-    local = f"+cu{_nodot(spec.torch_cuda)}" if spec.torch_index_url else ""
-    pins = {c.distribution: getattr(spec, c.key) for c in PINNED_DISTRIBUTIONS if c.in_resolution}
-    pins["torch"] = spec.torch + local
-    pins["torchvision"] = spec.torchvision + local
-    wanted = [f"{name}=={version}" for name, version in pins.items() if version]
-    wanted += [*spec.trainer_requirements, *spec.flash_attn_requires, INSTALLER]
-    if spec.deepspeed or spec.flash_attn_source_build:
-        wanted += BUILD_TOOLS
-    return tuple(sorted(set(wanted), key=str.lower))
-
-
-def flash_attn_requirement(spec: ImageSpec) -> str | None:
-    """flash-attn as pip installs it: the prebuilt wheel's URL, or the sdist to compile."""
-    if not spec.flash_attn:
-        return None
-    if spec.flash_attn_source_build:
-        return f"flash-attn=={spec.flash_attn}"
-    return f"flash-attn @ {spec.flash_attn_wheel_url}"
-
-
-def _resolve_image(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) -> ImageSpec:
+def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) -> PlannedImage:
     torch = matrix.torch[image.torch]
     torch_cuda = rules.torch_cuda(matrix, image)
-    build = torch.builds[torch_cuda]
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     os_name = cuda.os if cuda else image.os
     archs = cuda.archs.get(platform, ()) if cuda else ()
-    flash_attn = matrix.flash_attn.get(image.flash_attn.version or "")
-    return ImageSpec(
+    flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
+    return PlannedImage(
         name=image.name,
         platform=platform,
         platforms=image.platforms,
+        versions=versions(matrix, image),
+        components=matrix.components,
         flavor=image.flavor if cuda else "custom",
         base_image=(cuda.base_devel if image.flavor == "devel" else cuda.base_runtime) if cuda else image.base,
         os=os_name,
         cuda=cuda.version if cuda else None,
         base_cudnn=cuda.cudnn if cuda else None,
         min_driver=cuda.driver_minimum if cuda else None,
-        python=image.python,
         python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
         python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
-        torch=torch.version,
-        torch_cuda=torch_cuda,
         # PyPI serves one CUDA build of each release: the same wheels, without the index's +cuXYZ.
         torch_index_url=None if torch_cuda == torch.pypi_build else TORCH_INDEX.format(nodot=_nodot(torch_cuda)),
-        torchvision=torch.torchvision,
-        cudnn=build.cudnn,
-        nccl=build.nccl,
-        cxx11_abi=build.cxx11_abi,
-        flash_attn=image.flash_attn.version,
-        flash_attn_source_build=image.flash_attn.source_build,
+        cxx11_abi=torch.builds[torch_cuda].cxx11_abi,
+        source_builds=image.source_builds,
         flash_attn_wheel_url=_flash_attn_wheel(matrix, image, torch_cuda),
         flash_attn_requires=flash_attn.requires if flash_attn else (),
-        deepspeed=image.deepspeed,
         deepspeed_ops=image.deepspeed_ops,
-        cuda_arch_list=_arch_list(archs, image.flash_attn.source_build),
-        transformers=image.transformers,
-        trl=image.trl,
-        accelerate=image.accelerate,
-        peft=image.peft,
-        trainer_version=trainer.version,
-        trainer_requirements=_trainer_requirements(trainer, with_cuda=cuda is not None),
-        repository=matrix.repository,
-        max_size=sizes.parse(image.max_size) if image.max_size else None,
+        cuda_arch_list=_arch_list(archs, "flash_attn" in image.source_builds),
         cuda_archs=archs,
+        trainer_version=trainer.version,
+        trainer_requirements=_trainer_requirements(matrix.components, trainer, with_cuda=cuda is not None),
+        repository=matrix.repository,
+        lock_source=image.lock_source,
+        max_size=sizes.parse(image.max_size) if image.max_size else None,
     )
 
 
-def _trainer_requirements(trainer: Trainer, with_cuda: bool) -> tuple[str, ...]:
+def versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
+    """Every component's version, in the table's order: the image's own, and what its torch build says."""
+    torch = matrix.torch[image.torch]
+    torch_cuda = rules.torch_cuda(matrix, image)
+    build = torch.builds[torch_cuda]
+    from_torch = {"torch_cuda": torch_cuda, "cudnn": build.cudnn, "nccl": build.nccl,
+                  "torchvision": torch.torchvision}
+    return {c.key: from_torch.get(c.key) if c.source == "torch" else image.versions.get(c.key)
+            for c in matrix.components}
+
+
+def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool) -> tuple[str, ...]:
     """The trainer's dependencies and build tools (and its CUDA extra in an image with CUDA), less
     the packages every image pins itself.
 
     The framework layer installs them, so the trainer layer installs the trainer alone,
     offline, and a change to the trainer's code rebuilds nothing below it.
     """
-    pinned = {c.distribution for c in PINNED_DISTRIBUTIONS}
+    pinned = {canonicalize_name(name) for name in table.distributions.values()}
     wanted = [*trainer.requirements, *trainer.build_requirements, *(trainer.cuda_requirements if with_cuda else ())]
     return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
 
 
 def _flash_attn_wheel(matrix: Matrix, image: ImageEntry, torch_cuda: str) -> str | None:
-    choice = image.flash_attn
-    if choice.version is None or choice.source_build:
+    version = image.versions.get("flash_attn")
+    if version is None or "flash_attn" in image.source_builds:
         return None
-    release = matrix.flash_attn[choice.version]
+    release = matrix.flash_attn[version]
     torch = matrix.torch[image.torch]
     return FLASH_ATTN_WHEEL.format(
-        version=choice.version, cu=release.cuda[torch_cuda.split(".")[0]],
+        version=version, cu=release.cuda[torch_cuda.split(".")[0]],
         torch=".".join(torch.version.split(".")[:2]), abi="TRUE" if torch.builds[torch_cuda].cxx11_abi else "FALSE",
         py="3" + image.python.split(".")[1])
 
@@ -267,25 +192,3 @@ def _nodot(version: str) -> str:
 
 def index_of(matrix: Matrix, name: str) -> int:
     return next(image.index for image in matrix.images if image.name == name)
-
-
-def lock_problems(matrix: Matrix, specs: list[ImageSpec]) -> list[Problem]:
-    """Images without a current lock, and facts of the matrix that a lock (read from the index)
-    contradicts: what `imagegen validate` adds to the rules once the locks are read."""
-    problems = []
-    for spec in specs:
-        entry = matrix.images[index_of(matrix, spec.name)]
-        if spec.lock is None:
-            rule = "lock-stale" if "stale" in (spec.lock_problem or "") else "lock-missing"
-            problems.append(matrix.problem(("images", entry.index, "name"), spec.lock_problem, rule))
-            continue
-        build = rules.torch_build(matrix, entry)
-        for key, typed in (("cudnn", build.cudnn), ("nccl", build.nccl)):
-            family = next(c.lock_family for c in COMPONENTS if c.key == key)
-            locked = spec.lock.family_version(family)
-            if locked != typed:
-                path = ("torch", spec.torch, "builds", build.cuda, key)
-                problems.append(matrix.problem(path, f"torch {spec.torch}'s CUDA {build.cuda} build pins {family}* "
-                                               f"{locked} in {spec.name}'s lock (read from the index), the matrix "
-                                               f"says {typed}: correct the matrix", "lock-facts"))
-    return list(dict.fromkeys(problems))  # once per image, not per platform

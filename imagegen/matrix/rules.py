@@ -11,16 +11,13 @@ from collections import Counter
 
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imagegen.matrix.components import COMPONENTS, PINNED_DISTRIBUTIONS
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
-from imagegen.matrix.model import FlashAttnChoice, ImageEntry, Matrix, TorchBuild
+from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
 
-# Packages whose index facts (Requires-Python, torch requirement) an image's pins must satisfy.
-INDEX_FACT_KEYS = tuple(c.key for c in PINNED_DISTRIBUTIONS if c.in_resolution and c.key not in ("torch", "torchvision"))
+PYTORCH_INDEX = "pytorch-index"  # an image's `lock:` when its torch build is on the PyTorch index alone
 
 
 def check(matrix: Matrix, trainer_requirements: tuple[Requirement, ...] = ()) -> list[Problem]:
@@ -36,12 +33,13 @@ def warnings(matrix: Matrix) -> list[Problem]:
     """Combinations that work but nobody tested: said, not refused."""
     found = []
     for image in matrix.images:
-        release = matrix.packages.get("deepspeed", {}).get(image.deepspeed or "")
+        deepspeed = image.versions.get("deepspeed")
+        release = matrix.packages.get("deepspeed", {}).get(deepspeed or "")
         tested = release.tested_torch if release else ()
-        if image.deepspeed and tested and _minor(image.torch) not in tested:
+        if deepspeed and tested and _minor(image.torch) not in tested:
             found.append(matrix.problem(
                 _at(image, "deepspeed"),
-                f"deepspeed {image.deepspeed} is tested with torch {', '.join(tested)}, "
+                f"deepspeed {deepspeed} is tested with torch {', '.join(tested)}, "
                 f"not {_minor(image.torch)}", "deepspeed-tested-torch"))
     return found
 
@@ -111,7 +109,7 @@ def _check_platforms(matrix: Matrix, image: ImageEntry) -> list[Problem]:
             problems.append(matrix.problem(_at(image, "platforms"), f"torch {image.torch}'s CUDA {build.cuda} build "
                                            f"has no {platform} wheels (its platforms: {', '.join(build.platforms)})",
                                            "platform-torch"))
-        if platform != "linux/amd64" and image.flash_attn.version and not image.flash_attn.source_build:
+        if platform != "linux/amd64" and image.versions.get("flash_attn") and "flash_attn" not in image.source_builds:
             problems.append(matrix.problem(_at(image, "flash_attn"), f"flash-attn publishes no {platform} wheels: "
                                            "use {version: ..., build: source} or none for an image built for "
                                            f"{platform}", "platform-flash-attn"))
@@ -139,12 +137,14 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems += _check_stack(matrix, image)
     problems += _check_max_size(matrix, image)
     problems += _check_platforms(matrix, image)
+    problems += _check_lock_source(matrix, image)
     return problems
 
 
 def _check_versions_parse(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems = []
-    pinned = {c.key: getattr(image, c.key) for c in COMPONENTS if c.image_key and c.key != "flash_attn"}  # checked apart
+    pinned = {c.key: image.versions.get(c.key) for c in matrix.components
+              if c.image_key and not c.artifact and c.key in image.versions}  # artifacts are checked apart
     for key, value in pinned.items():
         if value == "":
             problems.append(matrix.problem(("images", image.index), f"missing {key!r}: set it on the image "
@@ -200,22 +200,22 @@ def _check_python_source(matrix: Matrix, image: ImageEntry) -> list[Problem]:
 
 
 def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
-    choice = image.flash_attn
-    if choice.version is None:
+    version = image.versions.get("flash_attn")
+    if version is None:
         return []
-    if not _is_version(choice.version):
-        return [matrix.problem(_at(image, "flash_attn"), f"{choice.version!r} is not a version; use one "
+    if not _is_version(version):
+        return [matrix.problem(_at(image, "flash_attn"), f"{version!r} is not a version; use one "
                                "such as \"2.8.3\", none, or {version: X, build: source}", "exact-version")]
     if image.cuda is None and image.torch_build != "pypi":
         return []
-    if choice.source_build:
+    if "flash_attn" in image.source_builds:
         if image.flavor == "runtime":
             return [matrix.problem(_at(image, "flash_attn"), "a source build needs the devel base (nvcc); "
                                    "set flavor: devel", "flash-attn-source-needs-devel")]
         return []
-    release = matrix.flash_attn.get(choice.version)
+    release = matrix.flash_attn.get(version)
     if release is None:
-        return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {choice.version} has no prebuilt "
+        return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {version} has no prebuilt "
                                f"wheels listed; listed: {', '.join(matrix.flash_attn)}; or set "
                                "{version: ..., build: source}", "flash-attn-wheel")]
     torch = matrix.torch[image.torch]
@@ -233,7 +233,7 @@ def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
         gaps.append(f"Python {image.python} (covered: {', '.join(release.python)})")
     if not gaps:
         return []
-    return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {choice.version} has no prebuilt wheel for "
+    return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {version} has no prebuilt wheel for "
                            + "; ".join(gaps) + ". Pick a covering release, or opt into "
                            "{version: ..., build: source}", "flash-attn-wheel")]
 
@@ -245,15 +245,18 @@ def _abi(cxx11: bool) -> str:
 def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems = []
     torchvision = matrix.torch[image.torch].torchvision
-    if image.torchvision is not None and image.torchvision != torchvision:
+    stated = image.versions.get("torchvision")
+    if stated is not None and stated != torchvision:
         problems.append(matrix.problem(_at(image, "torchvision"), f"torch {image.torch} pairs with torchvision "
-                                       f"{torchvision}, not {image.torchvision}", "torchvision-matches-torch"))
-    for key in INDEX_FACT_KEYS:
-        problems += _check_package_facts(matrix, image, key)
+                                       f"{torchvision}, not {stated}", "torchvision-matches-torch"))
+    for component in matrix.components.pinned:
+        if component.key not in ("torch", "torchvision"):  # torch's own facts are checked above
+            problems += _check_package_facts(matrix, image, component.key)
+    transformers = image.versions.get("transformers")
     for bad in matrix.known_bad:
         spec = _specifier(bad.transformers)
-        if spec is not None and image.transformers in spec and image.deepspeed:
-            problems.append(matrix.problem(_at(image, "transformers"), f"transformers {image.transformers} with "
+        if spec is not None and transformers and transformers in spec and image.versions.get("deepspeed"):
+            problems.append(matrix.problem(_at(image, "transformers"), f"transformers {transformers} with "
                                            f"deepspeed is known bad: {bad.reason}; allowed: transformers outside "
                                            f"{bad.transformers}", "known-bad"))
     return problems
@@ -261,10 +264,10 @@ def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
 
 def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Problem]:
     """The image's Python and torch satisfy what the pinned release declares on the index."""
-    version = pinned_version(image, key)
+    version = image.versions.get(key)
     if version is None:
         return []
-    name = next(c.distribution for c in COMPONENTS if c.key == key)
+    name = matrix.components[key].distribution
     release = matrix.packages.get(name, {}).get(version)
     if release is None:
         return [matrix.problem(_at(image, key), f"no facts for {name} {version}: add packages.{name}.\"{version}\" "
@@ -289,6 +292,25 @@ def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Pr
     return problems
 
 
+def _check_lock_source(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    """An image whose torch build only the PyTorch index serves says so: it locks where that index answers."""
+    torch = matrix.torch.get(image.torch)
+    cuda = torch_cuda(matrix, image) if torch else None
+    if torch is None or cuda is None:
+        return []
+    on_pypi = cuda == torch.pypi_build
+    declared = image.lock_source == PYTORCH_INDEX
+    if on_pypi and declared:
+        return [matrix.problem(_at(image, "lock"), f"torch {image.torch}'s CUDA {cuda} build is on PyPI, so the "
+                               f"image locks anywhere: drop `lock: {PYTORCH_INDEX}`", "lock-source")]
+    if not on_pypi and not declared:
+        return [matrix.problem(("images", image.index, "name"), f"torch {image.torch}'s CUDA {cuda} build is on "
+                               f"the PyTorch index alone, which not every machine reaches: declare `lock: "
+                               f"{PYTORCH_INDEX}` so that an unlocked image is a warning, not an error",
+                               "lock-source")]
+    return []
+
+
 def _check_max_size(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     if image.max_size is None:
         return []
@@ -302,21 +324,14 @@ def _check_max_size(matrix: Matrix, image: ImageEntry) -> list[Problem]:
 
 def _check_trainer_fits(matrix: Matrix, image: ImageEntry, requirements: tuple[Requirement, ...]) -> list[Problem]:
     """The trainer is installed last, under the image's pins: its requirements must accept them."""
-    pinned = {c.distribution: c for c in PINNED_DISTRIBUTIONS}
     problems = []
     for requirement in requirements:
-        component = pinned.get(canonicalize_name(requirement.name))
-        version = pinned_version(image, component.key) if component else None
+        component = matrix.components.of_distribution(requirement.name)
+        version = image.versions.get(component.key) if component and component.pinned else None
         if version and not requirement.specifier.contains(version, prereleases=True):
             problems.append(matrix.problem(_at(image, component.key), f"the trainer requires {requirement}, "
                                            f"the image pins {version}", "trainer-requirements"))
     return problems
-
-
-def pinned_version(image: ImageEntry, key: str) -> str | None:
-    """The version an image entry pins for a component key, None for none (or not set)."""
-    value = getattr(image, key)
-    return value.version if isinstance(value, FlashAttnChoice) else value
 
 
 def _check_unique_names(matrix: Matrix) -> list[Problem]:

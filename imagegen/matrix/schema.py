@@ -1,225 +1,208 @@
-"""The shape of matrix.yaml: which keys exist, their types, and which are required.
+"""The shape of matrix.yaml: which keys exist, their types, and which are required, as pydantic models.
 
-Checking the shape first means the compatibility rules can trust the data they read.
+Checking the shape first means the compatibility rules can trust the data they read. The image keys
+that are components come from the file's own `components` table, so the table is checked first and the
+image model is made from it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import re
+from typing import Annotated, Any, Union
 
-from imagegen.matrix.components import COMPONENTS
+from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, create_model
+
 from imagegen.core.errors import Problem
-from imagegen.matrix.yamlsource import Located, Path
+from imagegen.core.validation import (BOOL, INT, KEY, STR, TAG_PREFIX, VERSION, Strict, choice, fail, matching,
+                                      problems, show)
+from imagegen.matrix import components
+from imagegen.matrix.yamlsource import Located
 
-
-@dataclass(frozen=True)
-class Scalar:
-    kind: str  # "str" | "version" | "int" | "bool"
-    choices: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        if self.choices:
-            return "one of " + ", ".join(self.choices)
-        return {"version": "a quoted version string such as \"12.4\"", "str": "a string",
-                "int": "an integer", "bool": "true or false"}[self.kind]
-
-
-@dataclass(frozen=True)
-class Struct:
-    fields: dict[str, object]
-    required: frozenset[str] = frozenset()
-
-    def describe(self) -> str:
-        return "a mapping with keys " + ", ".join(self.fields)
-
-
-@dataclass(frozen=True)
-class MapOf:
-    value: object
-    key_kind: str = "version"
-
-    def describe(self) -> str:
-        return "a mapping"
-
-
-@dataclass(frozen=True)
-class ListOf:
-    item: object
-
-    def describe(self) -> str:
-        return "a list"
-
-
-@dataclass(frozen=True)
-class Either:
-    options: tuple[object, ...] = field(default_factory=tuple)
-
-    def describe(self) -> str:
-        return " or ".join(o.describe() for o in self.options)
-
-
-VERSION = Scalar("version")
-STR = Scalar("str")
 PLATFORMS = ("linux/amd64", "linux/arm64")
-PLATFORM_LIST = ListOf(Scalar("str", PLATFORMS))
+PLATFORM_LIST = list[choice(*PLATFORMS)]
+# A name becomes a tag, a file name (locks/NAME.json) and a directory: the OCI tag grammar, so no "/" and no
+# leading "." can take a path out of its folder.
+NAME = matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "name",
+                "cannot name an image: names become tags and file names, so use letters, digits, _, . and - "
+                "(not first: . or -), at most 128 characters")
+COMPONENT_KEY = re.compile(r"[a-z][a-z0-9_]*")  # becomes a key of expected.json and of `vlmgrpo info`
+LABEL = matching(r"[a-z0-9][a-z0-9.-]*", "name", "cannot be a label: use lowercase letters, digits, . and -")
+REPOSITORY = matching(r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                      r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*", "name",
+                      "is not an image repository such as ghcr.io/acme/vlm-grpo (lowercase path parts)")
+# Where an image's lock can be made: PyPI (and this machine), or only where the PyTorch index answers.
+LOCK_SOURCES = ("pypi", "pytorch-index")
 
-FLASH_ATTN_CHOICE = Either((
-    VERSION,
-    Struct({"version": VERSION, "build": Scalar("str", ("source", "wheel"))},
-           frozenset({"version", "build"})),
-))
 
-# Image keys that are components take their type from here, the rest are versions.
-COMPONENT_TYPES = {"flash_attn": FLASH_ATTN_CHOICE}
+def either(options: dict[str, Any], describe: str) -> Any:
+    """One of several shapes, chosen by the value's type: a mapping, a list or a scalar."""
+    def shape(value: Any) -> str:
+        kind = "mapping" if isinstance(value, dict) else "list" if isinstance(value, list) else "scalar"
+        return TAG_PREFIX + (kind if kind in options else "none")
 
-IMAGE_FIELDS = {
-    "name": STR,
-    "cuda": VERSION,
-    "base": STR,
-    "os": STR,
-    "flavor": Scalar("str", ("devel", "runtime")),
-    "torch_build": VERSION,
-    "platforms": PLATFORM_LIST,
-    **{c.key: COMPONENT_TYPES.get(c.key, VERSION) for c in COMPONENTS if c.image_key},
-    "deepspeed_ops": ListOf(Scalar("str", ("cpu_adam", "fused_adam", "fused_lamb", "transformer",
-                                           "stochastic_transformer", "utils", "aio"))),
-    "max_size": STR,
-}
+    def refuse(value: Any) -> Any:
+        fail("type", f"expected {describe}, got {show(value)}")
 
-TORCH_BUILD = Struct({"cudnn": VERSION, "nccl": VERSION, "cxx11_abi": Scalar("bool"), "platforms": PLATFORM_LIST})
+    members = [Annotated[hint, Tag(TAG_PREFIX + kind)] for kind, hint in options.items()]
+    members.append(Annotated[Any, BeforeValidator(refuse), Tag(TAG_PREFIX + "none")])
+    return Annotated[Union[tuple(members)], Discriminator(shape)]
 
-# What a release of a package declares on the index: Requires-Python, the torch it requires and,
-# for DeepSpeed, the torch its CI tests.
-PACKAGE_RELEASE = Struct({"python": STR, "torch": STR, "tested_torch": ListOf(VERSION)})
 
-MATRIX = Struct(
-    {
-        "repository": STR,
-        "latest": STR,
-        "os": MapOf(Struct({"python": VERSION, "glibc": VERSION, "extra_python": Scalar("str", ("deadsnakes",))},
-                           frozenset({"python", "glibc"})), key_kind="str"),
-        "cuda": MapOf(Struct(
-            {
-                "version": VERSION,
-                "os": STR,
-                "cudnn": Scalar("int"),
-                "base": Struct({"devel": STR, "runtime": STR}, frozenset({"devel", "runtime"})),
-                "driver": Struct({"shipped": VERSION, "minimum": VERSION},
-                                 frozenset({"shipped", "minimum"})),
-                "platforms": PLATFORM_LIST,
-                # One list for every platform, or one per platform (GH200 and GB200 are arm64 hosts).
-                "archs": Either((ListOf(VERSION), Struct({p: ListOf(VERSION) for p in PLATFORMS}))),
-            },
-            frozenset({"version", "os", "cudnn", "base", "driver", "archs"}),
-        )),
-        "torch": MapOf(Struct(
-            {
-                "builds": MapOf(TORCH_BUILD),
-                "pypi_build": VERSION,
-                "python": STR,
-                "cudnn": VERSION,
-                "nccl": VERSION,
-                "torchvision": VERSION,
-                "cxx11_abi": Scalar("bool"),
-                "platforms": PLATFORM_LIST,
-            },
-            frozenset({"builds", "pypi_build", "python", "cudnn", "nccl", "torchvision", "cxx11_abi"}),
-        )),
-        "flash_attn": MapOf(Struct(
-            {"torch": ListOf(VERSION), "cuda": MapOf(VERSION), "python": ListOf(VERSION),
-             "cxx11_abi": ListOf(Scalar("bool")), "requires": ListOf(STR)},
-            frozenset({"torch", "cuda", "python", "cxx11_abi"}),
-        )),
-        "packages": MapOf(MapOf(PACKAGE_RELEASE), key_kind="str"),
-        "known_bad": ListOf(Struct(
-            {"transformers": STR, "with": Scalar("str", ("deepspeed",)), "reason": STR},
-            frozenset({"transformers", "with", "reason"}),
-        )),
-        "defaults": Struct({k: v for k, v in IMAGE_FIELDS.items() if k not in ("name",)}),
-        "images": ListOf(Struct(IMAGE_FIELDS, frozenset({"name", "python", "torch"}))),
-    },
-    frozenset({"repository", "os", "cuda", "torch", "images"}),
-)
+class ComponentRow(Strict):
+    title: STR
+    label: LABEL = None
+    distribution: STR = None
+    from_: choice(components.IMAGE, components.TORCH) = Field(None, alias="from")
+    image_key: BOOL = None
+    lock_family: STR = None
+    required: BOOL = None
+    artifact: BOOL = None
+    column: BOOL = None
+
+
+class SourceBuild(Strict):
+    version: VERSION
+    build: choice("source", "wheel")
+
+
+ARTIFACT_CHOICE = either({"scalar": VERSION, "mapping": SourceBuild},
+                         "a quoted version string such as \"12.4\" or a mapping with keys version, build")
+
+
+class OsFacts(Strict):
+    python: VERSION
+    glibc: VERSION
+    extra_python: choice("deadsnakes") = None
+
+
+class BaseImages(Strict):
+    devel: STR
+    runtime: STR
+
+
+class Driver(Strict):
+    shipped: VERSION
+    minimum: VERSION
+
+
+class ArchsPerPlatform(Strict):
+    amd64: list[VERSION] = Field(None, alias="linux/amd64")
+    arm64: list[VERSION] = Field(None, alias="linux/arm64")
+
+
+class CudaFacts(Strict):
+    version: VERSION
+    os: STR
+    cudnn: INT
+    base: BaseImages
+    driver: Driver
+    platforms: PLATFORM_LIST = None
+    # One list for every platform, or one per platform (GH200 and GB200 are arm64 hosts).
+    archs: either({"list": list[VERSION], "mapping": ArchsPerPlatform},
+                  "a list or a mapping with keys linux/amd64, linux/arm64")
+
+
+class TorchBuild(Strict):
+    cudnn: VERSION = None
+    nccl: VERSION = None
+    cxx11_abi: BOOL = None
+    platforms: PLATFORM_LIST = None
+
+
+class TorchFacts(Strict):
+    builds: dict[KEY, TorchBuild]
+    pypi_build: VERSION
+    python: STR
+    cudnn: VERSION
+    nccl: VERSION
+    torchvision: VERSION
+    cxx11_abi: BOOL
+    platforms: PLATFORM_LIST = None
+
+
+class FlashAttnRelease(Strict):
+    torch: list[VERSION]
+    cuda: dict[KEY, VERSION]
+    python: list[VERSION]
+    cxx11_abi: list[BOOL]
+    requires: list[STR] = None
+
+
+class PackageRelease(Strict):
+    """What a release of a package declares on the index: Requires-Python, the torch it requires and, for
+    DeepSpeed, the torch its CI tests."""
+
+    python: STR = None
+    torch: STR = None
+    tested_torch: list[VERSION] = None
+
+
+class KnownBad(Strict):
+    transformers: STR
+    with_: choice("deepspeed") = Field(alias="with")
+    reason: STR
+
+
+DEEPSPEED_OPS = ("cpu_adam", "fused_adam", "fused_lamb", "transformer", "stochastic_transformer", "utils", "aio")
+
+
+def image_fields(table: components.Components) -> dict[str, Any]:
+    """The keys an image (or `defaults`) may set: its base, platforms and build settings, and each component
+    the table marks as an image key."""
+    fields: dict[str, Any] = {
+        "name": NAME, "cuda": VERSION, "base": STR, "os": STR, "flavor": choice("devel", "runtime"),
+        "torch_build": VERSION, "platforms": PLATFORM_LIST,
+    }
+    for component in table:
+        if component.image_key:
+            fields[component.key] = ARTIFACT_CHOICE if component.artifact else VERSION
+    fields.update({"deepspeed_ops": list[choice(*DEEPSPEED_OPS)], "max_size": STR, "lock": choice(*LOCK_SOURCES)})
+    return fields
+
+
+def _model(name: str, fields: dict[str, Any], required: tuple[str, ...] = ()) -> type[Strict]:
+    # An optional key defaults to None but is not nullable: `key:` with no value is reported, not taken as unset.
+    return create_model(name, __base__=Strict,
+                        **{key: (hint, ...) if key in required else (hint, None) for key, hint in fields.items()})
+
+
+@functools.lru_cache(maxsize=8)  # a model is made once per table: pydantic builds its validator then
+def matrix_model(table: components.Components) -> type[Strict]:
+    fields = image_fields(table)
+    image = _model("Image", fields, required=("name", "python", "torch"))
+    defaults = _model("Defaults", {k: v for k, v in fields.items() if k != "name"})
+    return _model("Matrix", {
+        "repository": REPOSITORY, "latest": STR, "components": dict[KEY, ComponentRow],
+        "os": dict[KEY, OsFacts], "cuda": dict[KEY, CudaFacts], "torch": dict[KEY, TorchFacts],
+        "flash_attn": dict[KEY, FlashAttnRelease], "packages": dict[KEY, dict[KEY, PackageRelease]],
+        "known_bad": list[KnownBad], "defaults": defaults, "images": list[image],
+    }, required=("repository", "components", "os", "cuda", "torch", "images"))
+
+
+TABLE = _model("Table", {"components": dict[KEY, ComponentRow]}, required=("components",))
 
 
 def check(located: Located) -> list[Problem]:
-    """Every shape problem in the file: unknown keys, missing keys, wrong types."""
-    problems: list[Problem] = []
-    _check(MATRIX, located.data, (), located, problems)
-    return problems
+    """Every shape problem in the file: unknown keys, missing keys, wrong types, bad names."""
+    data = located.data
+    found = _validate(TABLE, {"components": data.get("components")} if "components" in data else {}, located)
+    found += [located.problem(("components", key), f"{key!r} cannot be a component key: use lowercase letters, "
+                              "digits and _, starting with a letter", "name")
+              for key in data.get("components") or {} if isinstance(key, str) and not COMPONENT_KEY.fullmatch(key)]
+    if found:
+        return found
+    table = components.table(data["components"])
+    missing = [key for key in components.CORE_KEYS if key not in table]
+    if missing:
+        return [located.problem(("components",), f"missing the rows imagegen reads by key: {', '.join(missing)}",
+                                "required-key")]
+    return _validate(matrix_model(table), data, located)
 
 
-def _check(spec, value, path: Path, located: Located, problems: list[Problem]) -> bool:
-    if isinstance(spec, Scalar):
-        return _check_scalar(spec, value, path, located, problems)
-    if isinstance(spec, Either):
-        for option in spec.options:
-            if _check(option, value, path, located, []):
-                return True
-        problems.append(located.problem(path, f"expected {spec.describe()}, got {_show(value)}", "type"))
-        return False
-    if isinstance(spec, ListOf):
-        if not isinstance(value, list):
-            problems.append(located.problem(path, f"expected a list, got {_show(value)}", "type"))
-            return False
-        return all([_check(spec.item, item, (*path, i), located, problems) for i, item in enumerate(value)])
-    if not isinstance(value, dict):
-        problems.append(located.problem(path, f"expected {spec.describe()}, got {_show(value)}", "type"))
-        return False
-    if isinstance(spec, MapOf):
-        ok = True
-        for key, item in value.items():
-            if not isinstance(key, str):
-                problems.append(located.problem((*path, key), f"key {key!r} must be a quoted string "
-                                                f"(write \"{key}\")", "type"))
-                ok = False
-            ok = _check(spec.value, item, (*path, key), located, problems) and ok
-        return ok
-    return _check_struct(spec, value, path, located, problems)
-
-
-def _check_struct(spec: Struct, value: dict, path: Path, located: Located, problems: list[Problem]) -> bool:
-    ok = True
-    for key, item in value.items():
-        if key not in spec.fields:
-            allowed = ", ".join(spec.fields)
-            problems.append(located.problem((*path, key), f"unknown key {key!r}; allowed keys: {allowed}",
-                                            "unknown-key"))
-            ok = False
-            continue
-        ok = _check(spec.fields[key], item, (*path, key), located, problems) and ok
-    for key in sorted(spec.required - value.keys()):
-        problems.append(located.problem(path, f"missing required key {key!r}", "required-key"))
-        ok = False
-    return ok
-
-
-def _check_scalar(spec: Scalar, value, path: Path, located: Located, problems: list[Problem]) -> bool:
-    expected = spec.describe()
-    if spec.kind == "bool":
-        good = isinstance(value, bool)
-    elif spec.kind == "int":
-        good = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        good = isinstance(value, str)
-        if not good and spec.kind == "version" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            problems.append(located.problem(
-                path, f"version {value!r} was read as a number; quote it (for example \"{value}\") "
-                      "so that 3.10 does not become 3.1", "type"))
-            return False
-    if good and spec.choices and value not in spec.choices:
-        problems.append(located.problem(path, f"{value!r} is not allowed; expected {expected}", "choice"))
-        return False
-    if not good:
-        problems.append(located.problem(path, f"expected {expected}, got {_show(value)}", "type"))
-    return good
-
-
-def _show(value) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    return f"{type(value).__name__} {value!r}"
+def _validate(model: type[Strict], data: Any, located: Located) -> list[Problem]:
+    try:
+        model.model_validate(data)
+    except ValidationError as error:
+        return [located.problem(path, message, rule) for path, message, rule in problems(error, model)]
+    return []

@@ -1,11 +1,12 @@
-"""Pick images from the plan: --cuda, --torch, --python, --image and --all, combined with AND."""
+"""Pick planned images: --cuda, --torch, --python, --image and --all, combined with AND; --platform narrows
+them to one platform of images built for several."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from imagegen.core.errors import UserError
-from imagegen.matrix.plan import ImageSpec
+from imagegen.matrix.plan import PlannedImage
 
 
 @dataclass(frozen=True)
@@ -36,30 +37,31 @@ def version_matches(wanted: str, actual: str | None) -> bool:
     return actual.split(".")[: len(wanted.split("."))] == wanted.split(".")
 
 
-def choose(specs: list[ImageSpec], selection: Selection) -> list[ImageSpec]:
-    """The specs the selection names, in matrix order; UserError when none match."""
-    unknown = [name for name in selection.images if name not in {s.name for s in specs}]
+def choose(plans: list[PlannedImage], selection: Selection) -> list[PlannedImage]:
+    """The platforms of images the selection names, in matrix order; UserError when none match."""
+    names = list(dict.fromkeys(plan.name for plan in plans))  # an image of two platforms is one name
+    unknown = [name for name in selection.images if name not in names]
     if unknown:
-        raise UserError(f"no image named {', '.join(unknown)}; images: {', '.join(s.name for s in specs)}")
-    chosen = [spec for spec in specs if _matches(spec, selection)]
+        raise UserError(f"no image named {', '.join(unknown)}; images: {', '.join(names)}")
+    chosen = [plan for plan in plans if _matches(plan, selection)]
     if not chosen:
-        raise UserError(f"no image matches {selection.describe()}; " + _what_exists(specs, selection))
+        raise UserError(f"no image matches {selection.describe()}; " + _what_exists(plans, selection))
     return chosen
 
 
-def _matches(spec: ImageSpec, selection: Selection) -> bool:
-    return ((selection.cuda is None or version_matches(selection.cuda, spec.cuda))
-            and (selection.torch is None or version_matches(selection.torch, spec.torch))
-            and (selection.python is None or version_matches(selection.python, spec.python))
-            and (not selection.images or spec.name in selection.images)
-            and (selection.platform is None or spec.platform == selection.platform))
+def _matches(plan: PlannedImage, selection: Selection) -> bool:
+    return ((selection.cuda is None or version_matches(selection.cuda, plan.cuda))
+            and (selection.torch is None or version_matches(selection.torch, plan.version("torch")))
+            and (selection.python is None or version_matches(selection.python, plan.version("python")))
+            and (not selection.images or plan.name in selection.images)
+            and (selection.platform is None or plan.platform == selection.platform))
 
 
-def _what_exists(specs: list[ImageSpec], selection: Selection) -> str:
+def _what_exists(plans: list[PlannedImage], selection: Selection) -> str:
     known = {
-        "CUDA versions": sorted({s.cuda_minor for s in specs if s.cuda_minor}, key=_key),
-        "torch versions": sorted({s.torch for s in specs}, key=_key),
-        "Pythons": sorted({s.python for s in specs}, key=_key),
+        "CUDA versions": sorted({p.cuda_minor for p in plans if p.cuda_minor}, key=_key),
+        "torch versions": sorted({p.version("torch") for p in plans}, key=_key),
+        "Pythons": sorted({p.version("python") for p in plans}, key=_key),
     }
     asked = {"CUDA versions": selection.cuda, "torch versions": selection.torch, "Pythons": selection.python}
     shown = [kind for kind, value in asked.items() if value] or list(known)

@@ -1,5 +1,5 @@
-"""Render image specs into build contexts: one directory per layer, Dockerfile plus every file
-it copies. Rendering is pure (specs and templates in, bytes out); `write` is the only step
+"""Render planned images and their locks into build contexts: one per layer, a Dockerfile plus every
+file it copies. Rendering is pure (plans, locks and templates in, bytes out); `write` is the only step
 that touches the output directory, and it swaps a finished render into place atomically.
 """
 
@@ -13,16 +13,17 @@ from pathlib import Path
 
 import jinja2
 
-from imagegen.core import atomic
 from imagegen.core.errors import UserError
-from imagegen.locking.lockfile import InstallStep, install_steps
-from imagegen.matrix.plan import ImageSpec
+from imagegen.locking.lockfile import InstallStep, Lock, install_steps
+from imagegen.matrix.plan import PlannedImage
 
 LAYERS = ("base", "framework", "trainer")
 LAYER_REPOSITORY = "imagegen-layer"
 RENDER_MARKER = ".imagegen-render"
 WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty in a render
 EXECUTABLES = {"entrypoint.sh"}
+# What `vlmgrpo selftest` and `imagegen test` check the image against; the image's IMAGEGEN_EXPECTED names it.
+EXPECTED_PATH = "/etc/imagegen/expected.json"
 TRAINER_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy_cache"}
 
 
@@ -37,13 +38,17 @@ class RenderOptions:
         chosen = dict(self.base_images)
         return chosen.get(platform) or chosen.get("")
 
+    @property
+    def empty(self) -> bool:
+        return not (self.base_images or self.apt_mirror)
+
 
 @dataclass(frozen=True)
 class LayerContext:
     """One layer's build context. `ref` names the layer image; its tag is a hash of the context,
     and every context names its parent's ref, so equal refs mean equal images."""
 
-    image: str  # the image and platform (ImageSpec.key)
+    image: str  # the image and platform (PlannedImage.key)
     layer: str
     files: dict[str, bytes]
     digest: str  # of the files, its Dockerfile naming the parent's ref: a layer's digest covers all below
@@ -71,72 +76,89 @@ def environment(templates: Path) -> jinja2.Environment:
     )
 
 
-def render_image(spec: ImageSpec, env: jinja2.Environment, trainer_files: dict[str, bytes],
-                 options: RenderOptions = RenderOptions()) -> list[LayerContext]:
-    """The image's layers, base first, each FROM the one before. The spec must have its lock."""
-    if spec.lock is None:
-        raise UserError(f"{spec.key}: {spec.lock_problem}")
-    base_image = options.base_image(spec.platform) or spec.lock.base.pinned_ref
-    base = _layer(spec, "base", base_image, env, {}, apt_mirror=options.apt_mirror, base_image=base_image)
-    steps = install_steps(spec.lock, bool(spec.deepspeed), spec.flash_attn_source_build)
-    framework = _layer(spec, "framework", base.ref, env, _framework_files(spec, steps), steps=steps,
-                       step_environment=_step_environment(spec))
+@dataclass(frozen=True)
+class Renderer:
+    """The templates and the trainer's source, read once, and the run's options."""
+
+    env: jinja2.Environment
+    trainer_files: dict[str, bytes]
+    options: RenderOptions = RenderOptions()
+
+    @classmethod
+    def of(cls, templates: Path, trainer_dir: Path, options: RenderOptions = RenderOptions()) -> "Renderer":
+        return cls(environment(templates), trainer_files(trainer_dir), options)
+
+    def render(self, plan: PlannedImage, lock: Lock, versions: dict) -> tuple[list[LayerContext], list[LayerContext]]:
+        """(the layers to build, the layers as the matrix's own base would make them). The second names the
+        image: a mirror or a local base (--base-image, --apt-mirror) builds the same inputs, under the same tag."""
+        identity = render_image(plan, lock, versions, self.env, self.trainer_files)
+        if self.options.empty:
+            return identity, identity
+        return render_image(plan, lock, versions, self.env, self.trainer_files, self.options), identity
+
+
+def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Environment,
+                 trainer_files: dict[str, bytes], options: RenderOptions = RenderOptions()) -> list[LayerContext]:
+    """The image's layers, base first, each FROM the one before."""
+    base_image = options.base_image(plan.platform) or lock.base.pinned_ref
+    shared = {"image": plan, "versions": versions, "expected_path": EXPECTED_PATH}
+    base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image)
+    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
+    framework = _layer(plan, "framework", base.ref, env, _framework_files(plan, versions, steps), **shared,
+                       steps=steps, step_environment=_step_environment(plan))
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
     trainer_context["entrypoint.sh"] = (Path(env.loader.searchpath[0]) / "entrypoint.sh").read_bytes()
-    trainer = _layer(spec, "trainer", framework.ref, env, trainer_context)
+    trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)
     return [base, framework, trainer]
 
 
-def render_specs(templates: Path, trainer_dir: Path, specs: list[ImageSpec],
-                 options: RenderOptions = RenderOptions()) -> dict[str, list[LayerContext]]:
-    """Every spec's layers, by image and platform (ImageSpec.key), with the trainer source read once."""
-    env = environment(templates)
-    trainer = trainer_files(trainer_dir)
-    return {spec.key: render_image(spec, env, trainer, options) for spec in specs}
-
-
-def _layer(spec: ImageSpec, layer: str, parent: str, env: jinja2.Environment, files: dict[str, bytes],
+def _layer(plan: PlannedImage, layer: str, parent: str, env: jinja2.Environment, files: dict[str, bytes],
            **variables) -> LayerContext:
     try:
-        dockerfile = env.get_template(f"{layer}.Dockerfile.j2").render(spec=spec, parent=parent, **variables)
+        dockerfile = env.get_template(f"{layer}.Dockerfile.j2").render(parent=parent, **variables)
     except jinja2.TemplateError as exc:
         where = f"{exc.filename}:{exc.lineno}" if getattr(exc, "lineno", None) else f"{layer}.Dockerfile.j2"
-        raise UserError(f"{where}: template error while rendering {spec.key}: {exc.message}") from None
+        raise UserError(f"{where}: template error while rendering {plan.key}: {exc.message}") from None
     files = {"Dockerfile": dockerfile.encode(), **files}
-    return LayerContext(spec.key, layer, files, _digest(files), parent)
-
-
-def inputs_digest(layers: list[LayerContext]) -> str:
-    """One digest of everything an image is built from: its layers' files (the lock's requirements,
-    every Dockerfile with its base's locked digest, the trainer's source)."""
-    digest = hashlib.sha256()
-    for layer in layers:
-        digest.update(f"{layer.layer}\0{layer.digest}\0".encode())
-    return f"sha256:{digest.hexdigest()}"
+    return LayerContext(plan.key, layer, files, _digest(files), parent)
 
 
 # What is rendered is what the inputs digest covers: nothing here may depend on where the matrix lives.
 LOCK_HEADER = "# {image}: every Python distribution imagegen installed, as locks/{image}.json pins them.\n"
 
 
-def _framework_files(spec: ImageSpec, steps: list[InstallStep]) -> dict[str, bytes]:
+def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
+    """What `vlmgrpo selftest` and `imagegen test` must find inside (expected.json): each component's version,
+    the distribution it is read from, and the distribution-name prefix the lock pins it by, so that the image's
+    own checks follow the component table."""
+    return {
+        "versions": dict(versions),
+        "distributions": plan.components.distributions,
+        "families": plan.components.families,
+        "gpu_count": None,
+        "cuda_archs": list(plan.cuda_archs),
+        "min_driver": plan.min_driver,
+    }
+
+
+def _framework_files(plan: PlannedImage, versions: dict, steps: list[InstallStep]) -> dict[str, bytes]:
     files = {path: "".join(f"{line}\n" for line in lines).encode()
              for step in steps for path, lines in step.files().items()}
     every_line = [line for step in steps for lines in step.files().values() for line in lines]
-    header = LOCK_HEADER.format(image=spec.name)
+    header = LOCK_HEADER.format(image=plan.name)
     files["requirements.lock"] = (header + "".join(f"{line}\n" for line in every_line)).encode()
-    files["expected.json"] = (json.dumps(spec.expected(), indent=2, sort_keys=True) + "\n").encode()
+    files["expected.json"] = (json.dumps(expected(plan, versions), indent=2, sort_keys=True) + "\n").encode()
     return files
 
 
-def _step_environment(spec: ImageSpec) -> dict[str, str]:
+def _step_environment(plan: PlannedImage) -> dict[str, str]:
     """What compiling each step's sources needs; no GPU is visible in a build, so the
     architectures come from TORCH_CUDA_ARCH_LIST."""
-    arch = f'TORCH_CUDA_ARCH_LIST="{spec.cuda_arch_list}"'
-    deepspeed_ops = " ".join(f"DS_BUILD_{op.upper()}=1" for op in spec.deepspeed_ops)
+    arch = f'TORCH_CUDA_ARCH_LIST="{plan.cuda_arch_list}"'
+    deepspeed_ops = " ".join(f"DS_BUILD_{op.upper()}=1" for op in plan.deepspeed_ops)
     return {
         "flash-attn": f'MAX_JOBS="$MAX_JOBS" {arch} FLASH_ATTENTION_FORCE_BUILD=TRUE',
-        "deepspeed": f"{arch} {deepspeed_ops}" if spec.deepspeed_ops else "DS_BUILD_OPS=0",
+        "deepspeed": f"{arch} {deepspeed_ops}" if plan.deepspeed_ops else "DS_BUILD_OPS=0",
     }
 
 
@@ -162,31 +184,6 @@ def trainer_files(trainer_dir: Path) -> dict[str, bytes]:
             path = Path(root, name)
             files[path.relative_to(trainer_dir).as_posix()] = path.read_bytes()
     return files
-
-
-def write(out: Path, contexts: list[LayerContext], specs: list[ImageSpec]) -> None:
-    """Write every context under OUT/<image>/<layer>/, replacing an earlier render whole.
-
-    The new render is assembled in a temporary sibling directory and renamed into place,
-    so a failure leaves the previous output (or nothing) behind, never half a render.
-    """
-    if out.exists() and not (out / RENDER_MARKER).exists() and any(out.iterdir()):
-        raise UserError(f"{out}: exists and is not an imagegen render; choose an empty or new --out")
-    with atomic.replaced_directory(out) as staging:
-        _write_tree(staging, contexts, specs)
-
-
-def _write_tree(root: Path, contexts: list[LayerContext], specs: list[ImageSpec]) -> None:
-    (root / RENDER_MARKER).write_text("rendered by imagegen; replaced whole by the next render\n")
-    for context in contexts:
-        directory = root / context.image / context.layer
-        write_files(directory, context.files)
-        if context.mounts_wheelhouse:
-            (directory / WHEELHOUSE).mkdir(exist_ok=True)
-    for spec in specs:
-        layers = {c.layer: c.ref for c in contexts if c.image == spec.key}
-        description = {"spec": spec.as_dict(), "layers": layers}
-        (root / spec.key / "image.json").write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
 
 
 def write_files(directory: Path, files: dict[str, bytes]) -> None:

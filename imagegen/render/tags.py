@@ -15,22 +15,19 @@ Moving aliases (updated on every publish):
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from packaging.version import Version
 
-from imagegen.matrix.components import COMPONENTS
-
-if TYPE_CHECKING:
-    from imagegen.matrix.plan import ImageSpec
+from imagegen.matrix.plan import PlannedImage
 
 LABEL_PREFIX = "io.imagegen"
 INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
 DIGEST_CHARS = 12  # of the inputs digest in the tag; the label carries all of it
+Versions = Mapping[str, "str | None"]
 
 
-def version_prefix(trainer: str | None, versions: Mapping[str, str | None]) -> str:
+def version_prefix(trainer: str | None, versions: Versions) -> str:
     """The part of the version tag that names what is inside; `imagegen test` rebuilds it from the
     versions the image reports, so both sides use this one function."""
     torch = (versions.get("torch") or "").split("+")[0]
@@ -39,67 +36,62 @@ def version_prefix(trainer: str | None, versions: Mapping[str, str | None]) -> s
             f"-cudnn{(versions.get('cudnn') or '').split('.')[0]}-py{python}")
 
 
-def version_tag(spec: "ImageSpec", inputs_digest: str) -> str:
-    tag = version_prefix(spec.trainer_version, spec.versions())
-    if spec.flavor == "runtime":
+def version_tag(plan: PlannedImage, versions: Versions, inputs_digest: str) -> str:
+    tag = version_prefix(plan.trainer_version, versions)
+    if plan.flavor == "runtime":
         tag += "-runtime"
-    elif spec.flavor == "custom":
-        tag += f"-{spec.os}"
+    elif plan.flavor == "custom":
+        tag += f"-{plan.os}"
     return f"{tag}-{inputs_digest.removeprefix('sha256:')[:DIGEST_CHARS]}"
 
 
-def assign(specs: list["ImageSpec"], latest: str | None, digests: Mapping[str, str]) -> list["ImageSpec"]:
-    """Give every spec its moving aliases and, where its image's inputs digest (all its platforms') is
-    known, its version tag and labels."""
-    aliases: dict[str, list[str]] = defaultdict(list)
-    for name in dict.fromkeys(spec.name for spec in specs):  # one spec per platform, one set of aliases
-        aliases[name].append(name)
+def aliases(plans: list[PlannedImage], latest: str | None) -> dict[str, tuple[str, ...]]:
+    """The moving aliases of each image (by name), whichever of its platforms are locked."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for name in dict.fromkeys(plan.name for plan in plans):  # one plan per platform, one set of aliases
+        found[name].append(name)
         if name == latest:
-            aliases[name].append("latest")
-    for minor, newest in _newest_per_cuda(specs).items():
-        aliases[newest].append(f"cu{minor}")
-    named = []
-    for spec in specs:
-        spec = replace(spec, alias_tags=tuple(aliases[spec.name]))
-        digest = digests.get(spec.name)
-        if digest:
-            spec = replace(spec, inputs_digest=digest, version_tag=version_tag(spec, digest))
-            spec = replace(spec, labels=labels(spec))
-        named.append(spec)
-    return named
+            found[name].append("latest")
+    for minor, newest in _newest_per_cuda(plans).items():
+        found[newest].append(f"cu{minor}")
+    return {name: tuple(tags) for name, tags in found.items()}
 
 
-def _newest_per_cuda(specs: list["ImageSpec"]) -> dict[str, str]:
-    newest: dict[str, "ImageSpec"] = {}
-    for spec in specs:
-        if spec.cuda_minor is None or spec.flavor != "devel":
+def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
+    newest: dict[str, PlannedImage] = {}
+    for plan in plans:
+        if plan.cuda_minor is None or plan.flavor != "devel":
             continue
-        current = newest.get(spec.cuda_minor)
-        if current is None or Version(spec.torch) > Version(current.torch):
-            newest[spec.cuda_minor] = spec
-    return {minor: spec.name for minor, spec in newest.items()}
+        current = newest.get(plan.cuda_minor)
+        if current is None or Version(plan.version("torch")) > Version(current.version("torch")):
+            newest[plan.cuda_minor] = plan
+    return {minor: plan.name for minor, plan in newest.items()}
 
 
-def labels(spec: "ImageSpec") -> dict[str, str]:
+def description(plan: PlannedImage, versions: Versions) -> str:
+    """The OCI description: torch and its CUDA, Python, then each column component the image sets itself."""
+    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.components
+             if c.column and c.source == "image" and c.key not in ("python", "torch")]
+    return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} (CUDA "
+            f"{versions.get('torch_cuda')}), Python {versions.get('python')}, " + ", ".join(named))
+
+
+def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str, base_ref: str) -> dict[str, str]:
     """OCI labels plus one label per component version, as `docker inspect` shows them."""
-    versions = spec.versions()
     components = {
-        "image": spec.name,
-        "trainer": spec.trainer_version,
-        **{c.label: versions[c.key] or "none" for c in COMPONENTS},
-        "cuda": spec.cuda or "none",
-        "base.cudnn": str(spec.base_cudnn) if spec.base_cudnn is not None else "none",
-        "min-driver": spec.min_driver or "none",
-        "inputs": spec.inputs_digest or "none",
+        "image": plan.name,
+        "trainer": plan.trainer_version,
+        **{c.label: versions.get(c.key) or "none" for c in plan.components},
+        "cuda": plan.cuda or "none",
+        "base.cudnn": str(plan.base_cudnn) if plan.base_cudnn is not None else "none",
+        "min-driver": plan.min_driver or "none",
+        "inputs": inputs_digest,
     }
-    description = (f"GRPO trainer for vision-language models: torch {spec.torch} (CUDA {spec.torch_cuda}), "
-                   f"Python {spec.python}, flash-attn {spec.flash_attn or 'none'}, "
-                   f"deepspeed {spec.deepspeed or 'none'}, transformers {spec.transformers}, trl {spec.trl}")
     return {
-        "org.opencontainers.image.title": spec.repository.rsplit("/", 1)[-1],
-        "org.opencontainers.image.description": description,
-        "org.opencontainers.image.version": spec.version_tag,
-        "org.opencontainers.image.base.name": spec.lock.base.pinned_ref if spec.lock else spec.base_image,
+        "org.opencontainers.image.title": plan.repository.rsplit("/", 1)[-1],
+        "org.opencontainers.image.description": description(plan, versions),
+        "org.opencontainers.image.version": tag,
+        "org.opencontainers.image.base.name": base_ref,
         "org.opencontainers.image.licenses": "Apache-2.0",
         **{f"{LABEL_PREFIX}.{key}": value for key, value in components.items()},
     }

@@ -1,58 +1,89 @@
-"""The image list as a table for people, JSON for programs, or a GitHub Actions matrix."""
+"""The image list as a table for people, JSON for programs, or a GitHub Actions matrix: one row per platform
+of each image, its versions (as its lock pins them once locked), its state and its tag."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from imagegen.core import platforms
-from imagegen.matrix.components import COMPONENTS
-from imagegen.matrix.plan import ImageSpec
+from imagegen.core.text import aligned
+from imagegen.matrix.components import Components
+from imagegen.matrix.plan import PlannedImage
+from imagegen.render.locked import LockedImage
+from imagegen.workspace import Plan
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One platform of one image as listings show it: planned, and locked when it is."""
+
+    plan: PlannedImage
+    locked: LockedImage | None
+    state: str  # "locked", "no lock", "needs the PyTorch index"
+
+    @property
+    def versions(self) -> Mapping[str, str | None]:
+        return self.locked.versions if self.locked else self.plan.versions
+
+    @property
+    def tag(self) -> str:
+        return self.locked.version_tag if self.locked else f"({self.state})"
+
+
+def listed(plan: Plan, chosen: list[PlannedImage]) -> list[Listed]:
+    return [Listed(p, plan.locked.get(p.key), plan.state(p)) for p in chosen]
+
 
 # How a component's cell reads where the bare version would hide something users check.
-CELL = {
-    "torch": lambda s: f"{s.torch}+cu{s.torch_cuda.replace('.', '')}" + ("" if s.torch_index_url else " (PyPI)"),
-    "flash_attn": lambda s: (s.flash_attn or "none") + (" (source)" if s.flash_attn_source_build else ""),
+CELL: dict[str, Callable[[Listed], str]] = {
+    "torch": lambda row: f"{row.versions['torch']}+cu{row.versions['torch_cuda'].replace('.', '')}"
+                         + ("" if row.plan.torch_index_url else " (PyPI)"),
+    "flash_attn": lambda row: (row.versions["flash_attn"] or "none")
+                              + (" (source)" if row.plan.flash_attn_source_build else ""),
 }
 
 
-def _cell(key: str):
-    return CELL.get(key, lambda spec: getattr(spec, key) or "none")
+def version_columns(table: Components) -> list[tuple[str, Callable[[Listed], str]]]:
+    """What users check, one column each; the table and the report page show the same."""
+    def cell(key: str) -> Callable[[Listed], str]:
+        return CELL.get(key, lambda row: row.versions.get(key) or "none")
+
+    return [("CUDA", lambda row: row.plan.cuda or "none"), *((c.title, cell(c.key)) for c in table if c.column)]
 
 
-# What users check, one column each; the table and the report page show the same.
-VERSION_COLUMNS = (("CUDA", lambda s: s.cuda or "none"),
-                   *((c.title, _cell(c.key)) for c in COMPONENTS if c.column))
-COLUMNS = (("image", lambda s: s.name), ("platform", lambda s: s.platform), *VERSION_COLUMNS,
-           ("tag", lambda s: s.version_tag or "(no lock)"))
+def columns(table: Components) -> list[tuple[str, Callable[[Listed], str]]]:
+    return [("image", lambda row: row.plan.name), ("platform", lambda row: row.plan.platform),
+            *version_columns(table), ("tag", lambda row: row.tag)]
 
 
-def table(specs: list[ImageSpec]) -> str:
-    rows = [[name for name, _ in COLUMNS]] + [[cell(spec) for _, cell in COLUMNS] for spec in specs]
-    return "\n".join(aligned(rows))
+def table(rows: list[Listed]) -> str:
+    chosen = columns(rows[0].plan.components)
+    cells = [[name for name, _ in chosen]] + [[cell(row) for _, cell in chosen] for row in rows]
+    return "\n".join(aligned(cells))
 
 
-def aligned(rows: list) -> list[str]:
-    """Rows of text cells as lines with aligned columns."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+def as_json(rows: list[Listed]) -> str:
+    return json.dumps([{**(row.locked.as_dict() if row.locked else row.plan.as_dict()), "state": row.state}
+                       for row in rows], indent=2)
 
 
-def as_json(specs: list[ImageSpec]) -> str:
-    return json.dumps([spec.as_dict() for spec in specs], indent=2)
-
-
-def github(specs: list[ImageSpec]) -> str:
-    """One line a workflow reads with fromJSON into strategy.matrix: one job per image and platform,
-    each on a runner of that platform (no emulation in publication)."""
-    include = [{"image": s.name, "platform": s.platform, "arch": platforms.ARCH[s.platform],
-                "key": s.key, "cuda": s.cuda_minor or "none", "torch": s.torch, "python": s.python,
-                "tag": s.version_tag, "gpu": s.cuda is not None, "platforms": len(s.platforms)} for s in specs]
+def github(rows: list[Listed]) -> str:
+    """One line a workflow reads with fromJSON into strategy.matrix: one job per locked image and platform,
+    each on a runner of that platform (no emulation in publication). An image without a lock cannot be built,
+    so it has no job: `imagegen validate` names it."""
+    rows = [row for row in rows if row.locked]
+    include = [{"image": r.plan.name, "platform": r.plan.platform, "arch": platforms.ARCH[r.plan.platform],
+                "key": r.plan.key, "cuda": r.plan.cuda_minor or "none", "torch": r.versions["torch"],
+                "python": r.versions["python"], "tag": r.locked.version_tag,
+                "gpu": r.plan.cuda is not None, "platforms": len(r.plan.platforms)} for r in rows]
     return json.dumps({"include": include}, separators=(",", ":"))
 
 
-def github_indexes(specs: list[ImageSpec]) -> str:
+def github_indexes(rows: list[Listed]) -> str:
     """The images of several platforms, whose index a workflow merges once every platform passed."""
-    names = list(dict.fromkeys(s.name for s in specs if len(s.platforms) > 1))
+    names = list(dict.fromkeys(r.plan.name for r in rows if r.locked and len(r.plan.platforms) > 1))
     return json.dumps({"include": [{"image": name} for name in names]}, separators=(",", ":"))
 
 

@@ -16,8 +16,8 @@ import jinja2
 
 from imagegen.core import atomic, platforms, sizes
 from imagegen.stages import results as reports
-from imagegen.reports.listing import VERSION_COLUMNS
-from imagegen.matrix.plan import ImageSpec
+from imagegen.matrix.components import Components
+from imagegen.reports.listing import Listed, version_columns
 from imagegen.stages.results import FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult
 
 LOG_TAIL_LINES = 6
@@ -157,35 +157,43 @@ def relative_link(target: str, out: Path) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    spec: ImageSpec
+    image: Listed
     stages: tuple[Cell, Cell, Cell]
     files: tuple[tuple[str, str], ...]  # (label, link relative to the page): the build log, the SBOM
 
     @property
     def label(self) -> str:
         """The image, and its platform where the image has several."""
-        return self.spec.name + (f" ({self.spec.platform})" if len(self.spec.platforms) > 1 else "")
+        plan = self.image.plan
+        return plan.name + (f" ({plan.platform})" if len(plan.platforms) > 1 else "")
+
+    @property
+    def title(self) -> str:
+        """Its reference once locked; its state before."""
+        return self.image.locked.ref() if self.image.locked else self.image.state
 
     @property
     def versions(self) -> list[str]:
-        return [value(self.spec) for _, value in VERSION_COLUMNS]
+        return [value(self.image) for _, value in version_columns(self.image.plan.components)]
 
 
-def rows(specs: list[ImageSpec], reports_read: Reports, out: Path) -> list[Row]:
+def rows(images: list[Listed], reports_read: Reports, out: Path) -> list[Row]:
     page_rows = []
-    for spec in specs:
-        build = reports_read.builds.get(spec.key)
+    for image in images:
+        key = image.plan.key
+        build = reports_read.builds.get(key)
         files = {"log": build.log_file, "SBOM": build.sbom_file} if build else {}
-        index = reports_read.pushes.get(platforms.key(spec.name, platforms.INDEX))
-        tests = test_cell(reports_read.tests.get(spec.key), built=bool(build and build.status == "built"))
-        page_rows.append(Row(spec, (build_cell(build), tests, push_cell(reports_read.pushes.get(spec.key), index)),
+        index = reports_read.pushes.get(platforms.key(image.plan.name, platforms.INDEX))
+        tests = test_cell(reports_read.tests.get(key), built=bool(build and build.status == "built"))
+        built = build_cell(build) if build or image.locked else Cell("none", NOT_RUN, (image.state,))
+        page_rows.append(Row(image, (built, tests, push_cell(reports_read.pushes.get(key), index)),
                              tuple((label, relative_link(path, out)) for label, path in files.items() if path)))
     return page_rows
 
 
-def unmatched_images(specs: list[ImageSpec], reports_read: Reports) -> list[str]:
+def unmatched_images(images: list[Listed], reports_read: Reports) -> list[str]:
     """Images the reports mention that the matrix no longer has (renamed or removed)."""
-    known = {spec.key for spec in specs} | {platforms.key(spec.name, platforms.INDEX) for spec in specs}
+    known = {i.plan.key for i in images} | {platforms.key(i.plan.name, platforms.INDEX) for i in images}
     mentioned = [*reports_read.builds, *reports_read.tests, *reports_read.pushes]
     return sorted({name for name in mentioned if name not in known})
 
@@ -201,8 +209,8 @@ def stage_totals(page_rows: list[Row]) -> list[str]:
     return lines
 
 
-def header() -> list[str]:
-    return ["Image", *(name for name, _ in VERSION_COLUMNS), *STAGES, "Files"]
+def header(table: Components) -> list[str]:
+    return ["Image", *(name for name, _ in version_columns(table)), *STAGES, "Files"]
 
 
 # --- Markdown ---------------------------------------------------------------------------------------------------
@@ -211,8 +219,8 @@ def header() -> list[str]:
 MD_MARK = {"ok": "✅", "fail": "❌", "skip": "⚠️", "none": "➖"}
 
 
-def markdown(title: str, page_rows: list[Row], notes: list[str]) -> str:
-    columns = header()
+def markdown(title: str, page_rows: list[Row], notes: list[str], table: Components) -> str:
+    columns = header(table)
     lines = [f"# {_md(title)}", "", *(f"- {_md(note)}" for note in notes), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in page_rows:
@@ -243,11 +251,11 @@ def _md_link(target: str) -> str:
 # --- HTML and writing -------------------------------------------------------------------------------------------
 
 
-def html_page(templates: Path, title: str, page_rows: list[Row], notes: list[str]) -> str:
+def html_page(templates: Path, title: str, page_rows: list[Row], notes: list[str], table: Components) -> str:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)), autoescape=True,
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return environment.get_template(HTML_TEMPLATE).render(
-        title=title, header=header(), rows=page_rows, notes=notes, stages=[s.lower() for s in STAGES],
+        title=title, header=header(table), rows=page_rows, notes=notes, stages=[s.lower() for s in STAGES],
         check_statuses=(PASS, FAIL, SKIP), fail=FAIL)
 
 
@@ -260,11 +268,11 @@ def page_notes(matrix_path: Path, reports_read: Reports, page_rows: list[Row], u
     return notes
 
 
-def write_pages(out: Path, templates: Path, matrix_path: Path, repository: str, specs: list[ImageSpec],
-                reports_read: Reports) -> None:
-    page_rows = rows(specs, reports_read, out)
-    notes = page_notes(matrix_path, reports_read, page_rows, unmatched_images(specs, reports_read))
+def write_pages(out: Path, templates: Path, matrix_path: Path, repository: str, images: list[Listed],
+                reports_read: Reports, table: Components) -> None:
+    page_rows = rows(images, reports_read, out)
+    notes = page_notes(matrix_path, reports_read, page_rows, unmatched_images(images, reports_read))
     title = f"imagegen report: {repository}"
-    page = html_page(templates, title, page_rows, notes)  # a template error leaves both pages as they were
-    atomic.write_text(out / "index.md", markdown(title, page_rows, notes))
+    page = html_page(templates, title, page_rows, notes, table)  # a template error leaves both pages as they were
+    atomic.write_text(out / "index.md", markdown(title, page_rows, notes, table))
     atomic.write_text(out / "index.html", page)

@@ -25,7 +25,7 @@ from imagegen.core import sizes
 from imagegen.render import wheelhouse as wheel_index
 from imagegen.engine.buildkit import BuildClient
 from imagegen.core.errors import UserError
-from imagegen.matrix.plan import ImageSpec
+from imagegen.render.locked import LockedImage
 from imagegen.render.contexts import WHEELHOUSE, LayerContext, write_files
 from imagegen.stages.results import BuildResult, LayerResult
 
@@ -118,22 +118,22 @@ class Builder:
         self.built_layers: dict[str, LayerResult] = {}
         self.failed_layers: dict[str, tuple[str | None, list[str]]] = {}  # ref -> (failed step, log tail)
 
-    def build(self, spec: ImageSpec, contexts: list[LayerContext], labels: dict[str, str]) -> BuildResult:
-        result = BuildResult(image=spec.name, ref=spec.ref(), status="built", platform=spec.platform,
-                             log_file=str(self.log_dir / f"{spec.key}.log"))
+    def build(self, image: LockedImage, contexts: list[LayerContext], labels: dict[str, str]) -> BuildResult:
+        result = BuildResult(image=image.name, ref=image.ref(), status="built", platform=image.platform,
+                             log_file=str(self.log_dir / f"{image.key}.log"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(result.log_file, "w") as log_file, self._secrets() as secrets:
             for context in contexts:
                 final = context is contexts[-1]
-                layer = self._build_layer(spec, context, secrets, log_file, final, labels if final else {})
+                layer = self._build_layer(image, context, secrets, log_file, final, labels if final else {})
                 result.layers.append(layer)
                 result.duration_s += layer.duration_s
                 if layer.status == "failed":
                     return self._failed(result, context)
             result.image_id = result.layers[-1].image_id
         result.size_bytes = containers.image_facts(result.image_id)["size"]
-        if spec.max_size is not None and result.size_bytes > spec.max_size:
-            return self._over_budget(result, spec.max_size)
+        if image.plan.max_size is not None and result.size_bytes > image.plan.max_size:
+            return self._over_budget(result, image.plan.max_size)
         return result
 
     def _over_budget(self, result: BuildResult, budget: int) -> BuildResult:
@@ -154,7 +154,7 @@ class Builder:
             result.hint = missing_base_hint(base_of(context.dockerfile), result.log_tail) or ""
         return result
 
-    def _build_layer(self, spec: ImageSpec, context: LayerContext, secrets: dict[str, Path],
+    def _build_layer(self, image: LockedImage, context: LayerContext, secrets: dict[str, Path],
                      log_file, final: bool, labels: dict[str, str]) -> LayerResult:
         if context.ref in self.built_layers and not final:
             return LayerResult(context.layer, context.ref, "reused", image_id=self.built_layers[context.ref].image_id)
@@ -164,12 +164,12 @@ class Builder:
             log_file.write(line + "\n")
             self.view.line(line)
 
-        tags = [context.ref] + ([spec.ref(tag) for tag in (spec.version_tag, *spec.alias_tags)] if final else [])
-        self.view.start(f"{spec.key} {context.layer}", f"building {tags[-1] if final else context.ref} with "
-                        f"{self.client.why}", self.guides.get((spec.key, context.layer)))
-        with self._staged(spec, context) as directory:
+        tags = [context.ref] + ([image.ref(tag) for tag in (image.version_tag, *image.alias_tags)] if final else [])
+        self.view.start(f"{image.key} {context.layer}", f"building {tags[-1] if final else context.ref} with "
+                        f"{self.client.why}", self.guides.get((image.key, context.layer)))
+        with self._staged(image, context) as directory:
             outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, no_cache=self.no_cache,
-                                        platform=spec.platform)
+                                        platform=image.platform)
         cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
         self.view.finish(f"{'built' if outcome.ok else 'FAILED'} in {progress.clock(outcome.duration_s)}, {cached}"
                          + ("" if outcome.ok else f", at: {outcome.failed_step}"))
@@ -182,7 +182,7 @@ class Builder:
         return layer
 
     @contextmanager
-    def _staged(self, spec: ImageSpec, context: LayerContext) -> Iterator[Path]:
+    def _staged(self, image: LockedImage, context: LayerContext) -> Iterator[Path]:
         """The layer's context at its stable path: the rendered files, plus the wheelhouse
         when its install steps mount one. Locked, so two imagegen runs take turns."""
         directory = self.staging / context.layer
@@ -194,7 +194,7 @@ class Builder:
                     shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             write_files(directory, context.files)
             if context.mounts_wheelhouse:
-                supported = wheel_index.supported_tags(spec.python, spec.python_platform)
+                supported = wheel_index.supported_tags(image.versions["python"], image.plan.python_platform)
                 wheel_index.sync(self.settings.wheelhouse, directory / WHEELHOUSE,
                                 self.staging / ".wheelhouse-hashes.json", supported)
             yield directory

@@ -9,24 +9,24 @@ from typing import Callable
 from imagegen.engine import containers, progress
 from imagegen.core import platforms, sizes
 from imagegen.stages import publish, results as reports, sbom, smoke
-from imagegen.render import contexts as render_module
+from imagegen.render import output
+from imagegen.render.contexts import RenderOptions
 from imagegen.stages.build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
 from imagegen.engine.buildkit import find_build_client
 from imagegen.core.errors import UserError
-from imagegen.reports.listing import aligned
-from imagegen.matrix.plan import ImageSpec
+from imagegen.core.text import aligned
+from imagegen.render.locked import LockedImage
 from imagegen.engine.registry import Credentials
 from imagegen.stages.results import BuildResult, PushResult, TestResult
-from imagegen.workspace import Workspace
 
 Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class Run:
-    workspace: Workspace
-    specs: list[ImageSpec]
-    render_options: render_module.RenderOptions
+    images: list[LockedImage]  # rendered with render_options
+    render_options: RenderOptions
+    source_dir: Path  # the repository the inputs come from: its commit is the images' revision
     pip: PipSettings
     docker_binary: str | None
     builder: str | None
@@ -55,32 +55,30 @@ def build_test_push(run: Run, echo: Echo) -> int:
     """Build each image, then test and push it as asked; 0 when every image made it."""
     client = find_build_client(run.docker_binary, run.builder)
     echo(f"build client: {client.why}")
-    _check_local_bases(run.specs, run.render_options)
-    contexts = render_module.render_specs(run.workspace.templates, run.workspace.trainer, run.specs,
-                                          run.render_options)
-    render_module.write(run.context_dir, [c for layers in contexts.values() for c in layers], run.specs)
+    _check_local_bases(run.images, run.render_options)
+    output.write(run.context_dir, run.images)
     builder = Builder(client, run.pip, run.report_path.parent / "logs", progress.view_for(run.progress, echo),
                       guides=_last_layer_times(run.report_path), no_cache=run.no_cache)
-    provenance = provenance_labels(run.workspace.matrix.parent, client)
+    provenance = provenance_labels(run.source_dir, client)
     built: list[BuildResult] = []
     tested: list[TestResult] = []
     pushed: list[PushResult] = []
-    for spec in run.specs:
+    for image in run.images:
         if not run.keep_going and any(result.status == "failed" for result in built):
-            built.append(BuildResult(spec.name, spec.ref(), "skipped", platform=spec.platform))
+            built.append(BuildResult(image.name, image.ref(), "skipped", platform=image.platform))
             continue
-        result = builder.build(spec, contexts[spec.key], {**spec.labels, **provenance})
+        result = builder.build(image, list(image.contexts), {**image.labels, **provenance})
         built.append(result)
         if result.status == "built":
-            _add_sbom(result, spec, run.report_path.parent, echo)  # an image that cannot list its packages fails
+            _add_sbom(result, image, run.report_path.parent, echo)  # an image that cannot list its packages fails
         if result.status != "built":
             continue
         if run.test:
-            tested.append(_test_one(spec.ref(), spec, run.require_gpu, run.skip_train, echo))
+            tested.append(_test_one(image.ref(), image, run.require_gpu, run.skip_train, echo))
             if run.registry:
-                pushed.append(_push_tested(spec, result.image_id, tested[-1], run, echo))
+                pushed.append(_push_tested(image, result.image_id, tested[-1], run, echo))
     if run.registry:
-        pushed += _push_indexes(run.specs, pushed, run.registry, run.force, run.credentials, echo)
+        pushed += _push_indexes(run.images, pushed, run.registry, run.force, run.credentials, echo)
     reports.write_json(run.report_path, "build", built)
     if run.test:
         reports.write_json(run.report_path.with_name("test.json"), "test", tested)
@@ -102,36 +100,36 @@ def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:
             for layer in result.layers if layer.status == "built"}
 
 
-def _check_local_bases(specs: list[ImageSpec], options: render_module.RenderOptions) -> None:
+def _check_local_bases(images: list[LockedImage], options: RenderOptions) -> None:
     """A --base-image found in the local engine must be of the platform it is the base for: a local
     amd64 Debian under an arm64 build would give an image whose binaries do not run."""
-    for spec in specs:
-        base = options.base_image(spec.platform)
+    for image in images:
+        base = options.base_image(image.platform)
         try:
             found = containers.image_facts(base)["platform"] if base else None
         except containers.ContainerError:
             continue  # not local: the engine fetches the platform it builds for
-        if found and found != spec.platform:
-            raise UserError(f"--base-image {base} is a {found} image, and {spec.key} is built for {spec.platform}: "
-                            f"pass --base-image {spec.platform}=REF with a {spec.platform} image, or --platform "
+        if found and found != image.platform:
+            raise UserError(f"--base-image {base} is a {found} image, and {image.key} is built for {image.platform}: "
+                            f"pass --base-image {image.platform}=REF with a {image.platform} image, or --platform "
                             f"{found} to build only that platform")
 
 
-def test_images(image_ref: str | None, specs: list[ImageSpec], require_gpu: bool, skip_train: bool,
+def test_images(image_ref: str | None, images: list[LockedImage], require_gpu: bool, skip_train: bool,
                 report_path: Path, echo: Echo) -> int:
-    targets = [(image_ref, None)] if image_ref else [(spec.ref(), spec) for spec in specs]
-    results = [_test_one(ref, spec, require_gpu, skip_train, echo) for ref, spec in targets]
+    targets = [(image_ref, None)] if image_ref else [(image.ref(), image) for image in images]
+    results = [_test_one(ref, image, require_gpu, skip_train, echo) for ref, image in targets]
     reports.write_json(report_path, "test", results)
     echo(test_summary(results))
     return 0 if all(result.passed for result in results) else 1
 
 
-def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: bool, test_report: Path,
+def push_images(images: list[LockedImage], registry: str, skip_tests: bool, force: bool, test_report: Path,
                 report_path: Path, echo: Echo, credentials: Credentials | None = None, index_only: bool = False) -> int:
     """Push each image (each platform's), then the index of each image of several platforms; with
     index_only, only the indexes, of platform images pushed before (by one job per platform)."""
     if index_only:
-        grouped = _multi_platform_images(specs)
+        grouped = _multi_platform_images(images)
         if not grouped:
             raise UserError("--index: none of these images is built for several platforms")
         results = [publish.push_index(members, registry, force, credentials) for members in grouped.values()]
@@ -142,28 +140,28 @@ def push_images(specs: list[ImageSpec], registry: str, skip_tests: bool, force: 
     tests = None if skip_tests else _read_tests(test_report)
     client = containers.docker_client()
     results = []
-    for spec in specs:
-        image_id = containers.image_facts(spec.ref(), client=client)["id"]
-        sbom_file = sbom.path_for(report_path.parent, spec.key)
+    for image in images:
+        image_id = containers.image_facts(image.ref(), client=client)["id"]
+        sbom_file = sbom.path_for(report_path.parent, image.key)
         sbom.write(sbom_file, sbom.of_image(image_id, client=client))
-        results.append(publish.push_if_tested(spec, image_id, tests, registry, force, credentials, sbom_file))
+        results.append(publish.push_if_tested(image, image_id, tests, registry, force, credentials, sbom_file))
         echo(_push_line(results[-1]))
-    results += _push_indexes(specs, results, registry, force, credentials, echo)
+    results += _push_indexes(images, results, registry, force, credentials, echo)
     reports.write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
 
 
-def _test_one(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: bool, echo: Echo) -> TestResult:
+def _test_one(ref: str, image: LockedImage | None, require_gpu: bool, skip_train: bool, echo: Echo) -> TestResult:
     echo(f"testing {ref}")
-    result = smoke.test_image(ref, spec, require_gpu, skip_train)
+    result = smoke.test_image(ref, image, require_gpu, skip_train)
     for check in result.checks:
         echo(f"  {check.status:4}  {check.name}: {check.detail}")
     return result
 
 
-def _add_sbom(result: BuildResult, spec: ImageSpec, reports_dir: Path, echo: Echo) -> None:
+def _add_sbom(result: BuildResult, image: LockedImage, reports_dir: Path, echo: Echo) -> None:
     """The image's SBOM next to the build report; an image that cannot list its packages fails."""
-    path = sbom.path_for(reports_dir, spec.key)
+    path = sbom.path_for(reports_dir, image.key)
     try:
         made = sbom.of_image(result.image_id)
     except UserError as error:
@@ -171,23 +169,23 @@ def _add_sbom(result: BuildResult, spec: ImageSpec, reports_dir: Path, echo: Ech
         return
     sbom.write(path, made)
     result.sbom_file, result.sbom_components = str(path), made.counts
-    echo(f"{spec.key}: SBOM {path}: {made.python_components} Python distributions, "
+    echo(f"{image.key}: SBOM {path}: {made.python_components} Python distributions, "
          f"{made.os_components} OS packages")
 
 
-def _push_tested(spec: ImageSpec, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
-    result = publish.push_if_tested(spec, image_id, {spec.key: test}, run.registry, run.force, run.credentials,
-                                    sbom.path_for(run.report_path.parent, spec.key))
+def _push_tested(image: LockedImage, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
+    result = publish.push_if_tested(image, image_id, {image.key: test}, run.registry, run.force, run.credentials,
+                                    sbom.path_for(run.report_path.parent, image.key))
     echo(_push_line(result))
     return result
 
 
-def _push_indexes(specs: list[ImageSpec], pushed: list[PushResult], registry: str, force: bool,
+def _push_indexes(images: list[LockedImage], pushed: list[PushResult], registry: str, force: bool,
                   credentials: Credentials | None, echo: Echo) -> list[PushResult]:
     """The multi-platform index of each image of several platforms, once every platform was pushed here;
     an image built here for some of its platforms only (one CI job per platform) waits for the others."""
     results = []
-    for name, members in _multi_platform_images(specs).items():
+    for name, members in _multi_platform_images(images).items():
         done = {result.platform for result in pushed if result.image == name and result.status == "pushed"}
         missing = [p for p in members[0].platforms if p not in done]
         if missing:
@@ -199,12 +197,12 @@ def _push_indexes(specs: list[ImageSpec], pushed: list[PushResult], registry: st
     return results
 
 
-def _multi_platform_images(specs: list[ImageSpec]) -> dict[str, list[ImageSpec]]:
-    """The specs of each image built for several platforms, by image name, in the order given."""
-    grouped: dict[str, list[ImageSpec]] = {}
-    for spec in specs:
-        if len(spec.platforms) > 1:
-            grouped.setdefault(spec.name, []).append(spec)
+def _multi_platform_images(images: list[LockedImage]) -> dict[str, list[LockedImage]]:
+    """The images of each image built for several platforms, by image name, in the order given."""
+    grouped: dict[str, list[LockedImage]] = {}
+    for image in images:
+        if len(image.platforms) > 1:
+            grouped.setdefault(image.name, []).append(image)
     return grouped
 
 

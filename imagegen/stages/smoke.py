@@ -16,13 +16,11 @@ import time
 
 from imagegen.engine import containers
 from imagegen.core import platforms
-from imagegen.matrix.components import COMPONENTS
-from imagegen.matrix.plan import ImageSpec
+from imagegen.render.locked import LockedImage
 from imagegen.stages.results import FAIL, PASS, SKIP, Check, TestResult
 from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, LABEL_PREFIX, version_prefix
 
 # Label keys (after io.imagegen.) and the `vlmgrpo info` keys that report the same thing.
-INFO_KEY_OF_LABEL = {**{c.label: c.key for c in COMPONENTS}, "trainer": "vlmgrpo"}
 SELFTEST_TIMEOUT_S = 1800
 ELF_MACHINE = {"linux/amd64": 62, "linux/arm64": 183}  # e_machine: EM_X86_64, EM_AARCH64
 
@@ -65,7 +63,7 @@ print(json.dumps({"versions": versions, "machines": machines}))
 '''
 
 
-def test_image(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: bool,
+def test_image(ref: str, image: LockedImage | None, require_gpu: bool, skip_train: bool,
                client=None) -> TestResult:
     """Every check on one image; a failure is a result, not an exception."""
     client = client or containers.docker_client()
@@ -76,11 +74,11 @@ def test_image(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: 
     gpu, gpu_reason = (False, _native_only(facts["platform"])) if emulated else \
         containers.gpu_runtime_available(client)
     labels = {k[len(LABEL_PREFIX) + 1:]: v for k, v in facts["labels"].items() if k.startswith(LABEL_PREFIX + ".")}
-    checks = [_labels_match_spec(facts["labels"], spec), _runs_as_non_root(facts["user"])]
+    checks = [_labels_match_spec(facts["labels"], image), _runs_as_non_root(facts["user"])]
     versions, inside_checks = (_inventory if emulated else _info)(ref, facts["platform"], client)
     checks += inside_checks
     if versions is not None:
-        checks += _versions_match_labels(versions, labels)
+        checks += _versions_match_labels(versions, labels, image)
         checks.append(_tag_matches_inside(facts, versions))
     checks.append(_answers(ref, ["train", "--help"], "command.train_help", client))
     if emulated:
@@ -89,7 +87,7 @@ def test_image(ref: str, spec: ImageSpec | None, require_gpu: bool, skip_train: 
         checks.append(_gpu_runtime_check(gpu, gpu_reason, require_gpu))
         checks += _selftest(ref, gpu, require_gpu, skip_train, client)
     failed = any(check.status == FAIL for check in checks)
-    return TestResult(image=spec.name if spec else labels.get("image", ref), ref=ref,
+    return TestResult(image=image.name if image else labels.get("image", ref), ref=ref,
                       status="failed" if failed else "passed", platform=facts["platform"],
                       mode="emulated" if emulated else "gpu" if gpu else "native", image_id=facts["id"],
                       gpu_runtime=gpu, gpu_reason=gpu_reason, duration_s=round(time.monotonic() - started, 1),
@@ -101,14 +99,14 @@ def _native_only(platform: str) -> str:
             "importing torch hangs or crashes")
 
 
-def _labels_match_spec(labels: dict[str, str], spec: ImageSpec | None) -> Check:
-    if spec is None:
+def _labels_match_spec(labels: dict[str, str], image: LockedImage | None) -> Check:
+    if image is None:
         return Check("labels.match_matrix", SKIP, "no matrix entry given; the image's own labels are the reference")
-    differing = [f"{key}={labels.get(key)!r} (matrix: {value!r})" for key, value in spec.labels.items()
+    differing = [f"{key}={labels.get(key)!r} (matrix: {value!r})" for key, value in image.labels.items()
                  if labels.get(key) != value]
     if differing:
         return Check("labels.match_matrix", FAIL, "; ".join(differing))
-    return Check("labels.match_matrix", PASS, f"{len(spec.labels)} labels equal the matrix entry")
+    return Check("labels.match_matrix", PASS, f"{len(image.labels)} labels equal the matrix entry")
 
 
 def _runs_as_non_root(user: str) -> Check:
@@ -151,9 +149,11 @@ def _libraries_are_for(platform: str, machines: dict[str, list[str]]) -> Check:
     return Check("inside.elf_machine", PASS, f"all {count} shared libraries in the environment are {platform}")
 
 
-def _versions_match_labels(versions: dict, labels: dict[str, str]) -> list[Check]:
+def _versions_match_labels(versions: dict, labels: dict[str, str], image: LockedImage | None) -> list[Check]:
     checks = []
-    for label, key in INFO_KEY_OF_LABEL.items():
+    keys = {c.label: c.key for c in image.plan.components} if image else \
+        {label: label.replace("-", "_").replace(".", "_") for label in labels}
+    for label, key in {**keys, "trainer": "vlmgrpo"}.items():
         if label not in labels:
             continue
         inside = versions.get(key)

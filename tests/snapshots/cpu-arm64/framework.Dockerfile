@@ -30,5 +30,6 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
-# What `vlmgrpo selftest` checks the image against, and every distribution as the lock pins it.
-COPY requirements.lock expected.json /etc/imagegen/
+# What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
+COPY expected.json /etc/imagegen/expected.json
+COPY requirements.lock /etc/imagegen/requirements.lock

@@ -1,0 +1,169 @@
+"""Commands on the plan: validate, matrix, render, lock, facts check."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from imagegen.cli.options import (base_images_option, reports_user_errors, selection_options, workspace_options,
+                                  load_selected)
+from imagegen.core.errors import MatrixError, UserError
+from imagegen.matrix import plan as plan_module
+from imagegen.matrix import rules
+from imagegen.matrix.select import choose
+from imagegen.render import output
+from imagegen.render.contexts import RenderOptions
+from imagegen.reports import listing
+
+
+@click.command()
+@workspace_options
+@reports_user_errors
+def validate(workspace):
+    """Check matrix.yaml: keys and types, that every image's versions fit together, and that each
+    image has a current lock that agrees with the matrix's facts. Reads no network.
+
+    Each problem names the file, line and key, the rule broken and what is allowed, and for a
+    missing or stale lock the command that refreshes it. Exits 2 when any problem is found.
+    """
+    plan = workspace.load()
+    problems = plan.problems()
+    if problems:
+        raise MatrixError(problems)
+    for warning in _warnings(plan):
+        click.echo(f"warning: {warning}", err=True)
+    names = dict.fromkeys(p.name for p in plan.images)
+    locked = dict.fromkeys(image.name for image in plan.locked.values())
+    click.echo(f"{workspace.matrix}: {len(names)} images valid ({len(plan.images)} image x platform builds), "
+               f"{len(locked)} locked" + (f", {len(names) - len(locked)} to lock where the PyTorch index answers"
+                                          if len(locked) < len(names) else ""))
+
+
+def _warnings(plan) -> list[str]:
+    """What validate says without refusing: untested combinations, unpinned bases, images locked elsewhere."""
+    found = [str(problem) for problem in rules.warnings(plan.matrix)]
+    found += list(dict.fromkeys(f"{image.name}: {image.lock.base.note}" for image in plan.locked.values()
+                                if image.lock.base.note))
+    found += list(dict.fromkeys(f"{p.name}: {plan.lock_warnings[p.key]}" for p in plan.images
+                                if p.key in plan.lock_warnings))
+    return found
+
+
+@click.command()
+@selection_options
+@click.option("--format", "output_format", type=click.Choice(sorted(listing.FORMATS)), default="table",
+              show_default=True, help="github prints a strategy.matrix include list for fromJSON.")
+@workspace_options
+@reports_user_errors
+def matrix(selection, output_format, workspace):
+    """List the images of the matrix with every component version and tag.
+
+    An image without a current lock has no version tag yet (its tag carries the digest of its
+    inputs, the lock among them); the table says so.
+    """
+    plan = workspace.load()
+    click.echo(listing.FORMATS[output_format](listing.listed(plan, choose(plan.images, selection))))
+
+
+@click.command()
+@selection_options
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the build contexts.")
+@click.option("--base-image", "base_images", metavar="[PLATFORM=]REF", multiple=True, callback=base_images_option,
+              help="Build FROM this image instead of the matrix's base (a mirror, a digest, a locally made image); "
+              "PLATFORM=REF for one platform (repeatable).")
+@click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror.")
+@workspace_options
+@reports_user_errors
+def render(selection, out, base_images, apt_mirror, workspace):
+    """Write one build context per image and layer: OUT/IMAGE/LAYER/Dockerfile and its files.
+
+    Each image needs a current lock: its framework layer installs exactly what the lock pins.
+    Rendering the same inputs twice gives byte-identical output; a failed render leaves the
+    previous output untouched.
+    """
+    options = RenderOptions(base_images, apt_mirror)
+    images = load_selected(workspace, selection, options)
+    output.write(out, images)
+    for image in images:
+        base = options.base_image(image.platform) or image.lock.base.pinned_ref
+        click.echo(f"{out / image.key}: {image.ref()} FROM {base}")
+
+
+@click.command()
+@selection_options
+@workspace_options
+@reports_user_errors
+def lock(selection, workspace):
+    """Resolve each selected image's Python stack from the index into locks/IMAGE.json.
+
+    uv resolves torch and torchvision (from the PyTorch index for a CUDA build PyPI does not
+    serve), flash-attn's needs, DeepSpeed, transformers, TRL, accelerate, peft, the trainer's
+    requirements and every transitive dependency, for the image's own Python and platform,
+    from index metadata alone, with the hashes of every file. The lock also records the digest
+    the base image's tag points to (when the registry answers) and what it was resolved from,
+    so that `imagegen validate` can tell, offline, when it is stale. Exits 1 when an image
+    cannot be locked; the others are still written.
+
+    \b
+    Examples:
+      imagegen lock --image cpu --image cu124-torch2.6
+      imagegen lock --all
+    """
+    from imagegen.locking import resolve as lock_module
+
+    if selection.empty:
+        raise UserError("choose what to lock: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    plan = workspace.load()
+    loaded = plan.matrix
+    failed = 0
+    names = dict.fromkeys(p.name for p in choose(plan.images, selection))
+    chosen = [p for p in plan.images if p.name in names]  # a lock file holds every platform of its image
+    for name in names:
+        try:
+            outcomes = [lock_module.lock_image(p, workspace.lock_command(name)) for p in chosen if p.name == name]
+        except UserError as error:
+            failed += 1
+            line = loaded.located.line_of(("images", plan_module.index_of(loaded, name)))
+            click.echo(f"error: {name} ({workspace.matrix}:{line}): {error}", err=True)
+            continue
+        path = workspace.lock_path(name)
+        lock_module.write_locks(path, [outcome.lock for outcome in outcomes])
+        for outcome in outcomes:
+            for warning in outcome.warnings:
+                click.echo(f"warning: {name}: {warning}", err=True)
+            click.echo(f"{path}: {lock_module.summary(outcome.lock)}")
+    sys.exit(1 if failed else 0)
+
+
+@click.group()
+def facts():
+    """The matrix's facts against the package index."""
+
+
+@facts.command("check")
+@workspace_options
+@reports_user_errors
+def facts_check(workspace):
+    """Compare every fact of the matrix with what the index says, and print each disagreement.
+
+    Reads the wheel metadata of every torch release and CUDA build the matrix lists (cuDNN and
+    NCCL pins, CUDA runtime, Python range, C++ ABI, torchvision's torch), and of the stack's
+    packages (Requires-Python, the torch they require), and lists flash-attn's GitHub
+    release assets. An index that does not answer is reported as not checked. Exits 1 when
+    the matrix disagrees with the index, 0 otherwise.
+    """
+    from imagegen.locking import facts as facts_module
+    from imagegen.matrix import model as matrix_module
+
+    report = facts_module.check(matrix_module.read(workspace.matrix))
+    for problem in report.disagreements:
+        click.echo(f"error: {problem}", err=True)
+    for what, why in report.not_checked.items():
+        click.echo(f"not checked: {what}: {why}", err=True)
+    click.echo(f"{workspace.matrix}: {report.checked} facts checked against the index, "
+               f"{len(report.disagreements)} disagree, {len(report.not_checked)} not checked")
+    sys.exit(1 if report.disagreements else 0)
+
+

@@ -1,0 +1,33 @@
+"""The real matrix.yaml, as it is: it validates, and every image is locked or declared to lock elsewhere.
+
+The other tests use their own matrix (tests/fixture); these are the only ones that read matrix.yaml itself,
+so that adding an image there is checked here and changes nothing else.
+"""
+
+import yaml
+
+from imagegen.workspace import Workspace
+
+from tests.helpers import MATRIX_PATH, REPO
+from tests.test_cli import imagegen
+
+
+def test_validate_passes_on_the_real_matrix_as_it_is():
+    result = imagegen("validate")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "images valid" in result.stdout
+
+
+def test_every_image_is_locked_or_declared_to_lock_where_the_pytorch_index_answers():
+    plan = Workspace().load()
+    for planned in plan.images:
+        assert planned.key in plan.locked or (planned.lock_source == "pytorch-index"
+                                              and planned.key in plan.lock_warnings), planned.key
+    declared = {image["name"] for image in yaml.safe_load(MATRIX_PATH.read_text())["images"]
+                if image.get("lock") == "pytorch-index"}
+    assert all(planned.torch_index_url for planned in plan.images if planned.name in declared)
+
+
+def test_every_lock_file_belongs_to_an_image_of_the_matrix():
+    names = {image["name"] for image in yaml.safe_load(MATRIX_PATH.read_text())["images"]}
+    assert {path.stem for path in (REPO / "locks").glob("*.json")} <= names
