@@ -8,7 +8,7 @@ import urllib.request
 
 from imagegen.stages import build
 from imagegen.render import contexts as render
-from imagegen.engine.registry import remote_digest
+from imagegen.engine.registry.http import remote_digest
 from imagegen.workspace import Workspace
 from tests.docker_env import unique_name
 from tests.helpers import FIXTURE_TRAINER, image_named, locked_matrix

@@ -3,6 +3,7 @@ Run in tmux, a real terminal, and read back from its screen with capture-pane.""
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from imagegen.engine.progress import TerminalView, clock, step_of
+from imagegen.engine.progress import BuildkitProgress, TerminalView, clock, step_of
 from tests.conftest import CPU_BUILD_ARGS
 from tests.docker_env import unique_name
 from tests.helpers import REPO
@@ -54,24 +55,24 @@ def test_a_build_on_a_terminal_shows_one_line_per_layer(cpu_image, tmp_path):
 
 def test_the_live_line_says_step_elapsed_and_the_guide(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    class Screen:
-        def __init__(self):
-            self.text = ""
-
-        def write(self, text):
-            self.text += text
-
-        def flush(self):
-            pass
-
-    screen = Screen()
+    screen = io.StringIO()
     view = TerminalView(screen)
     view.start("cpu framework", "building", 125.0)
-    view.line("#7 [2/5] RUN --mount=type=cache,target=/root/.cache/pip   pip install torch==2.14.1")
+    view.step(step_of("#7 [2/5] RUN --mount=type=cache,target=/root/.cache/pip   pip install torch==2.14.1"))
     view.finish("built in 0:03, 0/5 steps cached")
-    drawn = screen.text.split("\r\x1b[K")
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())  # rich's cursor moves and erasures
     assert "[cpu framework] 0:00 (last build 2:05) step 2/5 RUN --mount=type=cache,target=/root/.cache/pip pip " \
            "install torch==2.14.1" in drawn
-    assert drawn[-1] == "[cpu framework] built in 0:03, 0/5 steps cached (last build 2:05)\n"
+    assert drawn.endswith("[cpu framework] built in 0:03, 0/5 steps cached (last build 2:05)\n")
     assert step_of("#12 [stage-1 3/4] COPY a b") == (3, 4, "COPY a b") and step_of("#12 DONE 0.1s") is None
     assert clock(3725) == "62:05"
+
+
+def test_one_parser_counts_the_steps_and_tells_the_view(monkeypatch):
+    """The parser the build counts cached steps with is the one whose steps the view shows."""
+    lines = ["#1 [internal] load build definition from Dockerfile", "#4 [1/3] FROM local/debian:bookworm",
+             "#5 [2/3] RUN apt-get update", "#5 CACHED", "#6 [3/3] COPY a b", "#6 ERROR: failed to compute"]
+    parser = BuildkitProgress()
+    shown = [step for step in map(parser.feed, lines) if step]
+    assert [s.number for s in shown] == [1, 2, 3] and len(parser.steps) == 2 and parser.cached == {"5"}
+    assert parser.failed_step == "[3/3] COPY a b"

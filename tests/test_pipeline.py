@@ -15,7 +15,8 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen.engine import containers
-from imagegen.engine.registry import Credentials, referrers
+from imagegen.engine.registry.http import Credentials
+from imagegen.engine.registry.oci import referrers
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
 from tests.docker_env import build_cache_made_inside, unique_name

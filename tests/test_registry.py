@@ -15,15 +15,9 @@ import docker.errors
 import pytest
 import requests
 
-from imagegen.engine.registry import (
-    Credentials,
-    RegistryError,
-    attach_artifact,
-    credentials_for,
-    push_image,
-    referrers,
-    remote_digest,
-)
+from imagegen.engine.registry.http import Credentials, RegistryError, credentials_for, remote_digest
+from imagegen.engine.registry.oci import attach_artifact, referrers
+from imagegen.stages.publish import push_image
 from tests.docker_env import unique_name
 
 

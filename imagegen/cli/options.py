@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from imagegen.core.errors import MatrixError, UserError
-from imagegen.engine.registry import Credentials
+from imagegen.engine.registry.http import Credentials
 from imagegen.matrix.schema import PLATFORMS
 from imagegen.matrix.select import Selection, choose
 from imagegen.render.contexts import RenderOptions

@@ -164,7 +164,3 @@ def report(build_report, test_report, push_report, reports_dir, out, workspace):
     report_page.write_pages(out, workspace.templates, workspace.matrix, plan.matrix.repository,
                             listing.listed(plan, plan.images), found, plan.matrix.components)
     click.echo(f"{out / 'index.html'}: {len(plan.images)} image x platform rows")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

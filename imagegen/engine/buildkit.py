@@ -15,11 +15,12 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from imagegen.core.errors import UserError
+from imagegen.engine.progress import BuildkitProgress, Step
 
 DOCKER_ENV_VAR = "IMAGEGEN_DOCKER"
 FALLBACK_DOCKER = "/usr/bin/docker"
@@ -29,10 +30,6 @@ LOG_TAIL_LINES = 30
 _NO_DAEMON_MARKERS = ("cannot connect to the docker daemon", "is the docker daemon running")
 _PROBE_DOCKERFILE = "FROM scratch\nLABEL org.imagegen.probe=buildkit\n"
 
-# BuildKit plain progress: "#5 [2/3] RUN ..." opens a vertex, "#5 CACHED" / "#5 ERROR: ..."
-# report on it by number. Dockerfile steps carry "[N/M]" or "[stage N/M]".
-_VERTEX_LINE = re.compile(r"^#(\d+) (.*)$")
-_STEP_HEADER = re.compile(r"^\[(?:[^\]]+ )?\d+/\d+\] (\S+)")
 
 
 class DockerCliError(UserError):
@@ -58,38 +55,6 @@ class BuildOutcome:
         return self.ok and self.total_steps > 0 and self.cached_steps == self.total_steps
 
 
-@dataclass
-class _ProgressParser:
-    """Follows BuildKit plain progress to count Dockerfile steps, cache hits and failures."""
-
-    headers: dict[str, str] = field(default_factory=dict)
-    steps: set[str] = field(default_factory=set)
-    cached: set[str] = field(default_factory=set)
-    failed_vertex: str | None = None
-
-    def feed(self, line: str) -> None:
-        match = _VERTEX_LINE.match(line)
-        if not match:
-            return
-        vertex, text = match.groups()
-        if vertex not in self.headers:
-            self.headers[vertex] = text
-            step = _STEP_HEADER.match(text)
-            # FROM resolves a base image rather than running a step, and BuildKit marks a
-            # local base CACHED on some builds and DONE on others: counting it would make
-            # "all cached" depend on that rather than on the steps.
-            if step and step.group(1).upper() != "FROM":
-                self.steps.add(vertex)
-        elif text == "CACHED":
-            self.cached.add(vertex)
-        elif text.startswith("ERROR") and self.failed_vertex is None:
-            self.failed_vertex = vertex
-
-    @property
-    def failed_step(self) -> str | None:
-        return self.headers.get(self.failed_vertex) if self.failed_vertex else None
-
-
 @dataclass(frozen=True)
 class BuildClient:
     """A docker CLI invocation known to build with BuildKit."""
@@ -111,11 +76,12 @@ class BuildClient:
         secrets: dict[str, Path],
         log: Callable[[str], None],
         target: str | None = None,
+        on_step: Callable[[Step], None] | None = None,
         progress: str = "plain",
         no_cache: bool = False,
         platform: str | None = None,
     ) -> BuildOutcome:
-        """Build context, streaming each output line to log.
+        """Build context, streaming each output line to log and each step it starts to on_step.
 
         Step and cache counts come from the plain progress output: other progress modes
         build the same but report 0 steps. A failed build is an outcome, not an exception.
@@ -130,7 +96,7 @@ class BuildClient:
             )
             argv[-1:-1] = (["--no-cache"] if no_cache else []) + (["--platform", platform] if platform else [])
             started = time.monotonic()
-            exit_code, tail, parser = _stream(argv, {**os.environ, **self.env}, log)
+            exit_code, tail, parser = _stream(argv, {**os.environ, **self.env}, log, on_step)
             duration_s = time.monotonic() - started
             image_id = iidfile.read_text().strip() if iidfile.is_file() else None
         ok = exit_code == 0
@@ -175,11 +141,12 @@ class BuildClient:
 
 
 def _stream(
-    argv: list[str], env: dict[str, str], log: Callable[[str], None]
-) -> tuple[int, list[str], _ProgressParser]:
-    """Run argv, passing each output line to log as it arrives (BuildKit writes to stderr)."""
+    argv: list[str], env: dict[str, str], log: Callable[[str], None], on_step: Callable[[Step], None] | None = None
+) -> tuple[int, list[str], BuildkitProgress]:
+    """Run argv, passing each output line to log as it arrives (BuildKit writes to stderr), and each step it
+    starts to on_step."""
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-    parser = _ProgressParser()
+    parser = BuildkitProgress()
     with subprocess.Popen(
         argv,
         env=env,
@@ -194,8 +161,10 @@ def _stream(
         for raw in proc.stdout:
             line = raw.rstrip("\n")
             tail.append(line)
-            parser.feed(line)
+            step = parser.feed(line)
             log(line)
+            if step and on_step:
+                on_step(step)
     return proc.returncode, list(tail), parser
 
 

@@ -28,7 +28,7 @@ from imagegen.locking.inputs import flash_attn_requirement, lock_inputs
 from imagegen.matrix.plan import PYPI, PlannedImage
 from imagegen.core.errors import UserError
 from imagegen.locking.lockfile import Artifact, BasePin, Lock, LockedPackage, dumps
-from imagegen.engine.registry import RegistryError, tag_digest
+from imagegen.engine.registry.http import RegistryError, tag_digest
 
 UV_TIMEOUT_S = 600
 GITHUB_API = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/v{version}"

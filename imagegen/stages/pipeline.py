@@ -16,7 +16,7 @@ from imagegen.engine.buildkit import find_build_client
 from imagegen.core.errors import UserError
 from imagegen.core.text import aligned
 from imagegen.render.locked import LockedImage
-from imagegen.engine.registry import Credentials
+from imagegen.engine.registry.http import Credentials
 from imagegen.stages.results import BuildResult, PushResult, TestResult
 
 Echo = Callable[[str], None]
