@@ -209,13 +209,8 @@ def test_push_to_a_private_registry_publishes_both_platforms_under_one_tag_with_
     assert [(r["platform"], r["status"], r["pushed_tags"]) for r in (amd64, arm64, index)] == [
         ("linux/amd64", "pushed", [f"{version_tag}-amd64"]), ("linux/arm64", "pushed", [f"{version_tag}-arm64"]),
         ("index", "pushed", [version_tag, "cpu"])]
-    login = Credentials(auth_registry.username, auth_registry.password)
     for platform_push, key in ((amd64, "cpu"), (arm64, "cpu-arm64")):
-        # distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>.
-        assert platform_push["sbom_found_by"] == f"the referrers tag {platform_push['digest'].replace(':', '-')}"
-        (artifact,) = referrers(auth_registry.host, "vlm-grpo", platform_push["digest"], login)
-        assert (artifact["digest"], artifact["artifactType"]) == (platform_push["sbom_digest"],
-                                                                  "application/vnd.cyclonedx+json")
+        assert_sbom_refers_to(platform_push, auth_registry)
         assert (tmp_path / "sbom" / f"{key}.cdx.json").is_file()  # the document that was attached
 
     listed = index_of(auth_registry, version_tag)
@@ -235,6 +230,14 @@ def test_push_to_a_private_registry_publishes_both_platforms_under_one_tag_with_
                                                          [version_tag]]
     assert all(r["sbom_digest"] is None for r in second)  # attached once, when the version was published
     assert "(already published)" in again.stderr
+
+
+def assert_sbom_refers_to(pushed: dict, auth_registry) -> None:
+    """distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>."""
+    login = Credentials(auth_registry.username, auth_registry.password)
+    assert pushed["sbom_found_by"] == f"the referrers tag {pushed['digest'].replace(':', '-')}"
+    (artifact,) = referrers(auth_registry.host, "vlm-grpo", pushed["digest"], login)
+    assert (artifact["digest"], artifact["artifactType"]) == (pushed["sbom_digest"], "application/vnd.cyclonedx+json")
 
 
 def index_of(auth_registry, tag: str) -> dict:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from imagegen.cli import images, stages
+import imagegen.cli.images as images
+import imagegen.cli.stages as stages
 
 
 @click.group()
