@@ -2,8 +2,10 @@
 a tag cannot lie and one tag means one set of inputs.
 
 Version tag (immutable once pushed):
-    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-<flavor>]-<inputs digest>
-    e.g. 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b
+    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-runtime | -<os>]-<inputs digest>
+    e.g. 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b; an image on the runtime flavour of its CUDA base
+    adds -runtime, one on a base of its own (cpu) its OS: 0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12-...
+    An image of several platforms has one version tag; each platform's image goes under it with -<arch>.
     The digest covers the lock, the rendered Dockerfiles and the trainer's source: a rebuild from the
     same inputs gets the same tag, any changed input a new one.
 Moving aliases (updated on every publish):
