@@ -1,5 +1,10 @@
 """Fixtures shared by the real-engine tests: the engine, a local base, a loopback registry,
-and the cpu image, built once per session through `imagegen build` as a user runs it."""
+and the cpu image, built once per session through `imagegen build` as a user runs it.
+
+A test that uses the engine or a registry (any fixture in ENGINE_FIXTURES, directly or through another
+fixture) is marked `docker` here, so `pytest -m "not docker"` leaves it out without each test saying so.
+`--image-ref REF` checks an image already built (pulled, or built by CI) instead of building the cpu image.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,37 @@ def ensure_wheelhouse() -> Path:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(WHEELHOUSE),
                         "torch==2.14.1", "torchvision==0.29.1"], check=True)
     return WHEELHOUSE
+
+
+ENGINE_FIXTURES = {"docker_client", "build_client", "local_base_image", "arm64_base_image", "registry",
+                   "auth_registry", "throwaway_tag", "cpu_image", "cpu_arm64_image", "image_under_test"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--image-ref", metavar="REF", default=None,
+                     help="Check this image, already built or pulled, in the image tests (tests/test_image_trains.py) "
+                          "instead of building the cpu image of the matrix. Not --image, which names a matrix entry.")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture(scope="session")
+def image_under_test(request, docker_client, tmp_path_factory) -> dict:
+    """The image the image tests run: --image-ref's, else the cpu image built for this session."""
+    ref = request.config.getoption("--image-ref")
+    if ref is None:
+        return request.getfixturevalue("cpu_image")
+    from imagegen.engine.containers import ContainerError, image_facts
+
+    try:
+        facts = image_facts(ref, client=docker_client)
+    except ContainerError as error:
+        pytest.fail(f"--image-ref {ref}: {error}", pytrace=False)
+    return {"ref": ref, "id": facts["id"], "report": None, "work": tmp_path_factory.mktemp("image-ref")}
 
 
 @pytest.fixture(scope="session")

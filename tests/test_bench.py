@@ -3,9 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
 
 
+@pytest.mark.slow
 def test_bench_writes_results_for_the_sections_that_build_no_image(tmp_path):
     results = tmp_path / "RESULTS.md"
     done = subprocess.run([sys.executable, "-m", "bench", "--only", "trainer", "render", "examples", "--steps", "2",
@@ -20,6 +23,7 @@ def test_bench_writes_results_for_the_sections_that_build_no_image(tmp_path):
     assert list(tmp_path.iterdir()) == [results]  # written atomically: no temporary file left behind
 
 
+@pytest.mark.slow
 def test_the_installer_comparison_builds_the_revisions_it_names():
     """Section 5 compares builds at two earlier commits with today's: each must be what its row says."""
     from bench.lock_install import BEFORE_LOCKS, LOCK_WITH_PIP

@@ -63,8 +63,8 @@ def metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_train_writes_checkpoint_and_metrics_owned_by_the_caller(cpu_image, host_dirs):
-    result = docker(*run_args(cpu_image["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml")
+def test_train_writes_checkpoint_and_metrics_owned_by_the_caller(image_under_test, host_dirs):
+    result = docker(*run_args(image_under_test["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml")
     run = host_dirs["out"] / "run"
     steps = [row["step"] for row in metrics(run / "metrics.jsonl")]
     assert steps[-1] == 2, result.stdout[-2000:]
@@ -76,20 +76,20 @@ def test_train_writes_checkpoint_and_metrics_owned_by_the_caller(cpu_image, host
     assert all("clip_ratio" in row for row in metrics(run / "metrics.jsonl"))
 
 
-def test_bad_inputs_fail_before_the_model_loads(cpu_image, host_dirs):
+def test_bad_inputs_fail_before_the_model_loads(image_under_test, host_dirs):
     """Weights saved 0600 by another user, and an output directory the training uid cannot write."""
     weights = "/private/model.safetensors"
     result = docker("run", "--rm", "--user", USER, "-v", f"{host_dirs['private_model']}:/private:ro",
-                    "-v", f"{host_dirs['data']}:/data:ro", cpu_image["id"], "train", "--config", "/data/rec_tiny.yaml",
+                    "-v", f"{host_dirs['data']}:/data:ro", image_under_test["id"], "train", "--config", "/data/rec_tiny.yaml",
                     "--model", "/private", "--output", "/tmp/run", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().endswith(f"{weights} is not readable by uid 4321 (mode 0600, owner uid "
                                           f"{os.getuid()}); make it readable: chmod a+r {weights}")
-    result = docker(*run_args(cpu_image["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
+    result = docker(*run_args(image_under_test["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
                     "--output", "/data/run", "--dry-run", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "key 'output_dir': cannot write to /data (to create /data/run in it) as uid 4321" in result.stderr
-    result = docker(*run_args(cpu_image["id"], host_dirs), "sft", "--config", "/data/sft_chat_tiny.yaml",
+    result = docker(*run_args(image_under_test["id"], host_dirs), "sft", "--config", "/data/sft_chat_tiny.yaml",
                     "--output", "/out/qlora", "--set", "use_lora=true", "--set", "load_in_4bit=true", check=False)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "error: command line: key 'load_in_4bit': QLoRA needs an NVIDIA GPU (bitsandbytes' 4-bit layers run on CUDA "
@@ -97,23 +97,23 @@ def test_bad_inputs_fail_before_the_model_loads(cpu_image, host_dirs):
         "load_in_4bit to train LoRA on the full-precision model"]
 
 
-def test_selftest_passes_inside_the_image(cpu_image):
-    result = docker("run", "--rm", cpu_image["id"], "selftest", timeout=600)
+def test_selftest_passes_inside_the_image(image_under_test):
+    result = docker("run", "--rm", image_under_test["id"], "selftest", timeout=600)
     report = json.loads(result.stdout)
     assert report["failed"] == 0
     assert {c["name"]: c["status"] for c in report["checks"]}["train.tiny_grpo"] == "pass"
 
 
-def test_any_other_command_runs_as_given(cpu_image):
-    result = docker("run", "--rm", "--user", USER, cpu_image["id"], "python", "-c",
+def test_any_other_command_runs_as_given(image_under_test):
+    result = docker("run", "--rm", "--user", USER, image_under_test["id"], "python", "-c",
                     "import os, torch; print(os.getuid(), os.access(os.environ['HOME'], os.W_OK), torch.__version__)")
     assert result.stdout.split() == ["4321", "True", "2.14.1+cu130"]
 
 
-def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(cpu_image, host_dirs):
+def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(image_under_test, host_dirs):
     name = f"imagegen-e2e-{os.getpid()}"
     run = host_dirs["out"] / "stopped"
-    docker(*run_args(cpu_image["id"], host_dirs, name=name), "train", "--config", "/data/rec_tiny.yaml",
+    docker(*run_args(image_under_test["id"], host_dirs, name=name), "train", "--config", "/data/rec_tiny.yaml",
            "--output", "/out/stopped", "--max-steps", "500", "--save-steps", "1000")
     try:
         deadline = time.monotonic() + 300
@@ -131,19 +131,19 @@ def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(cpu_image, ho
     saved_step = int(checkpoints[-1].name.split("-")[1])
     steps_before = len(metrics(run / "metrics.jsonl"))
 
-    docker(*run_args(cpu_image["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
+    docker(*run_args(image_under_test["id"], host_dirs), "train", "--config", "/data/rec_tiny.yaml",
            "--output", "/out/stopped", "--max-steps", str(saved_step + 2), "--save-steps", "1000",
            "--resume", "auto")
     resumed = [row["step"] for row in metrics(run / "metrics.jsonl")[steps_before:]]
     assert resumed[0] == saved_step + 1 and resumed[-1] == saved_step + 2
 
 
-def test_sft_stops_on_docker_stop_resumes_at_the_next_step_and_merges(cpu_image, host_dirs):
+def test_sft_stops_on_docker_stop_resumes_at_the_next_step_and_merges(image_under_test, host_dirs):
     """`docker run --user UID:GID ... IMAGE sft --config ...`: LoRA on the three chat formats of a text-only model
     with a validation split, `docker stop` (a checkpoint, exit 143), `--resume auto` at the next step, merged."""
     name = unique_name("imagegen-sft")
     run = host_dirs["out"] / "sft"
-    docker(*run_args(cpu_image["id"], host_dirs, name=name), "sft", "--config", "/data/sft_chat_tiny.yaml",
+    docker(*run_args(image_under_test["id"], host_dirs, name=name), "sft", "--config", "/data/sft_chat_tiny.yaml",
            "--max-steps", "500", "--save-steps", "1000")
     try:
         wait_for_step(run / "metrics.jsonl", 1, [name])
@@ -157,7 +157,7 @@ def test_sft_stops_on_docker_stop_resumes_at_the_next_step_and_merges(cpu_image,
     (checkpoint,) = run.glob("checkpoint-*")
     step = int(checkpoint.name.split("-")[1])
 
-    docker(*run_args(cpu_image["id"], host_dirs), "sft", "--config", "/data/sft_chat_tiny.yaml",
+    docker(*run_args(image_under_test["id"], host_dirs), "sft", "--config", "/data/sft_chat_tiny.yaml",
            "--max-steps", str(step + 2), "--save-steps", "1000", "--resume", "auto")
     rows = metrics(run / "metrics.jsonl")
     assert [row["step"] for row in rows if "loss" in row] == list(range(1, step + 3))
@@ -200,7 +200,7 @@ def two_hosts_until_stopped(image, dirs, network, output, stop_rank, *extra):
     return codes, [log.stdout[-2000:] + log.stderr[-3000:] for log in logs]
 
 
-def test_two_containers_train_as_two_hosts_and_stop_together(cpu_image, host_dirs):
+def test_two_containers_train_as_two_hosts_and_stop_together(image_under_test, host_dirs):
     """torchrun --nnodes 2 on the CPU (gloo) across two containers of a user-defined network: both ranks train in
     step, rank 0 writes one checkpoint holding both ranks' state, and `docker stop` of either container makes both
     checkpoint at the same step and exit 143; the second run resumes the first's checkpoint."""
@@ -211,7 +211,7 @@ def test_two_containers_train_as_two_hosts_and_stop_together(cpu_image, host_dir
         stopped_steps = []
         for stop_rank, extra in ((0, []), (1, ["--resume", "auto"])):
             before = {p.name for p in run.glob("checkpoint-*")}
-            codes, logs = two_hosts_until_stopped(cpu_image["id"], host_dirs, network, "/out/two-hosts", stop_rank,
+            codes, logs = two_hosts_until_stopped(image_under_test["id"], host_dirs, network, "/out/two-hosts", stop_rank,
                                                   *extra)
             assert codes == ["143", "143"], logs
             (checkpoint,) = [p for p in run.glob("checkpoint-*") if p.name not in before]  # one per stop

@@ -106,6 +106,7 @@ def test_a_missing_lock_keeps_render_and_build_from_starting(tmp_path):
     assert result.stderr == f"error: cpu: {fix}\nerror: cpu-arm64: {fix}\n"  # each platform of the image
 
 
+@pytest.mark.network
 def test_lock_writes_hashed_locks_that_validate_accepts(tmp_path):
     """`imagegen lock` against the real index: every package pinned with its hashes, torch's cuDNN and
     NCCL among them, and the lock current for validate."""
@@ -129,6 +130,7 @@ def test_lock_writes_hashed_locks_that_validate_accepts(tmp_path):
     assert imagegen("validate", *on(path)).returncode == 0
 
 
+@pytest.mark.network
 def test_an_unresolvable_stack_fails_with_the_resolvers_reason_and_the_matrix_line(tmp_path):
     """The matrix's facts claim trl 1.16.0 runs on Python 3.10; the index says otherwise."""
     def wrong_floor(data):
@@ -168,12 +170,14 @@ def facts_matrix(tmp_path, edit) -> str:
     return str(path)
 
 
+@pytest.mark.network
 def test_facts_check_is_clean_on_the_real_facts_pypi_serves(tmp_path):
     result = imagegen("facts", "check", "--matrix", facts_matrix(tmp_path, lambda d: None))
     assert result.returncode == 0, result.stderr
     assert "0 disagree, 0 not checked" in result.stdout
 
 
+@pytest.mark.network
 def test_facts_check_catches_a_wrong_cudnn_pin_and_a_wrong_python_floor(tmp_path):
     def wrong(data):
         data["torch"]["2.14.1"]["cudnn"] = "9.20.0.48"
@@ -190,6 +194,7 @@ def test_facts_check_catches_a_wrong_cudnn_pin_and_a_wrong_python_floor(tmp_path
     assert "(trl 1.16.0 declares Requires-Python >=3.11), the matrix says [3.10, 3.11, " in errors[1]
 
 
+@pytest.mark.network
 def test_facts_check_catches_arm64_wheels_that_are_cpu_only(tmp_path):
     """PyPI's aarch64 torch is a CPU build up to 2.9: a CUDA image cannot be built for arm64 from it."""
     def cpu_only_arm64(data):

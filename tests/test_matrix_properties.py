@@ -2,6 +2,8 @@
 
 import copy
 
+import pytest
+
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -50,6 +52,7 @@ edits = st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["set", "
                  min_size=1, max_size=3)
 
 
+@pytest.mark.slow  # 300 random matrices: 14 s here
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits)
 @example([(("cuda", "11.8", "archs", 0), "set", "")])

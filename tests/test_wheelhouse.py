@@ -11,6 +11,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 from uv import find_uv_bin
 
 from imagegen.render import wheelhouse as wh
@@ -71,6 +72,7 @@ def _staged(tmp_path: Path, *versions: str, tag: str = "py2.py3-none-any",
     return wheelhouse
 
 
+@pytest.mark.network
 def test_uv_takes_the_wheelhouse_copy_of_a_file_the_index_also_has(tmp_path):
     """PyPI has six-1.17.0-py2.py3-none-any.whl too, with another hash: taking it would fail the hash check."""
     wheelhouse = _staged(tmp_path, "1.17.0")
@@ -80,6 +82,7 @@ def test_uv_takes_the_wheelhouse_copy_of_a_file_the_index_also_has(tmp_path):
     assert _origin(tmp_path) == "wheelhouse"
 
 
+@pytest.mark.network
 def test_a_version_the_wheelhouse_lacks_comes_from_the_index(tmp_path):
     """uv's default strategy would look for six only in the wheelhouse, which has 1.17.0 alone, and fail."""
     wheelhouse = _staged(tmp_path, "1.17.0")
@@ -89,6 +92,7 @@ def test_a_version_the_wheelhouse_lacks_comes_from_the_index(tmp_path):
     assert _origin(tmp_path) == "index"
 
 
+@pytest.mark.network
 def test_a_version_the_wheelhouse_has_only_for_another_platform_comes_from_the_index(tmp_path):
     """An arm64 image built with an x86_64 wheelhouse: uv would stop at the wheelhouse's 1.17.0 and fail."""
     wheelhouse = _staged(tmp_path, "1.17.0", tag="py3-none-manylinux_2_17_x86_64", supported=ARM64)
