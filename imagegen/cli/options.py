@@ -5,16 +5,19 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from imagegen.core.errors import MatrixError, UserError
-from imagegen.engine.registry.http import Credentials
 from imagegen.matrix.schema import PLATFORMS
 from imagegen.matrix.select import Selection, choose
 from imagegen.render.contexts import RenderOptions
 from imagegen.render.locked import LockedImage
 from imagegen.workspace import Workspace
+
+if TYPE_CHECKING:  # the registry's client imports docker-py and oras: only the commands that push load them
+    from imagegen.engine.registry.http import Credentials
 
 
 def selection_options(command):
@@ -150,6 +153,8 @@ def registry_options(command):
 
 def registry_credentials(user: str | None, password_stdin: bool) -> Credentials | None:
     """Credentials from the command line; None leaves them to the docker config."""
+    from imagegen.engine.registry.http import Credentials
+
     if password_stdin != bool(user):
         raise UserError("--registry-user USER and --registry-password-stdin go together, e.g. "
                         "echo \"$TOKEN\" | imagegen push ... --registry-user USER --registry-password-stdin")

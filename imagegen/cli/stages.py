@@ -13,8 +13,9 @@ from imagegen.cli.options import (build_options, load_selected, registry_credent
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
-from imagegen.reports import page as report_page
-from imagegen.stages import pipeline, sbom
+
+# The stages import docker-py, oras and cyclonedx: each command loads what it runs, so that `imagegen --help`
+# and the commands on the plan start in a fraction of a second.
 
 
 @click.command()
@@ -54,6 +55,8 @@ def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extr
         raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
     credentials = registry_credentials(registry_user, registry_password_stdin)
     options = RenderOptions(base_images, apt_mirror)
+    from imagegen.stages import pipeline
+
     run = pipeline.Run(
         images=load_selected(workspace, selection, options), render_options=options,
         source_dir=workspace.matrix.parent,
@@ -82,6 +85,8 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
     Exits 1 when any check failed.
     """
     images = [] if image_ref else load_selected(workspace, selection)
+    from imagegen.stages import pipeline
+
     sys.exit(pipeline.test_images(image_ref, images, require_gpu, skip_train, report_path,
                                   echo=lambda line: click.echo(line, err=True)))
 
@@ -113,6 +118,8 @@ def push(selection, registry, skip_tests, force, test_report, index_only, regist
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
     credentials = registry_credentials(registry_user, registry_password_stdin)
     images = load_selected(workspace, selection)
+    from imagegen.stages import pipeline
+
     sys.exit(pipeline.push_images(images, registry, skip_tests, force, test_report, report_path,
                                   echo=lambda line: click.echo(line, err=True), credentials=credentials,
                                   index_only=index_only))
@@ -129,6 +136,8 @@ def sbom_command(image_ref, out):
     build` writes the same document to reports/sbom/IMAGE.cdx.json and `--push` attaches it
     to the pushed image.
     """
+    from imagegen.stages import sbom
+
     made = sbom.of_image(image_ref)
     if out:
         sbom.write(out, made)
@@ -160,6 +169,8 @@ def report(build_report, test_report, push_report, reports_dir, out, workspace):
     report or the matrix cannot be read.
     """
     plan = workspace.load()
+    from imagegen.reports import page as report_page
+
     found = report_page.read_reports(report_page.report_files(reports_dir, build_report, test_report, push_report))
     report_page.write_pages(out, workspace.templates, workspace.matrix, plan.matrix.repository,
                             listing.listed(plan, plan.images), found, plan.matrix.components)
