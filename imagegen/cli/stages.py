@@ -18,6 +18,13 @@ from imagegen.reports import listing
 # and the commands on the plan start in a fraction of a second.
 
 
+def program(workspace) -> str:
+    """The inventory program the checks and the SBOM read images with: the trainer's."""
+    from imagegen.stages import inventory
+
+    return inventory.program(workspace.trainer)
+
+
 @click.command()
 @selection_options
 @build_options
@@ -63,7 +70,7 @@ def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extr
         pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
         docker_binary=docker_binary, builder=builder, context_dir=context_dir, no_cache=no_cache,
         keep_going=keep_going,
-        test=run_tests or run_push, require_gpu=require_gpu, skip_train=skip_train,
+        test=run_tests or run_push, checking=pipeline.Checking(program(workspace), require_gpu, skip_train),
         registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials,
         progress=progress_mode)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
@@ -87,7 +94,8 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
     images = [] if image_ref else load_selected(workspace, selection)
     from imagegen.stages import pipeline
 
-    sys.exit(pipeline.test_images(image_ref, images, require_gpu, skip_train, report_path,
+    checking = pipeline.Checking(program(workspace), require_gpu, skip_train)
+    sys.exit(pipeline.test_images(image_ref, images, checking, report_path,
                                   echo=lambda line: click.echo(line, err=True)))
 
 
@@ -121,15 +129,16 @@ def push(selection, registry, skip_tests, force, test_report, index_only, regist
     from imagegen.stages import pipeline
 
     sys.exit(pipeline.push_images(images, registry, skip_tests, force, test_report, report_path,
-                                  echo=lambda line: click.echo(line, err=True), credentials=credentials,
-                                  index_only=index_only))
+                                  echo=lambda line: click.echo(line, err=True), inventory_program=program(workspace),
+                                  credentials=credentials, index_only=index_only))
 
 
 @click.command("sbom")
 @click.argument("image_ref", metavar="IMAGE")
 @click.option("--out", type=click.Path(path_type=Path), help="Write it to this file instead of stdout.")
+@workspace_options
 @reports_user_errors
-def sbom_command(image_ref, out):
+def sbom_command(image_ref, out, workspace):
     """Print the CycloneDX SBOM of a local image: every Python distribution and OS package in it.
 
     The image lists its own packages (its Python and its package manager answer); `imagegen
@@ -138,7 +147,7 @@ def sbom_command(image_ref, out):
     """
     from imagegen.stages import sbom
 
-    made = sbom.of_image(image_ref)
+    made = sbom.of_image(image_ref, program(workspace))
     if out:
         sbom.write(out, made)
         click.echo(f"{out}: {made.python_components} Python distributions, {made.os_components} OS packages",

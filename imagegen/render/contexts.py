@@ -135,6 +135,7 @@ def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
         "versions": dict(versions),
         "distributions": plan.components.distributions,
         "families": plan.components.families,
+        "labels": {c.key: c.label for c in plan.components},  # io.imagegen.<label> says each key's version
         "gpu_count": None,
         "cuda_archs": list(plan.cuda_archs),
         "min_driver": plan.min_driver,

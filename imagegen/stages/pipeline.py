@@ -8,7 +8,7 @@ from typing import Callable
 
 from imagegen.engine import containers, progress
 from imagegen.core import platforms, sizes
-from imagegen.stages import publish, results as reports, sbom, smoke
+from imagegen.stages import checks, publish, results as reports, sbom
 from imagegen.render import output
 from imagegen.render.contexts import RenderOptions
 from imagegen.stages.build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
@@ -23,6 +23,14 @@ Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class Checking:
+    """How images are checked from the inside."""
+
+    require_gpu: bool = False
+    skip_train: bool = False
+
+
+@dataclass(frozen=True)
 class Run:
     images: list[LockedImage]  # rendered with render_options
     render_options: RenderOptions
@@ -34,8 +42,7 @@ class Run:
     no_cache: bool
     keep_going: bool
     test: bool
-    require_gpu: bool
-    skip_train: bool
+    checking: Checking
     registry: str | None
     force: bool
     report_path: Path
@@ -70,11 +77,11 @@ def build_test_push(run: Run, echo: Echo) -> int:
         result = builder.build(image, list(image.contexts), {**image.labels, **provenance})
         built.append(result)
         if result.status == "built":
-            _add_sbom(result, image, run.report_path.parent, echo)  # an image that cannot list its packages fails
+            _add_sbom(result, image, run.report_path.parent, run.checking.inventory_program, echo)  # an image that cannot list its packages fails
         if result.status != "built":
             continue
         if run.test:
-            tested.append(_test_one(image.ref(), image, run.require_gpu, run.skip_train, echo))
+            tested.append(_test_one(image.ref(), image, run.checking, echo))
             if run.registry:
                 pushed.append(_push_tested(image, result.image_id, tested[-1], run, echo))
     if run.registry:
@@ -115,17 +122,18 @@ def _check_local_bases(images: list[LockedImage], options: RenderOptions) -> Non
                             f"{found} to build only that platform")
 
 
-def test_images(image_ref: str | None, images: list[LockedImage], require_gpu: bool, skip_train: bool,
-                report_path: Path, echo: Echo) -> int:
+def test_images(image_ref: str | None, images: list[LockedImage], checking: Checking, report_path: Path,
+                echo: Echo) -> int:
     targets = [(image_ref, None)] if image_ref else [(image.ref(), image) for image in images]
-    results = [_test_one(ref, image, require_gpu, skip_train, echo) for ref, image in targets]
+    results = [_test_one(ref, image, checking, echo) for ref, image in targets]
     reports.write_json(report_path, "test", results)
     echo(test_summary(results))
     return 0 if all(result.passed for result in results) else 1
 
 
 def push_images(images: list[LockedImage], registry: str, skip_tests: bool, force: bool, test_report: Path,
-                report_path: Path, echo: Echo, credentials: Credentials | None = None, index_only: bool = False) -> int:
+                report_path: Path, echo: Echo, inventory_program: str, credentials: Credentials | None = None,
+                index_only: bool = False) -> int:
     """Push each image (each platform's), then the index of each image of several platforms; with
     index_only, only the indexes, of platform images pushed before (by one job per platform)."""
     if index_only:
@@ -143,7 +151,7 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
     for image in images:
         image_id = containers.image_facts(image.ref(), client=client)["id"]
         sbom_file = sbom.path_for(report_path.parent, image.key)
-        sbom.write(sbom_file, sbom.of_image(image_id, client=client))
+        sbom.write(sbom_file, sbom.of_image(image_id, inventory_program, client=client))
         results.append(publish.push_if_tested(image, image_id, tests, registry, force, credentials, sbom_file))
         echo(_push_line(results[-1]))
     results += _push_indexes(images, results, registry, force, credentials, echo)
@@ -151,19 +159,19 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
     return 0 if all(result.status == "pushed" for result in results) else 1
 
 
-def _test_one(ref: str, image: LockedImage | None, require_gpu: bool, skip_train: bool, echo: Echo) -> TestResult:
+def _test_one(ref: str, image: LockedImage | None, checking: Checking, echo: Echo) -> TestResult:
     echo(f"testing {ref}")
-    result = smoke.test_image(ref, image, require_gpu, skip_train)
+    result = checks.test_image(ref, image, checking.require_gpu, checking.skip_train, checking.inventory_program)
     for check in result.checks:
         echo(f"  {check.status:4}  {check.name}: {check.detail}")
     return result
 
 
-def _add_sbom(result: BuildResult, image: LockedImage, reports_dir: Path, echo: Echo) -> None:
+def _add_sbom(result: BuildResult, image: LockedImage, reports_dir: Path, program: str, echo: Echo) -> None:
     """The image's SBOM next to the build report; an image that cannot list its packages fails."""
     path = sbom.path_for(reports_dir, image.key)
     try:
-        made = sbom.of_image(result.image_id)
+        made = sbom.of_image(result.image_id, program)
     except UserError as error:
         result.status, result.failed_step = "failed", f"no SBOM: {error}"
         return

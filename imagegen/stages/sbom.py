@@ -1,14 +1,13 @@
 """A CycloneDX SBOM of an image, from what the image itself reports.
 
-A short program runs inside the image with the image's own Python: every distribution
-importlib.metadata finds (name, version, license fields, the archive hashes pip recorded for
-URL installs) and every OS package the package manager lists (dpkg or rpm). cyclonedx-python-lib
-turns that into the document; nothing is guessed from the matrix.
+The inventory program (stages.inventory) runs inside the image with the image's own Python: every
+distribution importlib.metadata finds (name, version, license fields, the archive hashes pip recorded for
+URL installs) and every OS package the package manager lists (dpkg or rpm). cyclonedx-python-lib turns
+that into the document; nothing is guessed from the matrix.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,67 +20,13 @@ from packageurl import PackageURL
 
 from imagegen.core import atomic
 from imagegen.engine import containers
-from imagegen.engine.containers import ContainerError
+from imagegen.stages import inventory
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SUFFIX = ".cdx.json"
 LICENSE_CLASSIFIER = "License :: "
 HASH_ALGORITHMS = {"sha256": HashAlgorithm.SHA_256, "sha384": HashAlgorithm.SHA_384,
                    "sha512": HashAlgorithm.SHA_512, "sha1": HashAlgorithm.SHA_1, "md5": HashAlgorithm.MD5}
-
-# Runs inside the image (any Python >= 3.8, standard library only); prints one JSON object.
-INVENTORY_PROGRAM = r'''
-import json, shutil, subprocess, sys
-from importlib import metadata
-
-def python_distributions():
-    found = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if not name or name.lower() in found:
-            continue
-        direct = json.loads(dist.read_text("direct_url.json") or "{}")
-        archive = direct.get("archive_info", {})
-        hashes = dict(archive.get("hashes") or {})
-        if "=" in archive.get("hash", ""):
-            algorithm, value = archive["hash"].split("=", 1)
-            hashes.setdefault(algorithm, value)
-        found[name.lower()] = {
-            "name": name, "version": dist.version, "hashes": hashes,
-            "license_expression": dist.metadata.get("License-Expression"),
-            "license": (dist.metadata.get("License") or "")[:300],
-            "classifiers": [c for c in dist.metadata.get_all("Classifier") or [] if c.startswith("License ::")],
-        }
-    return sorted(found.values(), key=lambda d: d["name"].lower())
-
-def os_packages():
-    if shutil.which("dpkg-query"):
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n"],
-                             capture_output=True, text=True).stdout
-        rows = [line.split("\t") for line in out.splitlines()]
-        return "deb", [{"name": r[1], "version": r[2], "arch": r[3]} for r in rows if len(r) == 4 and r[0].startswith("ii")]
-    if shutil.which("rpm"):
-        out = subprocess.run(["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\t%{ARCH}\n"],
-                             capture_output=True, text=True).stdout
-        rows = [line.split("\t") for line in out.splitlines()]
-        return "rpm", [{"name": r[0], "version": r[1], "arch": r[2]} for r in rows if len(r) == 3]
-    return None, []
-
-def os_release():
-    try:
-        text = open("/etc/os-release").read()
-    except OSError:
-        return {}
-    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
-    return {key: value.strip('"') for key, value in pairs}
-
-manager, packages = os_packages()
-release = os_release()
-print(json.dumps({"python": ".".join(map(str, sys.version_info[:3])), "python_distributions": python_distributions(),
-                  "os": {"id": release.get("ID"), "version_id": release.get("VERSION_ID"),
-                         "name": release.get("PRETTY_NAME")},
-                  "package_manager": manager, "os_packages": packages}))
-'''
 
 
 @dataclass(frozen=True)
@@ -95,29 +40,17 @@ class Sbom:
         return {"python": self.python_components, "os": self.os_components}
 
 
-def inventory(image: str, *, client=None) -> dict:
-    """What the image reports about itself: its Python distributions and OS packages."""
-    run = containers.run_in_image(image, ["python", "-c", INVENTORY_PROGRAM], gpu=False, timeout_s=300,
-                                  client=client)
-    try:
-        return json.loads(run.stdout)
-    except json.JSONDecodeError:
-        detail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
-        raise ContainerError(f"{image}: cannot list its packages for the SBOM (`python -c ...` exited "
-                             f"{run.exit_code}: {detail}); the image needs `python` on its PATH") from None
-
-
-def of_image(image: str, *, client=None) -> Sbom:
+def of_image(image: str, inventory_program: str, *, client=None) -> Sbom:
     facts = containers.image_facts(image, client=client)
-    return document(facts, inventory(image, client=client))
+    return document(facts, inventory.of_image(image, inventory_program, client=client))
 
 
 def document(facts: dict, found: dict) -> Sbom:
     """The CycloneDX 1.6 document for an image (`containers.image_facts`) and its inventory."""
     bom = Bom()
     bom.metadata.component = root = _image_component(facts)
-    python = [_python_component(entry) for entry in found["python_distributions"]]
-    system = [_os_component(entry, found["package_manager"], found["os"]) for entry in found["os_packages"]]
+    python = [_python_component(entry) for entry in found["distributions"]]
+    system = [_os_component(entry, found["package_manager"], found["os"] or {}) for entry in found["os_packages"]]
     for component in (*python, *system):
         bom.components.add(component)
     bom.register_dependency(root, [*python, *system])
@@ -145,12 +78,12 @@ def _python_component(entry: dict) -> Component:
 def _licenses(entry: dict) -> list:
     """The PEP 639 expression, else a one-line License field, else the license classifiers."""
     factory = LicenseFactory()
-    license_text = entry["license"].strip()
+    license_text = (entry["license"] or "").strip()
     if entry["license_expression"]:
         return [factory.make_from_string(entry["license_expression"])]
     if license_text and "\n" not in license_text and len(license_text) <= 100 and license_text != "UNKNOWN":
         return [factory.make_from_string(license_text)]
-    return [factory.make_with_name(classifier.rsplit(" :: ", 1)[-1]) for classifier in entry["classifiers"]]
+    return [factory.make_with_name(classifier.rsplit(" :: ", 1)[-1]) for classifier in entry["license_classifiers"]]
 
 
 def _os_component(entry: dict, manager: str, system: dict) -> Component:

@@ -1,0 +1,17 @@
+"""The image's labels are the ones its matrix entry gives (skipped for an image given by reference only)."""
+
+from imagegen.stages.checks.context import Context
+from imagegen.stages.results import FAIL, PASS, SKIP, Check
+
+NAME, ORDER = "labels.match_matrix", 10
+
+
+def run(context: Context) -> list[Check]:
+    if context.image is None:
+        return [Check(NAME, SKIP, "no matrix entry given; the image's own labels are the reference")]
+    labels = context.facts["labels"]
+    differing = [f"{key}={labels.get(key)!r} (matrix: {value!r})" for key, value in context.image.labels.items()
+                 if labels.get(key) != value]
+    if differing:
+        return [Check(NAME, FAIL, "; ".join(differing))]
+    return [Check(NAME, PASS, f"{len(context.image.labels)} labels equal the matrix entry")]

@@ -1,0 +1,30 @@
+"""`vlmgrpo selftest`, the checks the image runs on itself (versions, ABI, GPU, NCCL, flash-attn, a two-step
+GRPO run), each reported here as selftest.<name>; on a GPU where the engine can give one."""
+
+import json
+
+from imagegen.stages.checks.context import Context, tail
+from imagegen.stages.results import FAIL, Check
+
+NAME, ORDER = "selftest", 90
+TIMEOUT_S = 1800
+
+
+def checks_of(report_text: str, exit_code: int, stderr: str) -> list[Check]:
+    try:
+        report = json.loads(report_text)
+        checks = [Check(f"{NAME}.{c['name']}", c["status"], c.get("detail", "")) for c in report["checks"]]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return [Check(NAME, FAIL, f"exit {exit_code}, no report: {tail(stderr or report_text)}")]
+    if exit_code != 0 and not any(check.status == FAIL for check in checks):
+        checks.append(Check(NAME, FAIL, f"exit {exit_code} with no failing check"))
+    return checks
+
+
+def run(context: Context) -> list[Check]:
+    skip = context.native_only(NAME)
+    if skip:
+        return [skip]
+    args = [NAME] + (["--require-gpu"] if context.require_gpu else []) + (["--skip-train"] if context.skip_train else [])
+    done = context.run(args, timeout_s=TIMEOUT_S, gpu=context.gpu, shm_size="2g")
+    return checks_of(done.stdout, done.exit_code, done.stderr)

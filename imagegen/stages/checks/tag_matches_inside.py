@@ -1,0 +1,36 @@
+"""Every version tag of the image is rebuilt from what the image holds and ends in the digest of the inputs
+its label records: any difference means the tag lies."""
+
+from imagegen.core import platforms
+from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, version_prefix
+from imagegen.stages.checks.context import Context
+from imagegen.stages.results import FAIL, PASS, SKIP, Check
+
+NAME, ORDER = "tag.matches_inside", 60
+
+
+def tag_matches_inside(facts: dict, versions: dict) -> Check:
+    derived = version_prefix(versions.get("vlmgrpo"), versions)
+    label = facts["labels"].get("org.opencontainers.image.version")
+    if not label:
+        return Check(NAME, FAIL, "no org.opencontainers.image.version label: not an imagegen image, or its labels "
+                                 f"were stripped; the image holds {derived}")
+    version_tags = [label]
+    version_tags += [platforms.without_arch(ref.rsplit(":", 1)[1]) for ref in facts["tags"]
+                     if "-torch" in ref.rsplit(":", 1)[1]]
+    lying = [tag for tag in version_tags if not tag.startswith(derived + "-")]
+    if lying:
+        return Check(NAME, FAIL, f"tag {lying[0]} but the image holds {derived}")
+    inputs = facts["labels"].get(INPUTS_LABEL, "").removeprefix("sha256:")[:DIGEST_CHARS]
+    other = [tag for tag in version_tags if not inputs or not tag.endswith("-" + inputs)]
+    if other:
+        return Check(NAME, FAIL, f"tag {other[0]} does not end in the digest of the inputs the image was built from "
+                                 f"({INPUTS_LABEL}={inputs or 'absent'})")
+    return Check(NAME, PASS, f"{', '.join(sorted(set(version_tags)))} match the inside")
+
+
+def run(context: Context) -> list[Check]:
+    found = context.inventory()
+    if found is None:
+        return [Check(NAME, SKIP, "no inventory (inside.inventory says why)")]
+    return [tag_matches_inside(context.facts, found["versions"])]

@@ -1,0 +1,141 @@
+"""`imagegen test`'s checks, one module each, found by discovery; the comparisons they make between what an
+image reports and its tag and labels."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from imagegen.core import platforms
+from imagegen.stages import checks
+from imagegen.stages.checks import inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot
+
+from tests.helpers import REPO, locked_named
+
+INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
+          "python": "3.11.9", "nccl": "2.21.5"}
+INPUTS = "sha256:3f2a9c1d4e5b" + "0" * 52
+TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b"
+
+
+@pytest.mark.parametrize("label, inside, wanted, same", [
+    ("torch", "2.6.0+cu124", "2.6.0", True),
+    ("torch", "2.6.1", "2.6.0", False),
+    ("cudnn", "9.1.0", "9.1.0.70", True),
+    ("cudnn", "9.5.1", "9.1.0.70", False),
+    ("python", "3.11.9", "3.11", True),
+    ("python", "3.12.1", "3.11", False),
+    ("flash-attn", None, "none", True),
+    ("flash-attn", "2.8.3", "none", False),
+    ("deepspeed", None, "0.19.8", False),
+])
+def test_versions_inside_against_labels(label, inside, wanted, same):
+    assert inside_versions.same_version(label, inside, wanted) is same
+
+
+def facts(label, tags=(), inputs=INPUTS):
+    labels = {"org.opencontainers.image.version": label} if label else {}
+    return {"labels": {**labels, "io.imagegen.inputs": inputs}, "tags": [f"repo:{tag}" for tag in tags]}
+
+
+def test_a_tag_rebuilt_from_the_inside_passes():
+    assert tag_matches_inside.tag_matches_inside(facts(TAG, [TAG, "cu12.4"]), INSIDE).status == "pass"
+    runtime = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-runtime-3f2a9c1d4e5b"
+    assert tag_matches_inside.tag_matches_inside(facts(runtime), INSIDE).status == "pass"
+
+
+def test_a_platform_images_local_tag_carries_its_arch_after_the_version_tag():
+    assert tag_matches_inside.tag_matches_inside(facts(TAG, [TAG + "-arm64", "cpu-arm64"]), INSIDE).status == "pass"
+
+
+@pytest.mark.parametrize("platform", sorted(platforms.ARCH))
+def test_a_platform_tag_comes_back_to_its_version_tag(platform):
+    assert platforms.without_arch(platforms.arch_tag(TAG, platform)) == TAG
+    assert platforms.without_arch(TAG + platforms.suffix(platform)) == TAG
+    assert platforms.without_arch("cpu" + platforms.suffix(platform)) == "cpu"
+    assert platforms.without_arch(TAG) == TAG
+
+
+def test_a_tag_that_lies_about_torch_fails():
+    check = tag_matches_inside.tag_matches_inside(facts("0.1.0-torch2.7.1-cu124-cudnn9-py3.11-3f2a9c1d4e5b"), INSIDE)
+    assert check.status == "fail" and "holds 0.1.0-torch2.6.0-cu124-cudnn9-py3.11" in check.detail
+
+
+def test_a_second_version_tag_that_lies_fails_too():
+    check = tag_matches_inside.tag_matches_inside(facts(TAG, [TAG, "0.1.0-torch2.6.0-cu126-cudnn9-py3.11-3f2a9c1d4e5b"]),
+                                      INSIDE)
+    assert check.status == "fail" and "cu126" in check.detail
+
+
+def test_a_tag_whose_digest_is_not_the_images_inputs_fails():
+    check = tag_matches_inside.tag_matches_inside(facts(TAG, inputs="sha256:" + "9" * 64), INSIDE)
+    assert check.status == "fail" and "does not end in the digest of the inputs" in check.detail
+
+
+def test_an_image_without_labels_fails_with_the_reason():
+    check = tag_matches_inside.tag_matches_inside(facts(None), INSIDE)
+    assert check.status == "fail" and "no org.opencontainers.image.version label" in check.detail
+
+
+@pytest.mark.parametrize("user, status", [("", "fail"), ("root", "fail"), ("0:0", "fail"), ("1000:1000", "pass"),
+                                          ("trainer", "pass")])
+def test_the_image_user_must_not_be_root(user, status):
+    assert user_nonroot.check_user(user).status == status
+
+
+def test_every_shared_library_must_be_built_for_the_images_platform():
+    ok = inside_elf_machine.libraries_are_for("linux/arm64", {"183": ["/opt/venv/a.so", "/opt/venv/b.so"]})
+    assert ok.status == "pass" and ok.detail == "all 2 shared libraries in the environment are linux/arm64"
+    mixed = inside_elf_machine.libraries_are_for("linux/arm64", {"183": ["/opt/venv/a.so"], "62": ["/opt/venv/x86.so"]})
+    assert mixed.status == "fail" and "1 of 2" in mixed.detail and "/opt/venv/x86.so" in mixed.detail
+    assert inside_elf_machine.libraries_are_for("linux/amd64", {}).status == "fail"  # none found is no proof
+
+
+def test_every_check_is_a_module_found_by_discovery_in_order():
+    names = [module.NAME for module in checks.discovered()]
+    assert names[:3] == ["labels.match_matrix", "user.nonroot", "command.info"] and names[-1] == "selftest"
+    assert all(hasattr(module, "run") and isinstance(module.ORDER, int) for module in checks.discovered())
+
+
+def test_a_check_dropped_into_the_package_is_run(tmp_path):
+    """Adding a check is one file: a module with NAME, ORDER and run(context), nothing registered anywhere."""
+    package = REPO / "imagegen" / "stages" / "checks"
+    module = package / "zz_added_for_a_test.py"
+    module.write_text('NAME, ORDER = "added.by_test", 999\n\n\ndef run(context):\n'
+                      '    from imagegen.stages.results import Check\n\n    return [Check(NAME, "pass", context.ref)]\n')
+    try:
+        program = ("from types import SimpleNamespace\nfrom imagegen.stages import checks\n"
+                   "(module,) = [m for m in checks.discovered() if m.NAME == 'added.by_test']\n"
+                   "print(module.run(SimpleNamespace(ref='r'))[0].name)")
+        found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO)
+        assert found.stdout.strip() == "added.by_test", found.stderr
+    finally:
+        module.unlink()
+
+
+def test_versions_are_compared_by_the_component_tables_labels():
+    """The made-up label liger-kernel is checked because the table names it; a label no row has is not."""
+    versions = {"torch": "2.6.0+cu124", "liger_kernel": "0.6.4", "vlmgrpo": "0.1.0"}
+    labels = {"torch": "2.6.0", "liger-kernel": "0.6.3", "image": "x"}
+    keys = {"torch": "torch", "liger-kernel": "liger_kernel", "trainer": "vlmgrpo"}
+    found = {c.name: c.status for c in inside_versions.versions_match_labels(versions, labels, keys)}
+    assert found == {"inside.torch": "pass", "inside.liger-kernel": "fail"}
+
+
+def test_an_image_without_a_matrix_entry_is_read_by_the_labels_its_expected_file_names():
+    context = SimpleNamespace(image=None)
+    expected = {"labels": {"flash_attn": "flash-attn", "torch_cuda": "torch.cuda"}}
+    assert inside_versions.keys_of_labels(context, {"expected": expected}) == {
+        "flash-attn": "flash_attn", "torch.cuda": "torch_cuda", "trainer": "vlmgrpo"}
+    image = locked_named("cpu")
+    keys = inside_versions.keys_of_labels(SimpleNamespace(image=image), {"expected": None})
+    assert keys["torch.cuda"] == "torch_cuda" and keys["trainer"] == "vlmgrpo"
+
+
+def test_a_selftest_report_becomes_one_check_each():
+    report = json.dumps({"checks": [{"name": "version.torch", "status": "pass", "detail": "2.6.0"}]})
+    assert [(c.name, c.status) for c in selftest.checks_of(report, 0, "")] == [("selftest.version.torch", "pass")]
+    assert [(c.name, c.status) for c in selftest.checks_of(report, 1, "")][-1] == ("selftest", "fail")
+    assert selftest.checks_of("Traceback ...", 1, "boom")[0].detail == "exit 1, no report: boom"
