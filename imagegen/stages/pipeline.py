@@ -26,6 +26,7 @@ Echo = Callable[[str], None]
 class Checking:
     """How images are checked from the inside."""
 
+    inventory_program: str  # stages.inventory.program: what the checks and the SBOM read each image with
     require_gpu: bool = False
     skip_train: bool = False
 
