@@ -1,0 +1,72 @@
+"""A component is one row of matrix.yaml's table: a made-up one, added to a copy of the matrix with its facts and
+a lock that pins it, shows up in the labels (the description too), expected.json, the listing and the checks."""
+
+import json
+
+from imagegen.locking.inputs import lock_inputs
+from imagegen.reports import listing
+from imagegen.stages.checks import inside_versions
+from imagegen.workspace import Workspace
+
+from tests.helpers import FIXTURE_TRAINER, image_named, locked_matrix
+
+LIGER = {"name": "liger-kernel", "version": "0.8.5", "index": "https://pypi.org/simple", "required_by": [],
+         "hashes": ["sha256:" + "4" * 64]}
+
+
+def add_liger(data):
+    data["components"]["liger_kernel"] = {"title": "Liger", "distribution": "liger-kernel"}
+    data["packages"]["liger-kernel"] = {"0.8.5": {"python": ">=3.10", "torch": ">=2.1.2"}}
+    image_named(data, "cpu")["liger_kernel"] = "0.8.5"
+
+
+def relock_with_liger(workspace: Workspace) -> None:
+    """What `imagegen lock --image cpu` writes, less the resolver: the lock pins the new package, made from the
+    new inputs (tests/test_recipes.py runs the real resolver)."""
+    plan = workspace.load()
+    path = workspace.lock_path("cpu")
+    lock = json.loads(path.read_text())
+    for planned in (p for p in plan.images if p.name == "cpu"):
+        section = lock["platforms"][planned.platform]
+        section["inputs"] = lock_inputs(planned)
+        section["packages"].append(LIGER)
+    path.write_text(json.dumps(lock))
+
+
+def test_a_made_up_component_is_its_row_its_facts_and_a_relock(tmp_path):
+    workspace = Workspace(locked_matrix(tmp_path, add_liger), trainer=FIXTURE_TRAINER)
+    before = workspace.load()
+    assert "requirements: +liger-kernel==0.8.5" in before.lock_problems["cpu"]  # the re-lock the recipe asks for
+    relock_with_liger(workspace)
+    plan = workspace.load()
+    image = plan.locked["cpu"]
+    assert image.labels["io.imagegen.liger_kernel"] == "0.8.5"
+    assert image.labels["org.opencontainers.image.description"].endswith(", liger_kernel 0.8.5")
+    expected = json.loads(image.contexts[1].files["expected.json"])
+    assert (expected["versions"]["liger_kernel"], expected["distributions"]["liger_kernel"],
+            expected["labels"]["liger_kernel"]) == ("0.8.5", "liger-kernel", "liger_kernel")
+    assert "liger-kernel==0.8.5" in lock_inputs(image.plan)["requirements"]
+    table = listing.table(listing.listed(plan, [image.plan])).splitlines()
+    column = table[0].index("Liger")  # columns are aligned: the value starts under its heading
+    assert table[1][column:].split()[0] == "0.8.5"
+    other = plan.locked["cu124-torch2.6"]
+    assert other.labels["io.imagegen.liger_kernel"] == "none"  # an image that leaves it out says so
+
+
+def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):
+    workspace = Workspace(locked_matrix(tmp_path, add_liger), trainer=FIXTURE_TRAINER)
+    relock_with_liger(workspace)
+    image = workspace.load().locked["cpu"]
+
+    class Context:
+        pass
+
+    context = Context()
+    context.image = image
+    keys = inside_versions.keys_of_labels(context, {"expected": None})
+    labels = {key.removeprefix("io.imagegen."): value for key, value in image.labels.items()}
+    inside = {**image.versions, "liger_kernel": "0.8.4", "vlmgrpo": "0.1.0"}
+    checks = {c.name: c for c in inside_versions.versions_match_labels(inside, labels, keys)}
+    assert checks["inside.liger_kernel"].status == "fail"
+    assert checks["inside.liger_kernel"].detail == "inside 0.8.4, label 0.8.5"
+    assert checks["inside.torch"].status == "pass"

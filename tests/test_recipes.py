@@ -1,0 +1,99 @@
+"""The recipes of docs/architecture.md, each run step by step as a contributor would, on a copy of the tests'
+matrix: add a CUDA version, a component, a reward function, an in-image check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helpers import FIXTURE_TRAINER, REPO, image_named, locked_matrix
+from tests.test_cli import imagegen, on
+from tests.test_components import add_liger
+
+RECIPES = (REPO / "docs" / "architecture.md").read_text()
+
+
+def without_cuda_12_6(data):
+    del data["cuda"]["12.6"]
+    data["images"] = [image for image in data["images"] if image.get("cuda") != "12.6"]
+
+
+@pytest.mark.network
+def test_recipe_add_a_cuda_version(tmp_path):
+    assert "### Add a CUDA version" in RECIPES
+    path = locked_matrix(tmp_path, without_cuda_12_6)
+    (tmp_path / "locks" / "cu126-torch2.7.json").unlink(missing_ok=True)
+    data = yaml.safe_load(path.read_text())
+    # 1-2: the facts, from NVIDIA's release notes, and an image naming them
+    data["cuda"]["12.6"] = {"version": "12.6.3", "os": "ubuntu24.04", "cudnn": 9,
+                            "base": {"devel": "nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04",
+                                     "runtime": "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04"},
+                            "driver": {"shipped": "560.35.05", "minimum": "525.60.13"},
+                            "archs": ["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"]}
+    data["images"].insert(0, {"name": "cu126-torch2.7", "cuda": "12.6", "python": "3.12", "torch": "2.7.1",
+                              "flash_attn": "2.8.0.post2"})
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # 3: validate says what is missing
+    missing = imagegen("validate", *on(path))
+    assert missing.returncode == 2 and "cu126-torch2.7.json; run `imagegen lock" in missing.stderr
+    # 4: lock it
+    locked = imagegen("lock", *on(path), "--image", "cu126-torch2.7")
+    assert locked.returncode == 0, locked.stderr
+    # 5: validate passes; matrix shows it; render writes its Dockerfiles
+    assert imagegen("validate", *on(path)).returncode == 0
+    listed = imagegen("matrix", *on(path), "--image", "cu126-torch2.7").stdout.splitlines()[1]
+    assert listed.startswith("cu126-torch2.7 ") and "0.1.0-torch2.7.1-cu126-cudnn9-py3.12-" in listed
+    rendered = imagegen("render", *on(path), "--image", "cu126-torch2.7", "--out", str(tmp_path / "out"))
+    assert rendered.returncode == 0, rendered.stderr
+    base = (tmp_path / "out" / "cu126-torch2.7" / "base" / "Dockerfile").read_text()
+    assert "FROM nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04" in base
+
+
+@pytest.mark.network
+def test_recipe_add_a_component(tmp_path):
+    assert "### Add a component" in RECIPES
+    path = locked_matrix(tmp_path, add_liger)  # 1-2: its row, its facts, its version in the cpu image
+    assert imagegen("validate", *on(path)).returncode == 2  # the cpu lock is stale until the re-lock
+    locked = imagegen("lock", *on(path), "--image", "cpu")  # 3
+    assert locked.returncode == 0, locked.stderr
+    assert imagegen("validate", *on(path)).returncode == 0
+    for section in json.loads((tmp_path / "locks" / "cpu.json").read_text())["platforms"].values():
+        assert {p["name"]: p["version"] for p in section["packages"]}["liger-kernel"] == "0.8.5"
+    listed = json.loads(imagegen("matrix", *on(path), "--image", "cpu", "--format", "json").stdout)
+    assert {image["labels"]["io.imagegen.liger_kernel"] for image in listed} == {"0.8.5"}
+
+
+REWARD = '''\
+def answer_length(prompts, completions, **kwargs):
+    """1.0 for an answer of at most 80 characters: short answers."""
+    return [1.0 if len(str(completion)) <= 80 else 0.0 for completion in completions]
+'''
+
+
+@pytest.mark.slow
+def test_recipe_add_a_reward_function(tmp_path):
+    assert "### Add a reward function" in RECIPES
+    vlmgrpo = [sys.executable, "-m", "vlmgrpo"]
+    made = subprocess.run([*vlmgrpo, "make-tiny", "--out", str(tmp_path / "tiny"), "--rows", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    tiny = json.loads(made.stdout.splitlines()[-1])
+    (tmp_path / "rewards").mkdir()
+    (tmp_path / "rewards" / "answer_length.py").write_text(REWARD)  # 1
+    config = tmp_path / "config.yaml"  # 2
+    config.write_text(yaml.safe_dump({"model_name_or_path": tiny["model"], "data": [tiny["data"]],
+                                      "image_root": tiny["image_root"],
+                                      "reward_funcs": ["iou", "format", "rewards/answer_length.py:answer_length"]}))
+    rows = [json.loads(line) for line in open(tiny["data"])]
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text("".join(json.dumps({"id": row["id"], "completion": text}) + "\n"
+                                   for row, text in zip(rows, ["<answer>short</answer>", "x" * 200])))
+    scored = subprocess.run([*vlmgrpo, "score", "--config", str(config), "--completions", str(completions)],  # 3
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr
+    lines = [json.loads(line) for line in scored.stdout.splitlines()]
+    assert [line["rewards"]["answer_length"] for line in lines] == [1.0, 0.0]  # logged by the function's name
