@@ -89,14 +89,11 @@ class BuildClient:
         for secret_id, path in secrets.items():
             if not Path(path).is_file():
                 raise BuildClientError(f"build secret {secret_id!r}: no file at {path}")
+        request = _Request(context, dockerfile, tags, build_args, labels, secrets, target, progress, no_cache, platform)
         with tempfile.TemporaryDirectory(prefix="imagegen-build-") as scratch:
             iidfile = Path(scratch) / "iid"
-            argv = self._build_argv(
-                context, dockerfile, tags, build_args, labels, secrets, target, progress, iidfile
-            )
-            argv[-1:-1] = (["--no-cache"] if no_cache else []) + (["--platform", platform] if platform else [])
             started = time.monotonic()
-            exit_code, tail, parser = _stream(argv, {**os.environ, **self.env}, log, on_step)
+            exit_code, tail, parser = _stream(request.argv(self, iidfile), {**os.environ, **self.env}, log, on_step)
             duration_s = time.monotonic() - started
             image_id = iidfile.read_text().strip() if iidfile.is_file() else None
         ok = exit_code == 0
@@ -110,34 +107,40 @@ class BuildClient:
             total_steps=len(parser.steps),
         )
 
-    def _build_argv(
-        self,
-        context: Path,
-        dockerfile: Path | None,
-        tags: list[str],
-        build_args: dict[str, str],
-        labels: dict[str, str],
-        secrets: dict[str, Path],
-        target: str | None,
-        progress: str,
-        iidfile: Path,
-    ) -> list[str]:
-        argv = [*self.command, f"--progress={progress}", "--iidfile", str(iidfile)]
-        if self.builder:
-            argv += ["--builder", self.builder]
-        if dockerfile is not None:
-            argv += ["--file", str(dockerfile)]
-        if target:
-            argv += ["--target", target]
-        for tag in tags:
+
+@dataclass(frozen=True)
+class _Request:
+    """One build's arguments, as the docker CLI takes them."""
+
+    context: Path
+    dockerfile: Path | None
+    tags: list[str]
+    build_args: dict[str, str]
+    labels: dict[str, str]
+    secrets: dict[str, Path]
+    target: str | None
+    progress: str
+    no_cache: bool
+    platform: str | None
+
+    def argv(self, client: BuildClient, iidfile: Path) -> list[str]:
+        argv = [*client.command, f"--progress={self.progress}", "--iidfile", str(iidfile)]
+        if client.builder:
+            argv += ["--builder", client.builder]
+        if self.dockerfile is not None:
+            argv += ["--file", str(self.dockerfile)]
+        if self.target:
+            argv += ["--target", self.target]
+        for tag in self.tags:
             argv += ["--tag", tag]
-        for key, value in build_args.items():
+        for key, value in self.build_args.items():
             argv += ["--build-arg", f"{key}={value}"]
-        for key, value in labels.items():
+        for key, value in self.labels.items():
             argv += ["--label", f"{key}={value}"]
-        for secret_id, path in secrets.items():
+        for secret_id, path in self.secrets.items():
             argv += ["--secret", f"id={secret_id},src={path}"]
-        return argv + [str(context)]
+        argv += (["--no-cache"] if self.no_cache else []) + (["--platform", self.platform] if self.platform else [])
+        return argv + [str(self.context)]
 
 
 def _stream(

@@ -66,6 +66,10 @@ class Context:
         return containers.run_in_image(self.ref, args, gpu=gpu, timeout_s=timeout_s, shm_size=shm_size,
                                        client=self.client)
 
+    def without_inventory(self, name: str) -> Check | None:
+        """A skip when the image's inventory could not be read (the inside.inventory check says why)."""
+        return Check(name, SKIP, "no inventory (inside.inventory says why)") if self.inventory() is None else None
+
     def native_only(self, name: str) -> Check | None:
         """A skip when the image runs under emulation, where the check cannot."""
         return Check(name, SKIP, native_only(self.platform)) if self.emulated else None

@@ -2,7 +2,7 @@
 arm64 image (a wheelhouse mix-up) would only fail at import, on the user's machine."""
 
 from imagegen.stages.checks.context import Context
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import FAIL, PASS, Check
 
 NAME, ORDER = "inside.elf_machine", 40
 ELF_MACHINE = {"linux/amd64": 62, "linux/arm64": 183}  # e_machine: EM_X86_64, EM_AARCH64
@@ -19,7 +19,8 @@ def libraries_are_for(platform: str, machines: dict[str, list[str]]) -> Check:
 
 
 def run(context: Context) -> list[Check]:
+    skip = context.without_inventory(NAME)
+    if skip:
+        return [skip]
     found = context.inventory()
-    if found is None:
-        return [Check(NAME, SKIP, "no inventory (inside.inventory says why)")]
     return [libraries_are_for(context.platform, found["machines"])]

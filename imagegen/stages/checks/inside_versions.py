@@ -1,7 +1,7 @@
 """Each component's version inside the image (its inventory, read without importing torch) equals its label."""
 
 from imagegen.stages.checks.context import Context
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import FAIL, PASS, Check
 
 ORDER = 50
 NAME = "inside"  # one check per label: inside.<label>
@@ -43,7 +43,8 @@ def versions_match_labels(versions: dict, labels: dict[str, str], keys: dict[str
 
 
 def run(context: Context) -> list[Check]:
+    skip = context.without_inventory(NAME)
+    if skip:
+        return [skip]
     found = context.inventory()
-    if found is None:
-        return [Check(NAME, SKIP, "no inventory (inside.inventory says why)")]
     return versions_match_labels(found["versions"], context.labels, keys_of_labels(context, found))

@@ -4,7 +4,7 @@ its label records: any difference means the tag lies."""
 from imagegen.core import platforms
 from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, version_prefix
 from imagegen.stages.checks.context import Context
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import FAIL, PASS, Check
 
 NAME, ORDER = "tag.matches_inside", 60
 
@@ -30,7 +30,8 @@ def tag_matches_inside(facts: dict, versions: dict) -> Check:
 
 
 def run(context: Context) -> list[Check]:
+    skip = context.without_inventory(NAME)
+    if skip:
+        return [skip]
     found = context.inventory()
-    if found is None:
-        return [Check(NAME, SKIP, "no inventory (inside.inventory says why)")]
     return [tag_matches_inside(context.facts, found["versions"])]
