@@ -4,6 +4,7 @@ the engine runs it (natively, under emulation, with a GPU or not), and its inven
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from imagegen.core import platforms
 from imagegen.engine import containers
@@ -66,9 +67,10 @@ class Context:
         return containers.run_in_image(self.ref, args, gpu=gpu, timeout_s=timeout_s, shm_size=shm_size,
                                        client=self.client)
 
-    def without_inventory(self, name: str) -> Check | None:
-        """A skip when the image's inventory could not be read (the inside.inventory check says why)."""
-        return Check(name, SKIP, "no inventory (inside.inventory says why)") if self.inventory() is None else None
+    def with_inventory(self, name: str, use: Callable[[dict], list[Check]]) -> list[Check]:
+        """use(the image's inventory), or a skip when it could not be read (the inside.inventory check says why)."""
+        found = self.inventory()
+        return use(found) if found is not None else [Check(name, SKIP, "no inventory (inside.inventory says why)")]
 
     def native_only(self, name: str) -> Check | None:
         """A skip when the image runs under emulation, where the check cannot."""

@@ -19,8 +19,4 @@ def libraries_are_for(platform: str, machines: dict[str, list[str]]) -> Check:
 
 
 def run(context: Context) -> list[Check]:
-    skip = context.without_inventory(NAME)
-    if skip:
-        return [skip]
-    found = context.inventory()
-    return [libraries_are_for(context.platform, found["machines"])]
+    return context.with_inventory(NAME, lambda found: [libraries_are_for(context.platform, found["machines"])])

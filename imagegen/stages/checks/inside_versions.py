@@ -43,8 +43,5 @@ def versions_match_labels(versions: dict, labels: dict[str, str], keys: dict[str
 
 
 def run(context: Context) -> list[Check]:
-    skip = context.without_inventory(NAME)
-    if skip:
-        return [skip]
-    found = context.inventory()
-    return versions_match_labels(found["versions"], context.labels, keys_of_labels(context, found))
+    return context.with_inventory(NAME, lambda found: versions_match_labels(found["versions"], context.labels,
+                                                                            keys_of_labels(context, found)))

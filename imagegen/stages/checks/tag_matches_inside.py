@@ -30,8 +30,4 @@ def tag_matches_inside(facts: dict, versions: dict) -> Check:
 
 
 def run(context: Context) -> list[Check]:
-    skip = context.without_inventory(NAME)
-    if skip:
-        return [skip]
-    found = context.inventory()
-    return [tag_matches_inside(context.facts, found["versions"])]
+    return context.with_inventory(NAME, lambda found: [tag_matches_inside(context.facts, found["versions"])])
