@@ -189,7 +189,7 @@ def check(located: Located) -> list[Problem]:
     found = _validate(TABLE, {"components": data.get("components")} if "components" in data else {}, located)
     found += [located.problem(("components", key), f"{key!r} cannot be a component key: use lowercase letters, "
                               "digits and _, starting with a letter", "name")
-              for key in data.get("components") or {} if isinstance(key, str) and not COMPONENT_KEY.fullmatch(key)]
+              for key in _mapping(data.get("components")) if isinstance(key, str) and not COMPONENT_KEY.fullmatch(key)]
     if found:
         return found
     table = components.table(data["components"])
@@ -198,6 +198,10 @@ def check(located: Located) -> list[Problem]:
         return [located.problem(("components",), f"missing the rows imagegen reads by key: {', '.join(missing)}",
                                 "required-key")]
     return _validate(matrix_model(table), data, located)
+
+
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _validate(model: type[Strict], data: Any, located: Located) -> list[Problem]:
