@@ -56,6 +56,7 @@ edits = st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["set", "
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits)
 @example([(("cuda", "11.8", "archs", 0), "set", "")])
+@example([(("components",), "set", True)])
 def test_random_edits_never_raise_anything_but_a_matrix_error(edit_list):
     data = copy.deepcopy(BASE)
     for path, action, value in edit_list:
