@@ -7,7 +7,10 @@ from click.testing import CliRunner
 
 from conftest import ENV
 from vlmgrpo.cli import main
-from vlmgrpo.config import GRPO, SFT, fill_template, load_config, section_field_types, trl_field_types
+from vlmgrpo.config import load_config, section_field_types, trl_field_types
+from vlmgrpo.grpo import GRPO
+from vlmgrpo.sft import SFT
+from vlmgrpo.template import fill_template
 
 
 def invoke(*args):
@@ -20,7 +23,7 @@ def test_our_keys_do_not_shadow_trl_config_fields(command):
 
 
 def test_recipe_defaults_follow_vlm_r1():
-    config = load_config(None, {})
+    config = load_config(None, {}, GRPO)
     assert config.trl["num_generations"] == 8 and config.trl["beta"] == 0.04
     assert config.trl["learning_rate"] == 1e-6 and config.trl["gradient_checkpointing"] is True
     assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
@@ -38,14 +41,14 @@ def test_vlm_r1_spellings(tmp_path):
                     "question_template: '{Question} Answer in JSON.'\ndata_file_paths: a.jsonl:b.jsonl\n"
                     "image_folders: ra:rb\n")
     printed = yaml.safe_load(invoke("--config", str(path), "--print-config").output)
-    assert printed["use_lora"] is True and printed["freeze_vision_tower"] is True
+    assert printed["use_peft"] is True and printed["freeze_vision_tower"] is True
     assert printed["reward_funcs"] == ["iou", "format"]
     assert printed["data"] == ["a.jsonl:b.jsonl"] and printed["image_root"] == "ra:rb"
-    assert not {"use_peft", "freeze_vision_modules", "data_file_paths", "image_folders"} & set(printed)
+    assert not {"use_lora", "freeze_vision_modules", "data_file_paths", "image_folders"} & set(printed)
     assert fill_template(printed["question_template"], "Where?") == "Where? Answer in JSON."
     path.write_text("use_peft: true\nuse_lora: false\n")
     result = invoke("--config", str(path), "--print-config")
-    assert result.exit_code == 2 and "keys 'use_peft' and 'use_lora' both set 'use_lora'; keep one" in result.output
+    assert result.exit_code == 2 and "keys 'use_peft' and 'use_lora' both set 'use_peft'; keep one" in result.output
 
 
 def test_file_then_flags_then_set(tmp_path):
@@ -57,7 +60,7 @@ def test_file_then_flags_then_set(tmp_path):
     printed = yaml.safe_load(result.output)
     assert printed["max_steps"] == 7 and printed["beta"] == 0.1 and printed["warmup_steps"] == 3
     assert printed["lr_scheduler_type"] == "cosine" and printed["top_p"] == 0.9
-    assert set(trl_field_types()) <= set(printed)  # every GRPOConfig field is listed and settable
+    assert set(trl_field_types(GRPO)) <= set(printed)  # every GRPOConfig field is listed and settable
 
 
 @pytest.mark.parametrize("content,expected", [
@@ -117,7 +120,7 @@ def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
 
 def test_torchrun_command_and_shm_hint(monkeypatch):
     from vlmgrpo import launch
-    from vlmgrpo.config import RunConfig
+    from vlmgrpo.sections import RunConfig
 
     run = RunConfig(nproc_per_node=8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=1234)
     command = launch.torchrun_command(run, ["train", "--config", "x.yaml"])
@@ -151,7 +154,7 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     from vlmgrpo.launch import check_batch
     from vlmgrpo.preflight import check_evaluation, check_reporting
 
-    config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8})
+    config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8}, GRPO)
     check_reporting(config)
     check_evaluation(config)
     check_batch(config, 8)
@@ -167,7 +170,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
 
     from vlmgrpo.runner import build_trl_config
 
-    config = load_config(None, {"output_dir": str(tmp_path)})
+    config = load_config(None, {"output_dir": str(tmp_path)}, GRPO)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         args = build_trl_config(config)

@@ -71,15 +71,15 @@ def test_the_merged_model_has_the_adapter_in_its_weights(tiny_text, lora_run, tm
 
 def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     """Labels of a real training batch: only the assistant turns' tokens (and their <|im_end|>) count."""
-    from vlmgrpo import sft
-    from vlmgrpo.config import SFT, load_config
+    from vlmgrpo.config import load_config
+    from vlmgrpo.sft import SFT
     from vlmgrpo.runner import build_trl_config
 
     def labelled_text(overrides):
         config = load_config(None, {"model_name_or_path": tiny_text["model"], "data": [tiny_text["messages"]],
                                     "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2,
                                     "max_steps": 1, **overrides}, SFT)
-        trainer = sft.build_trainer(config, sft.validate(config), build_trl_config(config))
+        trainer = SFT.build_trainer(config, SFT.validate(config), build_trl_config(config))
         batch = next(iter(trainer.get_train_dataloader()))
         tokenizer = trainer.processing_class
         ids, labels = batch["input_ids"][0], batch["labels"][0]
@@ -147,15 +147,15 @@ def test_sft_then_grpo_example_runs_on_cpu(tmp_path):
                           "--set", "use_lora=true", "--output", tmp_path / "from-adapter", "--max-steps", "1",
                           check=True)
     assert "step 1/1" in adapter_run.stdout
-    assert (tmp_path / "from-adapter" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "from-adapter" / "adapter" / "adapter_model.safetensors").is_file()
 
 
 def test_qlora_settings_become_the_4bit_loading_arguments():
-    from vlmgrpo.config import ModelConfig
+    from vlmgrpo.sections import ModelConfig
     from vlmgrpo.model import quantization
 
     assert quantization(ModelConfig(), torch.bfloat16) == {}
-    loading = quantization(ModelConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", bnb_4bit_use_double_quant=False),
+    loading = quantization(ModelConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", use_bnb_nested_quant=False),
                            torch.bfloat16)
     settings = loading["quantization_config"]
     assert settings.load_in_4bit and settings.bnb_4bit_quant_type == "fp4" and not settings.bnb_4bit_use_double_quant

@@ -87,15 +87,14 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
     from trl import GRPOTrainer
 
     from vlmgrpo.config import load_config
-    from vlmgrpo.preflight import validate
+    from vlmgrpo.grpo import GRPO
     from vlmgrpo.runner import build_trl_config
-    from vlmgrpo.train import build_trainer
 
     overrides = {"model_name_or_path": tiny["model"], "data": [tiny["data"]], "image_root": tiny["image_root"],
                  "output_dir": str(output), "num_generations": 4, "per_device_train_batch_size": 4,
                  "gradient_accumulation_steps": 1, "max_completion_length": 12, "max_steps": 3}
-    config = load_config(None, overrides)
-    trainer = build_trainer(config, validate(config), build_trl_config(config))
+    config = load_config(None, overrides, GRPO)
+    trainer = GRPO.build_trainer(config, GRPO.validate(config), build_trl_config(config))
     if not fixed:  # what plain transformers/TRL would do
         trainer._load_from_checkpoint = lambda path, model=None: GRPOTrainer._load_from_checkpoint(trainer, path, model)
     snapshot = {}
@@ -257,9 +256,10 @@ def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     lora = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "learning_rate=0.01"]
     vlmgrpo(*train_args(tiny, output, "--max-steps", "2", "--save-steps", "1", *lora, "--set", "merge_lora=true",
                         "--set", "dump_completions=true"), check=True)
-    adapter = load_file(str(output / "adapter_model.safetensors"))
+    adapter = load_file(str(output / "adapter" / "adapter_model.safetensors"))
     assert adapter and not any("visual" in name for name in adapter)  # the vision tower stays out of LoRA
     assert (output / "merged" / "model.safetensors").is_file()
+    assert not (output / "adapter_model.safetensors").exists()  # one layout for every command: OUTPUT/adapter
     dumped = read_jsonl(output / "completions.jsonl")
     assert len(dumped) == 8 and {"step", "row", "completion", "rewards"} <= set(dumped[0])
     assert {d["step"] for d in dumped} == {1, 2}
@@ -267,7 +267,7 @@ def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     resumed.mkdir()
     shutil.copytree(output / "checkpoint-1", resumed / "checkpoint-1")
     vlmgrpo(*train_args(tiny, resumed, "--max-steps", "2", "--resume", "auto", *lora), check=True)
-    assert_same(load_file(str(resumed / "adapter_model.safetensors")), adapter)
+    assert_same(load_file(str(resumed / "adapter" / "adapter_model.safetensors")), adapter)
 
 
 def test_rec_tiny_example_trains_on_cpu(tmp_path):

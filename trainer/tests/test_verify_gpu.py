@@ -87,6 +87,6 @@ def test_the_bf16_run_and_its_measures_on_the_cpu(verify_gpu, tmp_path):
         "train.bf16_grpo.model_saved": "pass"}, checks
     assert measured["steps"] == 2 and measured["steps_per_second"] > 0 and measured["peak_memory_gib"] is None
     config = (tmp_path / "run" / "vlmgrpo_config.yaml").read_text()
-    assert "bf16: true" in config and "torch_dtype: bfloat16" in config
+    assert "\nbf16: true\n" in config and "\ndtype: bfloat16\n" in config
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert measured["seconds_per_step"] == pytest.approx(rows[1]["step_time"], abs=1e-3)
