@@ -188,3 +188,88 @@ def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
     assert under_current_names({"gradient_checkpointing": True}, new_fields) == {"activation_checkpointing": True}
     both = {"gradient_checkpointing": True, "activation_checkpointing": False}
     assert under_current_names(both, new_fields) == both
+
+
+def test_the_model_section_is_trls_model_config_with_vlmgrpos_defaults():
+    import dataclasses
+
+    import trl
+
+    from vlmgrpo.sections import ModelConfig
+
+    assert issubclass(ModelConfig, trl.ModelConfig)
+    assert {f.name for f in dataclasses.fields(trl.ModelConfig)} <= {f.name for f in dataclasses.fields(ModelConfig)}
+    model = load_config(None, {}, GRPO).model
+    assert (model.dtype, model.attn_implementation, model.lora_r, model.lora_alpha) == ("auto", "auto", 64, 128)
+    assert model.use_bnb_nested_quant is True and model.lora_target_modules[:2] == ["q_proj", "k_proj"]
+    # TRL turns a one-name list into a regex string; vlmgrpo keeps the names it joins into its own regex.
+    assert load_config(None, {"lora_target_modules": ["q_proj"]}, GRPO).model.lora_target_modules == ["q_proj"]
+
+
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_earlier_key_names_are_aliases_of_the_canonical_ones(command, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("use_lora: true\ntorch_dtype: bfloat16\nbnb_4bit_use_double_quant: false\n")
+    config = load_config(str(path), {}, command)
+    assert (config.model.use_peft, config.model.dtype, config.model.use_bnb_nested_quant) == (True, "bfloat16", False)
+    printed = yaml.safe_load(CliRunner().invoke(main, [command.name, "--config", str(path), "--print-config"]).output)
+    assert printed["use_peft"] is True and printed["dtype"] == "bfloat16" and printed["use_bnb_nested_quant"] is False
+    assert not {"use_lora", "torch_dtype", "bnb_4bit_use_double_quant"} & set(printed)
+
+
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_every_field_of_our_sections_has_help(command):
+    import dataclasses
+
+    missing = [f"{section.__name__}.{f.name}" for section in command.sections for f in dataclasses.fields(section)
+               if not f.metadata.get("help")]
+    assert not missing
+
+
+def test_print_config_writes_each_keys_help_above_it():
+    lines = invoke("--print-config").output.splitlines()
+
+    def comment_above(key):
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        above = []
+        while index and lines[index - 1].startswith("# "):
+            index -= 1
+            above.insert(0, lines[index][2:])
+        return " ".join(above)
+
+    assert comment_above("learning_rate") == "The initial learning rate for AdamW."  # TRL's (transformers') help
+    assert comment_above("use_peft") == "Whether to use PEFT for training. (Also read as use_lora.)"
+    assert comment_above("box_space").startswith("Space of the dataset's label boxes: absolute (pixels)")
+    assert comment_above("dtype").endswith("(Also read as torch_dtype.)")
+
+
+@pytest.mark.parametrize("key,value,accepted", [
+    ("learning_rate", 1, True),  # an int where a float is expected
+    ("learning_rate", True, False),  # a bool is not a number
+    ("num_generations", True, False),
+    ("num_generations", 4.0, False),
+    ("lr_scheduler_type", "cosine", True),  # an enum member by its value
+    ("lr_scheduler_type", "cosine_annealing", False),  # "SchedulerType | str" means a SchedulerType name
+    ("report_to", ["tensorboard"], True),
+    ("reward_weights", [1, 0.5], True),
+    ("reward_weights", [1, "x"], False),
+    ("gradient_checkpointing_kwargs", {"use_reentrant": False}, True),
+    ("parallelism_config", {"anything": 1}, True),  # a class YAML cannot spell: TRL validates it
+    ("max_pixels", "many", False),
+])
+def test_value_types(key, value, accepted):
+    from vlmgrpo.errors import ConfigError
+
+    try:
+        load_config(None, {key: value}, GRPO)
+    except ConfigError as error:
+        assert not accepted, error
+        assert str(error).startswith(f"command line: key '{key}': {value!r} is not valid, expected ")
+    else:
+        assert accepted
+
+
+def test_a_yaml_exponent_without_a_dot_is_a_float(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 1e-6\n")
+    assert load_config(str(path), {}, GRPO).trl["learning_rate"] == 1e-6
