@@ -211,8 +211,8 @@ def info() -> None:
 
 
 @main.command()
-@click.option("--expected", type=str, default=None, help="Expected versions JSON (default $IMAGEGEN_EXPECTED or "
-              "/etc/imagegen/expected.json).")
+@click.option("--expected", type=str, default=None, help="Expected versions JSON (default $IMAGEGEN_EXPECTED, which "
+              "the image sets).")
 @click.option("--require-gpu", is_flag=True, help="GPU checks fail instead of skip when no GPU is visible.")
 @click.option("--skip-train", is_flag=True, help="Skip the tiny two-step GRPO run.")
 def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> None:
