@@ -19,7 +19,11 @@ def invoke(*args):
 
 @pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
 def test_our_keys_do_not_shadow_trl_config_fields(command):
+    from vlmgrpo.config import KEY_ALIASES
+
     assert not set(section_field_types(command)) & set(trl_field_types(command))
+    # An alias must not hide a real key of either.
+    assert not set(KEY_ALIASES) & (set(section_field_types(command)) | set(trl_field_types(command)))
 
 
 def test_recipe_defaults_follow_vlm_r1():
@@ -108,6 +112,7 @@ def test_deepspeed_presets_ship_in_the_package():
         assert json.load(open(resolve_deepspeed(preset)))["zero_optimization"]["stage"] == stage
 
 
+@pytest.mark.slow
 def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model_name_or_path: m\nnum_generation: 4\n")

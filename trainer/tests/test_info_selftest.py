@@ -125,6 +125,7 @@ def test_version_comparison_rules():
     assert cudnn_parts(92400) == (9, 24, 0) and cudnn_parts(8902) == (8, 9, 2)
 
 
+@pytest.mark.slow
 def test_selftest_tiny_grpo_runs(tmp_path):
     result, checks, _ = selftest(tmp_path, venv_versions())
     assert checks["train.tiny_grpo"]["status"] == "pass", checks["train.tiny_grpo"]["detail"]

@@ -47,10 +47,12 @@ def train_with_a_frozen_vision_tower(tmp_path, family, vision_prefix, language_p
     return tiny
 
 
+@pytest.mark.slow
 def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
     train_with_a_frozen_vision_tower(tmp_path, "qwen2_vl", "visual.", "model.layers.")
 
 
+@pytest.mark.slow
 def test_internvl_trains_with_its_tiles_and_scores_in_norm1000(tmp_path):
     """A second family: InternVL (vision tower, pixel-shuffle projector, Qwen2 language model), images cut into
     tiles; it answers boxes in 0-1000 coordinates."""

@@ -36,6 +36,7 @@ def trained(tiny, tmp_path_factory):
     return output, result
 
 
+@pytest.mark.slow
 def test_train_writes_metrics_and_changes_weights(tiny, trained):
     output, result = trained
     metrics = read_jsonl(output / "metrics.jsonl")
@@ -55,6 +56,7 @@ def test_train_writes_metrics_and_changes_weights(tiny, trained):
     assert list((output / "runs").glob("*/events.out.tfevents.*"))  # report_to auto: tensorboard is a dependency
 
 
+@pytest.mark.slow
 def test_trainer_resume_alone_would_lose_the_weights(trained):
     """transformers#43701 on the installed version: checkpoint keys do not match the in-memory model's keys,
     so Trainer's load_state_dict(strict=False) restores (almost) nothing. This is why checkpoint.py exists."""
@@ -109,6 +111,7 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
     return snapshot
 
 
+@pytest.mark.slow
 def test_resume_restores_the_checkpoint_weights(tiny, trained, tmp_path):
     """The transformers#43701 proof: after resume, every tensor equals the checkpoint's safetensors."""
     output, _ = trained
@@ -125,6 +128,7 @@ def test_resume_restores_the_checkpoint_weights(tiny, trained, tmp_path):
                            saved["model.visual.patch_embed.proj.weight"])
 
 
+@pytest.mark.slow
 def test_resume_auto_continues_at_the_next_step(tiny, trained, tmp_path):
     output, _ = trained
     target = tmp_path / "out"
@@ -140,6 +144,7 @@ def test_resume_auto_continues_at_the_next_step(tiny, trained, tmp_path):
     assert_same(tensors(target), tensors(output))
 
 
+@pytest.mark.slow
 def test_an_earlier_run_is_refused_then_overwritten(tiny, trained, tmp_path):
     output, _ = trained
     target = tmp_path / "out"
@@ -154,6 +159,7 @@ def test_an_earlier_run_is_refused_then_overwritten(tiny, trained, tmp_path):
     assert [m["step"] for m in read_jsonl(target / "metrics.jsonl")] == [1]
 
 
+@pytest.mark.slow
 def test_text_only_rows_and_a_validation_split(tiny, tmp_path):
     """VLM-R1's text-only rows, in the same batches as image rows, and eval loss and reward on held-out rows."""
     rows = read_jsonl(tiny["data"])[:4]
@@ -179,6 +185,7 @@ def test_text_only_rows_and_a_validation_split(tiny, tmp_path):
         assert {"1", "2", "3", "4"} & lines and {"5", "6", "7", "8"} & lines, lines
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_that_resume_auto_continues(tiny, tmp_path):
     output = tmp_path / "out"
     command = [sys.executable, "-m", "vlmgrpo", *map(str, train_args(tiny, output, "--max-steps", "200",
@@ -215,6 +222,7 @@ def run_until_step_then_signal(command, step: int):
         return process.returncode, errors.read()
 
 
+@pytest.mark.slow
 def test_two_process_torchrun_on_cpu_trains_and_checkpoints_on_sigterm(tiny, tmp_path):
     output = tmp_path / "out"
     command = [sys.executable, "-m", "vlmgrpo", *map(str, train_args(
@@ -241,6 +249,7 @@ print(f"sum {tensor.item():g} initialized {dist.is_initialized()}")
 """
 
 
+@pytest.mark.slow
 def test_every_rank_leaves_the_process_group_before_exit(tmp_path):
     """Without it a gloo rank aborted at exit in 7 of 30 two-rank runs here (0 of 30 with it), failing finished runs."""
     script = tmp_path / "leave.py"
@@ -251,6 +260,7 @@ def test_every_rank_leaves_the_process_group_before_exit(tmp_path):
     assert result.stdout.count("sum 2 initialized False") == 2, result.stdout
 
 
+@pytest.mark.slow
 def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     output = tmp_path / "out"
     lora = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "learning_rate=0.01"]
@@ -270,6 +280,7 @@ def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     assert_same(load_file(str(resumed / "adapter" / "adapter_model.safetensors")), adapter)
 
 
+@pytest.mark.slow
 def test_rec_tiny_example_trains_on_cpu(tmp_path):
     """Its time on a CPU is measured in bench/ (section 7)."""
     work = tmp_path / "examples"

@@ -78,6 +78,7 @@ def test_report_lists_date_hardware_measures_and_every_check(verify_gpu, tmp_pat
     assert out.read_text() == text and [p.name for p in tmp_path.iterdir()] == ["report.md"]
 
 
+@pytest.mark.slow
 def test_the_bf16_run_and_its_measures_on_the_cpu(verify_gpu, tmp_path):
     """The run the script makes on the GPU, here for 2 steps on the CPU: its command is accepted, and the
     measures and checks come from the run's own metrics.jsonl."""
