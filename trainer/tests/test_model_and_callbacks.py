@@ -47,7 +47,6 @@ def train_with_a_frozen_vision_tower(tmp_path, family, vision_prefix, language_p
     return tiny
 
 
-@pytest.mark.slow
 def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
     train_with_a_frozen_vision_tower(tmp_path, "qwen2_vl", "visual.", "model.layers.")
 

@@ -199,7 +199,6 @@ DONE_WHEN = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("extra,message", [case[1:] for case in DONE_WHEN], ids=[case[0] for case in DONE_WHEN])
 def test_a_real_process_says_one_line_before_the_weights_load(tiny_text, junk_weights, tmp_path, extra, message):
     if "load_in_4bit=true" in extra and torch.cuda.is_available():
