@@ -115,7 +115,7 @@ def train_command(python: str, tiny: dict, output: Path, steps: int, completion_
     return [python, "-m", "vlmgrpo", "train", "--model", tiny["model"], "--data", tiny["data"], "--image-root",
             tiny["image_root"], "--output", str(output), "--max-steps", str(steps), "--save-steps", str(steps),
             "--num-generations", "4", "--batch-size", "8", "--max-completion-length", str(completion_length),
-            "--set", "bf16=true", "--set", "torch_dtype=bfloat16", "--set", "gradient_accumulation_steps=1",
+            "--set", "bf16=true", "--set", "dtype=bfloat16", "--set", "gradient_accumulation_steps=1",
             "--set", "report_to=none"]
 
 

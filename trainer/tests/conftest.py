@@ -59,3 +59,13 @@ def sft_args(tiny_text, output, *extra):
 
 
 LORA = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "lora_alpha=8"]
+
+
+def fake_distribution(site, name, version, metadata_lines=(), direct_url=None):
+    """An installed distribution's metadata (a .dist-info directory) under site, for the inventory to find."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("\n".join(["Metadata-Version: 2.4", f"Name: {name}", f"Version: {version}",
+                                              *metadata_lines]) + "\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url))

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from vlmgrpo import audit, driver
+from vlmgrpo import driver
+from vlmgrpo.checks import abi_extensions, cuda_archs, cuda_duplicates
 from vlmgrpo.selftest import run_selftest
 
 PROC_TEXT = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
@@ -22,23 +23,23 @@ PROC_TEXT = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Au
     (["sm_100", "sm_120"], "12.0", True),
 ])
 def test_arch_coverage(flags, arch, covered):
-    assert audit.covers(flags, arch) is covered
+    assert cuda_archs.covers(flags, arch) is covered
 
 
 def test_archs_check_names_what_torch_lacks(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "sm_80 sm_90")
-    assert audit.archs_check({"cuda_archs": ["8.0", "8.6", "9.0"]})[0] == "pass"
-    status, detail = audit.archs_check({"cuda_archs": ["7.0", "8.0", "10.0"]})
+    assert cuda_archs.archs_check({"cuda_archs": ["8.0", "8.6", "9.0"]})[0] == "pass"
+    status, detail = cuda_archs.archs_check({"cuda_archs": ["7.0", "8.0", "10.0"]})
     assert status == "fail" and detail == "torch is built for sm_80 sm_90, which does not run on 7.0, 10.0"
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: None)
-    assert audit.archs_check({"cuda_archs": ["8.0"]})[0] == "skip"  # a CPU-only torch
-    assert audit.archs_check({"cuda_archs": []}) == ("skip", "the matrix lists no CUDA architectures for this image")
+    assert cuda_archs.archs_check({"cuda_archs": ["8.0"]})[0] == "skip"  # a CPU-only torch
+    assert cuda_archs.archs_check({"cuda_archs": []}) == ("skip", "the matrix lists no CUDA architectures for this image")
 
 
 def test_every_compiled_file_of_torchvision_loads_and_a_broken_one_names_its_symbol(tmp_path):
-    status, detail = audit.extensions_check()
+    status, detail = abi_extensions.extensions_check()
     assert status == "pass" and "torchvision/" in detail
     source = tmp_path / "broken.c"
     source.write_text("extern void imagegen_missing_symbol(void);\nvoid use(void) { imagegen_missing_symbol(); }\n")
@@ -46,7 +47,7 @@ def test_every_compiled_file_of_torchvision_loads_and_a_broken_one_names_its_sym
     compiled = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], capture_output=True)
     if compiled.returncode:
         pytest.skip(f"no C compiler to make a broken extension: {compiled.stderr.decode()[:200]}")
-    assert audit.load_extension(str(library)) == "undefined symbol imagegen_missing_symbol"
+    assert abi_extensions.load_extension(str(library)) == "undefined symbol imagegen_missing_symbol"
 
 
 def test_cuda_libraries_twice_are_listed_with_their_bytes(tmp_path, monkeypatch):
@@ -55,12 +56,12 @@ def test_cuda_libraries_twice_are_listed_with_their_bytes(tmp_path, monkeypatch)
         directory.mkdir(parents=True)
         (directory / "libcublas.so.12").write_bytes(b"\0" * size)
     (base / "libcurl.so.4").write_bytes(b"\0" * 10)  # not CUDA, though it starts with libcu
-    monkeypatch.setattr(audit, "wheel_library_dirs", lambda: [str(wheel)])
-    status, detail = audit.duplicates_check([str(base)])
+    monkeypatch.setattr(cuda_duplicates, "wheel_library_dirs", lambda: [str(wheel)])
+    status, detail = cuda_duplicates.duplicates_check([str(base)])
     assert status == "pass"
     assert detail == "1 CUDA libraries twice, at least 2 MB duplicated: libcublas 3 MB in the base + 2 MB in a wheel"
-    assert audit.library_bytes([str(base)]) == {"libcublas": 3_000_000}
-    assert audit.duplicates_check([str(tmp_path / "none")])[0] == "skip"
+    assert cuda_duplicates.library_bytes([str(base)]) == {"libcublas": 3_000_000}
+    assert cuda_duplicates.duplicates_check([str(tmp_path / "none")])[0] == "skip"
 
 
 def test_selftest_reports_the_audits(tmp_path):
@@ -102,3 +103,12 @@ def test_the_driver_check_is_one_line_and_exit_1(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True, text=True,
                         env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin"})
     assert (ok.returncode, ok.stderr) == (0, "")
+
+
+def test_the_driver_check_without_an_expected_file_compares_nothing(tmp_path):
+    """The expected file's path comes from IMAGEGEN_EXPECTED only (the image sets it): without it, no minimum."""
+    version_file = tmp_path / "version"
+    version_file.write_text(PROC_TEXT)
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin"})
+    assert (result.returncode, result.stderr) == (0, "")

@@ -7,7 +7,10 @@ from click.testing import CliRunner
 
 from conftest import ENV
 from vlmgrpo.cli import main
-from vlmgrpo.config import GRPO, SFT, fill_template, load_config, section_field_types, trl_field_types
+from vlmgrpo.config import load_config, section_field_types, trl_field_types
+from vlmgrpo.grpo import GRPO
+from vlmgrpo.sft import SFT
+from vlmgrpo.template import fill_template
 
 
 def invoke(*args):
@@ -16,11 +19,15 @@ def invoke(*args):
 
 @pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
 def test_our_keys_do_not_shadow_trl_config_fields(command):
+    from vlmgrpo.config import KEY_ALIASES
+
     assert not set(section_field_types(command)) & set(trl_field_types(command))
+    # An alias must not hide a real key of either.
+    assert not set(KEY_ALIASES) & (set(section_field_types(command)) | set(trl_field_types(command)))
 
 
 def test_recipe_defaults_follow_vlm_r1():
-    config = load_config(None, {})
+    config = load_config(None, {}, GRPO)
     assert config.trl["num_generations"] == 8 and config.trl["beta"] == 0.04
     assert config.trl["learning_rate"] == 1e-6 and config.trl["gradient_checkpointing"] is True
     assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
@@ -38,14 +45,14 @@ def test_vlm_r1_spellings(tmp_path):
                     "question_template: '{Question} Answer in JSON.'\ndata_file_paths: a.jsonl:b.jsonl\n"
                     "image_folders: ra:rb\n")
     printed = yaml.safe_load(invoke("--config", str(path), "--print-config").output)
-    assert printed["use_lora"] is True and printed["freeze_vision_tower"] is True
+    assert printed["use_peft"] is True and printed["freeze_vision_tower"] is True
     assert printed["reward_funcs"] == ["iou", "format"]
     assert printed["data"] == ["a.jsonl:b.jsonl"] and printed["image_root"] == "ra:rb"
-    assert not {"use_peft", "freeze_vision_modules", "data_file_paths", "image_folders"} & set(printed)
+    assert not {"use_lora", "freeze_vision_modules", "data_file_paths", "image_folders"} & set(printed)
     assert fill_template(printed["question_template"], "Where?") == "Where? Answer in JSON."
     path.write_text("use_peft: true\nuse_lora: false\n")
     result = invoke("--config", str(path), "--print-config")
-    assert result.exit_code == 2 and "keys 'use_peft' and 'use_lora' both set 'use_lora'; keep one" in result.output
+    assert result.exit_code == 2 and "keys 'use_peft' and 'use_lora' both set 'use_peft'; keep one" in result.output
 
 
 def test_file_then_flags_then_set(tmp_path):
@@ -57,7 +64,7 @@ def test_file_then_flags_then_set(tmp_path):
     printed = yaml.safe_load(result.output)
     assert printed["max_steps"] == 7 and printed["beta"] == 0.1 and printed["warmup_steps"] == 3
     assert printed["lr_scheduler_type"] == "cosine" and printed["top_p"] == 0.9
-    assert set(trl_field_types()) <= set(printed)  # every GRPOConfig field is listed and settable
+    assert set(trl_field_types(GRPO)) <= set(printed)  # every GRPOConfig field is listed and settable
 
 
 @pytest.mark.parametrize("content,expected", [
@@ -117,7 +124,7 @@ def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
 
 def test_torchrun_command_and_shm_hint(monkeypatch):
     from vlmgrpo import launch
-    from vlmgrpo.config import RunConfig
+    from vlmgrpo.sections import RunConfig
 
     run = RunConfig(nproc_per_node=8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=1234)
     command = launch.torchrun_command(run, ["train", "--config", "x.yaml"])
@@ -151,7 +158,7 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     from vlmgrpo.launch import check_batch
     from vlmgrpo.preflight import check_evaluation, check_reporting
 
-    config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8})
+    config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8}, GRPO)
     check_reporting(config)
     check_evaluation(config)
     check_batch(config, 8)
@@ -167,7 +174,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
 
     from vlmgrpo.runner import build_trl_config
 
-    config = load_config(None, {"output_dir": str(tmp_path)})
+    config = load_config(None, {"output_dir": str(tmp_path)}, GRPO)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         args = build_trl_config(config)
@@ -185,3 +192,88 @@ def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
     assert under_current_names({"gradient_checkpointing": True}, new_fields) == {"activation_checkpointing": True}
     both = {"gradient_checkpointing": True, "activation_checkpointing": False}
     assert under_current_names(both, new_fields) == both
+
+
+def test_the_model_section_is_trls_model_config_with_vlmgrpos_defaults():
+    import dataclasses
+
+    import trl
+
+    from vlmgrpo.sections import ModelConfig
+
+    assert issubclass(ModelConfig, trl.ModelConfig)
+    assert {f.name for f in dataclasses.fields(trl.ModelConfig)} <= {f.name for f in dataclasses.fields(ModelConfig)}
+    model = load_config(None, {}, GRPO).model
+    assert (model.dtype, model.attn_implementation, model.lora_r, model.lora_alpha) == ("auto", "auto", 64, 128)
+    assert model.use_bnb_nested_quant is True and model.lora_target_modules[:2] == ["q_proj", "k_proj"]
+    # TRL turns a one-name list into a regex string; vlmgrpo keeps the names it joins into its own regex.
+    assert load_config(None, {"lora_target_modules": ["q_proj"]}, GRPO).model.lora_target_modules == ["q_proj"]
+
+
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_earlier_key_names_are_aliases_of_the_canonical_ones(command, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("use_lora: true\ntorch_dtype: bfloat16\nbnb_4bit_use_double_quant: false\n")
+    config = load_config(str(path), {}, command)
+    assert (config.model.use_peft, config.model.dtype, config.model.use_bnb_nested_quant) == (True, "bfloat16", False)
+    printed = yaml.safe_load(CliRunner().invoke(main, [command.name, "--config", str(path), "--print-config"]).output)
+    assert printed["use_peft"] is True and printed["dtype"] == "bfloat16" and printed["use_bnb_nested_quant"] is False
+    assert not {"use_lora", "torch_dtype", "bnb_4bit_use_double_quant"} & set(printed)
+
+
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_every_field_of_our_sections_has_help(command):
+    import dataclasses
+
+    missing = [f"{section.__name__}.{f.name}" for section in command.sections for f in dataclasses.fields(section)
+               if not f.metadata.get("help")]
+    assert not missing
+
+
+def test_print_config_writes_each_keys_help_above_it():
+    lines = invoke("--print-config").output.splitlines()
+
+    def comment_above(key):
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        above = []
+        while index and lines[index - 1].startswith("# "):
+            index -= 1
+            above.insert(0, lines[index][2:])
+        return " ".join(above)
+
+    assert comment_above("learning_rate") == "The initial learning rate for AdamW."  # TRL's (transformers') help
+    assert comment_above("use_peft") == "Whether to use PEFT for training. (Also read as use_lora.)"
+    assert comment_above("box_space").startswith("Space of the dataset's label boxes: absolute (pixels)")
+    assert comment_above("dtype").endswith("(Also read as torch_dtype.)")
+
+
+@pytest.mark.parametrize("key,value,accepted", [
+    ("learning_rate", 1, True),  # an int where a float is expected
+    ("learning_rate", True, False),  # a bool is not a number
+    ("num_generations", True, False),
+    ("num_generations", 4.0, False),
+    ("lr_scheduler_type", "cosine", True),  # an enum member by its value
+    ("lr_scheduler_type", "cosine_annealing", False),  # "SchedulerType | str" means a SchedulerType name
+    ("report_to", ["tensorboard"], True),
+    ("reward_weights", [1, 0.5], True),
+    ("reward_weights", [1, "x"], False),
+    ("gradient_checkpointing_kwargs", {"use_reentrant": False}, True),
+    ("parallelism_config", {"anything": 1}, True),  # a class YAML cannot spell: TRL validates it
+    ("max_pixels", "many", False),
+])
+def test_value_types(key, value, accepted):
+    from vlmgrpo.errors import ConfigError
+
+    try:
+        load_config(None, {key: value}, GRPO)
+    except ConfigError as error:
+        assert not accepted, error
+        assert str(error).startswith(f"command line: key '{key}': {value!r} is not valid, expected ")
+    else:
+        assert accepted
+
+
+def test_a_yaml_exponent_without_a_dot_is_a_float(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 1e-6\n")
+    assert load_config(str(path), {}, GRPO).trl["learning_rate"] == 1e-6

@@ -6,7 +6,9 @@ from click.testing import CliRunner
 from PIL import Image
 
 from vlmgrpo.cli import main
-from vlmgrpo.data import apply_sampling, load_data, prompt_messages, to_hf_dataset, validate_row
+from vlmgrpo.data import apply_sampling, load_data as load_rows_with
+from vlmgrpo.grpo import GRPO
+from vlmgrpo.rec_data import prompt_messages, to_hf_dataset, validate_row
 from vlmgrpo.errors import DataError
 
 
@@ -18,6 +20,11 @@ def images(tmp_path):
     Image.new("RGB", (50, 50), "white").save(root / "b.png")
     (root / "broken.png").write_bytes(b"not a png at all")
     return root
+
+
+def load_data(*args, validate=validate_row, **kwargs):
+    """REC rows, validated as `train` validates them."""
+    return load_rows_with(*args, validate=validate, **kwargs)
 
 
 def conv_row(image="a.png", question="<image>Where is the cat?", answer='{"bbox_2d": [10, 10, 40, 40]}'):
@@ -216,6 +223,6 @@ def test_joined_paths_in_a_config_file_are_relative_to_it(tmp_path, images):
     recipe = tmp_path / "recipes" / "rec.yaml"
     recipe.parent.mkdir()
     recipe.write_text(f"data_file_paths: ../a.jsonl:../b.jsonl\nimage_folders: ../images:{images}\n")
-    config = load_config(str(recipe), {})
+    config = load_config(str(recipe), {}, GRPO)
     loaded = load_data(config.data.data, config.data.image_root, config.data.box_space)
     assert [r.rows_used for r in loaded.reports] == [1, 2]

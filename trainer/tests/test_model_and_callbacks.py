@@ -12,6 +12,8 @@ from conftest import TESTS, read_jsonl, vlmgrpo
 from vlmgrpo.cli import main
 from vlmgrpo.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
 from vlmgrpo.errors import ConfigError
+from vlmgrpo.grpo import GRPO
+from vlmgrpo.metrics import format_line
 from vlmgrpo.model import answer_box_space, choose_attention, choose_dtype
 from vlmgrpo.rewards import build_rewards
 
@@ -49,6 +51,7 @@ def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_pa
     train_with_a_frozen_vision_tower(tmp_path, "qwen2_vl", "visual.", "model.layers.")
 
 
+@pytest.mark.slow
 def test_internvl_trains_with_its_tiles_and_scores_in_norm1000(tmp_path):
     """A second family: InternVL (vision tower, pixel-shuffle projector, Qwen2 language model), images cut into
     tiles; it answers boxes in 0-1000 coordinates."""
@@ -92,13 +95,13 @@ def test_watchdog_warns_after_patience_and_names_what_to_check():
 
 
 def test_metrics_line_is_concise(tmp_path):
-    logger = MetricsLogger(tmp_path / "metrics.jsonl")
+    logger = MetricsLogger(tmp_path / "metrics.jsonl", GRPO.metrics)
     logs = {"reward": 0.5, "reward_std": 0.1, "rewards/iou/mean": 0.4, "rewards/format/mean": 1.0, "kl": 0.002,
             "completions/mean_length": 80.0, "learning_rate": 1e-6, "loss": 0.01}
     logger.on_log(None, State(), None, logs=logs)
     record = read_jsonl(tmp_path / "metrics.jsonl")[0]
     assert record["rewards"] == {"iou": 0.4, "format": 1.0} and record["completion_length"] == 80.0
-    line = MetricsLogger.format_line(record, 10)
+    line = format_line(record, 10, GRPO.metrics)
     assert line.startswith("step 1/10 reward=0.5 std=0.1 [iou=0.4 format=1]") and "\n" not in line
 
 

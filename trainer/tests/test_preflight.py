@@ -85,6 +85,7 @@ def test_an_earlier_run_needs_resume_or_overwrite(tiny, tmp_path):
     ("nosuchorg/nosuchmodel", "key 'model_name_or_path': nosuchorg/nosuchmodel is neither a local directory nor a "
                               "model in the hub cache, and downloads are off (HF_HUB_OFFLINE=1)"),
 ])
+@pytest.mark.slow
 def test_a_real_process_prints_no_traceback(tiny, tmp_path, model, message):
     result = subprocess.run([sys.executable, "-m", "vlmgrpo", "train", "--model", model.format(tmp=tmp_path),
                              "--data", tiny["data"], "--output", str(tmp_path / "out")],
@@ -107,6 +108,7 @@ def shared_dir():
     shutil.rmtree(path)
 
 
+@pytest.mark.slow
 def test_files_another_uid_cannot_read_or_write(tiny, shared_dir):
     """A model saved by root (transformers writes model.safetensors 0600) and an output directory root owns, as the
     image's arbitrary training uid meets them."""

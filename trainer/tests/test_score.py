@@ -23,6 +23,7 @@ def table_data(tmp_path):
     return data
 
 
+@pytest.mark.slow
 def test_score_gives_vlm_r1_rewards_on_the_table(tiny, table_data, tmp_path):
     completions = tmp_path / "completions.jsonl"
     completions.write_text("".join(json.dumps({"id": row, "completion": text}) + "\n" for row, text, *_ in TABLE))

@@ -29,6 +29,7 @@ def lora_run(tiny_text, tmp_path_factory):
     return output, result
 
 
+@pytest.mark.slow
 def test_lora_sft_on_three_formats_with_an_eval_split(tiny_text, lora_run, tmp_path):
     output, result = lora_run
     metrics = read_jsonl(output / "metrics.jsonl")
@@ -51,6 +52,7 @@ def test_lora_sft_on_three_formats_with_an_eval_split(tiny_text, lora_run, tmp_p
     assert "split: 18 training rows, 6 validation rows" in summary
 
 
+@pytest.mark.slow
 def test_the_merged_model_has_the_adapter_in_its_weights(tiny_text, lora_run, tmp_path):
     output, _ = lora_run
     base = load_file(f"{tiny_text['model']}/model.safetensors")
@@ -71,15 +73,15 @@ def test_the_merged_model_has_the_adapter_in_its_weights(tiny_text, lora_run, tm
 
 def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     """Labels of a real training batch: only the assistant turns' tokens (and their <|im_end|>) count."""
-    from vlmgrpo import sft
-    from vlmgrpo.config import SFT, load_config
+    from vlmgrpo.config import load_config
+    from vlmgrpo.sft import SFT
     from vlmgrpo.runner import build_trl_config
 
     def labelled_text(overrides):
         config = load_config(None, {"model_name_or_path": tiny_text["model"], "data": [tiny_text["messages"]],
                                     "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2,
                                     "max_steps": 1, **overrides}, SFT)
-        trainer = sft.build_trainer(config, sft.validate(config), build_trl_config(config))
+        trainer = SFT.build_trainer(config, SFT.validate(config), build_trl_config(config))
         batch = next(iter(trainer.get_train_dataloader()))
         tokenizer = trainer.processing_class
         ids, labels = batch["input_ids"][0], batch["labels"][0]
@@ -92,6 +94,7 @@ def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     assert learned == whole
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_then_resume_continues_at_the_next_step_and_merges(tmp_path):
     """A second architecture (Llama), LoRA: SIGTERM after a step, a checkpoint, --resume auto at the next step."""
     from vlmgrpo.tiny import make_tiny
@@ -112,6 +115,7 @@ def test_sigterm_checkpoints_then_resume_continues_at_the_next_step_and_merges(t
     assert (output / "merged" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_two_processes_through_torchrun(tiny_text, tmp_path):
     output = tmp_path / "out"
     result = vlmgrpo(*sft_args(tiny_text, output, "--max-steps", "2", "--save-steps", "2", "--batch-size", "2", *LORA,
@@ -125,6 +129,7 @@ def distance(a: dict, b: dict) -> float:
     return sum((a[name].float() - b[name].float()).norm().item() for name in a)
 
 
+@pytest.mark.slow
 def test_sft_then_grpo_example_runs_on_cpu(tmp_path):
     """examples/: LoRA SFT of the tiny vision-language model on its image rows, merged, then GRPO from the merge (and
     from the adapter). Its time on a CPU is measured in bench/ (section 7)."""
@@ -147,21 +152,22 @@ def test_sft_then_grpo_example_runs_on_cpu(tmp_path):
                           "--set", "use_lora=true", "--output", tmp_path / "from-adapter", "--max-steps", "1",
                           check=True)
     assert "step 1/1" in adapter_run.stdout
-    assert (tmp_path / "from-adapter" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "from-adapter" / "adapter" / "adapter_model.safetensors").is_file()
 
 
 def test_qlora_settings_become_the_4bit_loading_arguments():
-    from vlmgrpo.config import ModelConfig
+    from vlmgrpo.sections import ModelConfig
     from vlmgrpo.model import quantization
 
     assert quantization(ModelConfig(), torch.bfloat16) == {}
-    loading = quantization(ModelConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", bnb_4bit_use_double_quant=False),
+    loading = quantization(ModelConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", use_bnb_nested_quant=False),
                            torch.bfloat16)
     settings = loading["quantization_config"]
     assert settings.load_in_4bit and settings.bnb_4bit_quant_type == "fp4" and not settings.bnb_4bit_use_double_quant
     assert settings.bnb_4bit_compute_dtype == torch.bfloat16 and loading["device_map"] == {"": 0}
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("bitsandbytes") is None,
                     reason="QLoRA needs a CUDA GPU and bitsandbytes (not on this machine)")
 def test_qlora_trains_on_a_gpu_and_logs_peak_memory_per_step(tiny_text, tmp_path):

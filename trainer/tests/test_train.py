@@ -36,6 +36,7 @@ def trained(tiny, tmp_path_factory):
     return output, result
 
 
+@pytest.mark.slow
 def test_train_writes_metrics_and_changes_weights(tiny, trained):
     output, result = trained
     metrics = read_jsonl(output / "metrics.jsonl")
@@ -55,6 +56,7 @@ def test_train_writes_metrics_and_changes_weights(tiny, trained):
     assert list((output / "runs").glob("*/events.out.tfevents.*"))  # report_to auto: tensorboard is a dependency
 
 
+@pytest.mark.slow
 def test_trainer_resume_alone_would_lose_the_weights(trained):
     """transformers#43701 on the installed version: checkpoint keys do not match the in-memory model's keys,
     so Trainer's load_state_dict(strict=False) restores (almost) nothing. This is why checkpoint.py exists."""
@@ -87,15 +89,14 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
     from trl import GRPOTrainer
 
     from vlmgrpo.config import load_config
-    from vlmgrpo.preflight import validate
+    from vlmgrpo.grpo import GRPO
     from vlmgrpo.runner import build_trl_config
-    from vlmgrpo.train import build_trainer
 
     overrides = {"model_name_or_path": tiny["model"], "data": [tiny["data"]], "image_root": tiny["image_root"],
                  "output_dir": str(output), "num_generations": 4, "per_device_train_batch_size": 4,
                  "gradient_accumulation_steps": 1, "max_completion_length": 12, "max_steps": 3}
-    config = load_config(None, overrides)
-    trainer = build_trainer(config, validate(config), build_trl_config(config))
+    config = load_config(None, overrides, GRPO)
+    trainer = GRPO.build_trainer(config, GRPO.validate(config), build_trl_config(config))
     if not fixed:  # what plain transformers/TRL would do
         trainer._load_from_checkpoint = lambda path, model=None: GRPOTrainer._load_from_checkpoint(trainer, path, model)
     snapshot = {}
@@ -110,6 +111,7 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
     return snapshot
 
 
+@pytest.mark.slow
 def test_resume_restores_the_checkpoint_weights(tiny, trained, tmp_path):
     """The transformers#43701 proof: after resume, every tensor equals the checkpoint's safetensors."""
     output, _ = trained
@@ -126,6 +128,7 @@ def test_resume_restores_the_checkpoint_weights(tiny, trained, tmp_path):
                            saved["model.visual.patch_embed.proj.weight"])
 
 
+@pytest.mark.slow
 def test_resume_auto_continues_at_the_next_step(tiny, trained, tmp_path):
     output, _ = trained
     target = tmp_path / "out"
@@ -141,6 +144,7 @@ def test_resume_auto_continues_at_the_next_step(tiny, trained, tmp_path):
     assert_same(tensors(target), tensors(output))
 
 
+@pytest.mark.slow
 def test_an_earlier_run_is_refused_then_overwritten(tiny, trained, tmp_path):
     output, _ = trained
     target = tmp_path / "out"
@@ -155,6 +159,7 @@ def test_an_earlier_run_is_refused_then_overwritten(tiny, trained, tmp_path):
     assert [m["step"] for m in read_jsonl(target / "metrics.jsonl")] == [1]
 
 
+@pytest.mark.slow
 def test_text_only_rows_and_a_validation_split(tiny, tmp_path):
     """VLM-R1's text-only rows, in the same batches as image rows, and eval loss and reward on held-out rows."""
     rows = read_jsonl(tiny["data"])[:4]
@@ -180,6 +185,7 @@ def test_text_only_rows_and_a_validation_split(tiny, tmp_path):
         assert {"1", "2", "3", "4"} & lines and {"5", "6", "7", "8"} & lines, lines
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_that_resume_auto_continues(tiny, tmp_path):
     output = tmp_path / "out"
     command = [sys.executable, "-m", "vlmgrpo", *map(str, train_args(tiny, output, "--max-steps", "200",
@@ -216,6 +222,7 @@ def run_until_step_then_signal(command, step: int):
         return process.returncode, errors.read()
 
 
+@pytest.mark.slow
 def test_two_process_torchrun_on_cpu_trains_and_checkpoints_on_sigterm(tiny, tmp_path):
     output = tmp_path / "out"
     command = [sys.executable, "-m", "vlmgrpo", *map(str, train_args(
@@ -252,14 +259,16 @@ def test_every_rank_leaves_the_process_group_before_exit(tmp_path):
     assert result.stdout.count("sum 2 initialized False") == 2, result.stdout
 
 
+@pytest.mark.slow
 def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     output = tmp_path / "out"
     lora = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "learning_rate=0.01"]
     vlmgrpo(*train_args(tiny, output, "--max-steps", "2", "--save-steps", "1", *lora, "--set", "merge_lora=true",
                         "--set", "dump_completions=true"), check=True)
-    adapter = load_file(str(output / "adapter_model.safetensors"))
+    adapter = load_file(str(output / "adapter" / "adapter_model.safetensors"))
     assert adapter and not any("visual" in name for name in adapter)  # the vision tower stays out of LoRA
     assert (output / "merged" / "model.safetensors").is_file()
+    assert not (output / "adapter_model.safetensors").exists()  # one layout for every command: OUTPUT/adapter
     dumped = read_jsonl(output / "completions.jsonl")
     assert len(dumped) == 8 and {"step", "row", "completion", "rewards"} <= set(dumped[0])
     assert {d["step"] for d in dumped} == {1, 2}
@@ -267,9 +276,10 @@ def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     resumed.mkdir()
     shutil.copytree(output / "checkpoint-1", resumed / "checkpoint-1")
     vlmgrpo(*train_args(tiny, resumed, "--max-steps", "2", "--resume", "auto", *lora), check=True)
-    assert_same(load_file(str(resumed / "adapter_model.safetensors")), adapter)
+    assert_same(load_file(str(resumed / "adapter" / "adapter_model.safetensors")), adapter)
 
 
+@pytest.mark.slow
 def test_rec_tiny_example_trains_on_cpu(tmp_path):
     """Its time on a CPU is measured in bench/ (section 7)."""
     work = tmp_path / "examples"

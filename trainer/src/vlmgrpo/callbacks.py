@@ -4,99 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .metrics import MetricsView, bracketed, clean, format_line, gpu_memory_peak_gib, number, rewards_of
+
 log = logging.getLogger("vlmgrpo")
-
-
-@dataclass(frozen=True)
-class MetricsView:
-    """Which of a trainer's log keys go to metrics.jsonl (under which names), and what its stdout line shows."""
-
-    keys: dict[str, str]  # log key -> name in metrics.jsonl
-    eval_keys: tuple[str, ...]  # keys of an evaluation's logs (Trainer.evaluate) kept as they are
-    shown: tuple[tuple[str, str], ...]  # (label, metrics name) on the stdout line; the label "[]" shows the rewards
-
-
-GRPO_METRICS = MetricsView(
-    keys={
-        "reward": "reward",
-        "reward_std": "reward_std",
-        "frac_reward_zero_std": "frac_reward_zero_std",
-        "kl": "kl",
-        "loss": "loss",
-        "grad_norm": "grad_norm",
-        "learning_rate": "learning_rate",
-        "completions/mean_length": "completion_length",
-        "entropy": "entropy",
-        # Share of completion tokens whose probability ratio was clipped (VLM-R1 logs it as clip_ratio).
-        "clip_ratio/region_mean": "clip_ratio",
-    },
-    eval_keys=("eval_loss", "eval_reward", "eval_reward_std", "eval_kl"),
-    shown=(("reward", "reward"), ("std", "reward_std"), ("[]", "rewards"), ("kl", "kl"),
-           ("len", "completion_length"), ("lr", "learning_rate")),
-)
-SFT_METRICS = MetricsView(
-    keys={
-        "loss": "loss",
-        "grad_norm": "grad_norm",
-        "learning_rate": "learning_rate",
-        "mean_token_accuracy": "mean_token_accuracy",
-        "entropy": "entropy",
-        "num_tokens": "num_tokens",
-    },
-    eval_keys=("eval_loss", "eval_mean_token_accuracy", "eval_entropy"),
-    shown=(("loss", "loss"), ("acc", "mean_token_accuracy"), ("lr", "learning_rate")),
-)
-
-
-def _clean(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def gpu_memory_peak_gib():
-    """The most GPU memory this process's tensors have held since the last call (torch.cuda.max_memory_allocated,
-    then reset): the peak of the steps one metrics line covers. None on the CPU."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    peak = torch.cuda.max_memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    return round(peak / 2**30, 3)
-
-
-def _number(value, spec=".3g") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def drop_steps_after(path: Path, step: int) -> None:
-    """Keep the JSON lines of steps up to `step`: a run resumed from that step logs the later ones again."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
-    if len(kept) != len(lines):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("".join(kept))
-        partial.replace(path)
-
-
-def _rewards(logs: dict, prefix: str) -> dict:
-    return {key.split("/")[1]: _clean(value) for key, value in logs.items()
-            if key.startswith(f"{prefix}/") and key.endswith("/mean")}
 
 
 class MetricsLogger(TrainerCallback):
     """One concise stdout line per logged step and the same numbers appended to OUTPUT/metrics.jsonl."""
 
-    def __init__(self, path: Path, view: MetricsView = GRPO_METRICS):
+    def __init__(self, path: Path, view: MetricsView):
         self.path = path
         self.view = view
         self.last_time = None
@@ -114,9 +36,9 @@ class MetricsLogger(TrainerCallback):
         if "loss" not in logs:  # the end-of-training summary has train_loss instead
             return
         now = time.monotonic()
-        record = {"step": state.global_step, "epoch": _clean(logs.get("epoch"))}
-        record.update({name: _clean(logs[key]) for key, name in self.view.keys.items() if key in logs})
-        rewards = _rewards(logs, "rewards")
+        record = {"step": state.global_step, "epoch": clean(logs.get("epoch"))}
+        record.update({name: clean(logs[key]) for key, name in self.view.keys.items() if key in logs})
+        rewards = rewards_of(logs, "rewards")
         if rewards or "reward" in logs:
             record["rewards"] = rewards
         # Wall-clock seconds per optimizer step, averaged over the logging interval.
@@ -128,29 +50,19 @@ class MetricsLogger(TrainerCallback):
         self.last_time, self.last_step = now, state.global_step
         with self.path.open("a") as stream:
             stream.write(json.dumps(record) + "\n")
-        print(self.format_line(record, state.max_steps, self.view), flush=True)
+        print(format_line(record, state.max_steps, self.view), flush=True)
 
     def log_evaluation(self, state, logs: dict) -> None:
-        record = {"step": state.global_step, "epoch": _clean(logs.get("epoch"))}
-        record.update({key: _clean(logs[key]) for key in self.view.eval_keys if key in logs})
-        rewards = _rewards(logs, "eval_rewards")
+        record = {"step": state.global_step, "epoch": clean(logs.get("epoch"))}
+        record.update({key: clean(logs[key]) for key in self.view.eval_keys if key in logs})
+        rewards = rewards_of(logs, "eval_rewards")
         if rewards:
             record["eval_rewards"] = rewards
         with self.path.open("a") as stream:
             stream.write(json.dumps(record) + "\n")
-        shown = [f"{key.removeprefix('eval_')}={_number(record.get(key))}" for key in self.view.eval_keys]
-        print(f"eval at step {state.global_step}: {' '.join(shown + ([_bracketed(rewards)] if rewards else []))}",
+        shown = [f"{key.removeprefix('eval_')}={number(record.get(key))}" for key in self.view.eval_keys]
+        print(f"eval at step {state.global_step}: {' '.join(shown + ([bracketed(rewards)] if rewards else []))}",
               flush=True)
-
-    @staticmethod
-    def format_line(record: dict, max_steps: int, view: MetricsView = GRPO_METRICS) -> str:
-        shown = [_bracketed(record.get(name, {})) if label == "[]" else f"{label}={_number(record.get(name))}"
-                 for label, name in view.shown]
-        return f"step {record['step']}/{max_steps} {' '.join(shown)} time={_number(record.get('step_time'))}s"
-
-
-def _bracketed(rewards: dict) -> str:
-    return "[" + " ".join(f"{name}={_number(value)}" for name, value in rewards.items()) + "]"
 
 
 class ZeroRewardWatchdog(TrainerCallback):

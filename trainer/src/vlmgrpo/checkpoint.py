@@ -84,7 +84,9 @@ def restore_weights(model, checkpoint: str) -> int:
 
 class RestoresWeights:
     """Mixed into a TRL trainer class (before it): resume restores the checkpoint's weights through restore_weights.
-    DeepSpeed engine state, FSDP shards and PEFT adapters load by their own keys, through the trainer's loader."""
+    DeepSpeed engine state, FSDP shards and PEFT adapters load by their own keys, through the trainer's loader.
+    Trainer._load_from_checkpoint is private: tests/test_private_overrides.py fails by name when its signature
+    changes."""
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         target = self.accelerator.unwrap_model(model if model is not None else self.model)

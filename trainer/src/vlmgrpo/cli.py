@@ -10,8 +10,9 @@ from typing import Any, Optional
 
 import click
 
-from .config import GRPO, SFT, Command
+from .commands import RECIPES
 from .errors import UserError
+from .recipe import Recipe
 from .tiny import FAMILIES
 
 log = logging.getLogger("vlmgrpo")
@@ -62,7 +63,7 @@ def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
 RUN_OPTIONS = [
     click.option("--config", "config_path", type=str, help="YAML file; any config key or field of the TRL config."),
     click.option("--model", help="Local model directory or hub name."),
-    click.option("--adapter", help="A PEFT adapter directory to start from (an SFT run's OUTPUT/adapter); its base "
+    click.option("--adapter", help="A PEFT adapter directory to start from (a LoRA run's OUTPUT/adapter); its base "
                  "model unless --model is given."),
     click.option("--data", multiple=True, help="Data file (.jsonl/.json) or mixture (.yaml); repeatable; "
                  "VLM-R1's ':'-joined lists work too."),
@@ -86,7 +87,6 @@ RUN_OPTIONS = [
     click.option("--master-port", type=int, envvar="MASTER_PORT"),
     click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
 ]
-GRPO_OPTIONS = [click.option("--num-generations", type=int), click.option("--max-completion-length", type=int)]
 TRAINING_OPTIONS = [
     click.option("--print-config", is_flag=True, help="Print the effective configuration and exit."),
     click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
@@ -103,25 +103,26 @@ def with_options(*groups):
     return decorate
 
 
-def run_command(command: Command, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
-    """`train` and `sft`: load and check the configuration and every row, then train here or through torchrun."""
+def recipe_options(recipe: Recipe) -> list:
+    """The options only this command has (GRPO's --num-generations, ...)."""
+    return [click.option(option.flag, type=option.type, help=option.help or None) for option in recipe.options]
+
+
+def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
+    """Every training command: load and check the configuration and every row, then train here or through
+    torchrun."""
     from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
     from .config import dump_config, load_config
     from .preflight import clear_earlier_run
 
-    if command is SFT:
-        from .sft import run, validate
-    else:
-        from .preflight import validate
-        from .train import run
     try:
-        config = load_config(config_path, collect_overrides(options), command)
+        config = load_config(config_path, collect_overrides(options), recipe)
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        data = validate(config)
+        data = recipe.validate(config)
         if dry_run:
             click.echo(data.summary())
             return
@@ -134,28 +135,27 @@ def run_command(command: Command, config_path: Optional[str], print_config: bool
         if needs_launch(config.run):
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
-        sys.exit(run(config, data))
+        sys.exit(recipe.run(config, data))
     except UserError as error:
         fail(error)
 
 
-@main.command()
-@with_options(RUN_OPTIONS, GRPO_OPTIONS, TRAINING_OPTIONS)
-def train(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
-    """Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
-    run_command(GRPO, config_path, print_config, dry_run, options)
+def register(recipe: Recipe) -> None:
+    """`vlmgrpo <recipe.name>` with the options every training command has and the recipe's own."""
+
+    def command(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
+        run_command(recipe, config_path, print_config, dry_run, options)
+
+    options = with_options(RUN_OPTIONS, recipe_options(recipe), TRAINING_OPTIONS)
+    main.command(recipe.name, help=recipe.summary)(options(command))
+
+
+for _recipe in RECIPES.values():
+    register(_recipe)
 
 
 @main.command()
-@with_options(RUN_OPTIONS, TRAINING_OPTIONS)
-def sft(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
-    """Supervised fine-tuning on chat rows (OpenAI messages, ShareGPT, Alpaca), full, LoRA or QLoRA. Exit codes:
-    0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."""
-    run_command(SFT, config_path, print_config, dry_run, options)
-
-
-@main.command()
-@with_options(RUN_OPTIONS, GRPO_OPTIONS)
+@with_options(RUN_OPTIONS, recipe_options(RECIPES["train"]))
 @click.option("--completions", "completions_path", required=True,
               help='JSONL file, one {"id": <a data row\'s id>, "completion": "<text>"} per line.')
 def score(config_path: Optional[str], completions_path: str, **options) -> None:
@@ -166,7 +166,7 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
     from .score import score_completions
 
     try:
-        config = load_config(config_path, collect_overrides(options))
+        config = load_config(config_path, collect_overrides(options), RECIPES["train"])
         check_model_source(config)
         for line in score_completions(config, load_checked_data(config), completions_path):
             click.echo(json.dumps(line))
@@ -175,7 +175,7 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
 
 
 @main.command()
-@click.option("--adapter", required=True, help="The PEFT adapter directory (an SFT run's OUTPUT/adapter).")
+@click.option("--adapter", required=True, help="The PEFT adapter directory (a LoRA run's OUTPUT/adapter).")
 @click.option("--model", help="Its base model (default: the one its adapter_config.json names).")
 @click.option("--output", required=True, help="Directory for the merged model.")
 @click.option("--overwrite-output", is_flag=True, help="Replace an existing --output.")
@@ -189,7 +189,7 @@ def merge(adapter: str, model: Optional[str], output: str, overwrite_output: boo
 
     try:
         config = build_config({}, "command line", {"adapter_name_or_path": adapter, "model_name_or_path": model,
-                                                   "output_dir": output}, SFT)
+                                                   "output_dir": output}, RECIPES["sft"])
         check_model_source(config)
         problem = unwritable_directory(output)
         if problem:
@@ -211,8 +211,8 @@ def info() -> None:
 
 
 @main.command()
-@click.option("--expected", type=str, default=None, help="Expected versions JSON (default $IMAGEGEN_EXPECTED or "
-              "/etc/imagegen/expected.json).")
+@click.option("--expected", type=str, default=None, help="Expected versions JSON (default $IMAGEGEN_EXPECTED, which "
+              "the image sets).")
 @click.option("--require-gpu", is_flag=True, help="GPU checks fail instead of skip when no GPU is visible.")
 @click.option("--skip-train", is_flag=True, help="Skip the tiny two-step GRPO run.")
 def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> None:

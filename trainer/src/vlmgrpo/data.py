@@ -1,22 +1,11 @@
-"""REC data: VLM-R1 JSONL / JSON files and YAML mixtures, validated up front, images loaded lazily.
-
-Two row forms are read, in either file type:
-  conversations: {"image": "a.jpg" | [...], "conversations": [{"from": "human", "value": "<image>..."},
-                  {"from": "gpt", "value": "<answer>[x1,y1,x2,y2]</answer>"}]}
-                  -- one <image> placeholder per image, at the image's position.
-  problem:       {"image": ..., "problem": "...", "solution": [x1,y1,x2,y2] | "text with a box"}
-                  -- placeholders optional; without them the images go before the question.
-A row without "image" is text-only, as in VLM-R1. Boxes are stored in original-image pixels of the first image
-whatever space the dataset declares (a text-only row's box as written). Rows may carry an "id" (`vlmgrpo score`
-refers to rows by it).
-
-Reading files, mixtures, sampling, image roots and image headers is shared with SFT's chat rows (chat_data.py):
-load_data takes the function that validates a row.
+"""Reading datasets, shared by GRPO's REC rows (rec_data.py) and SFT's chat rows (chat_data.py): `data:` entries
+(.jsonl / .json files, YAML mixtures, mappings), sampling, image roots, image headers, and the loop that validates
+every row up front with the row validator of the command (load_data's `validate`) and gathers every problem as
+`file:line: problem`. Images are opened only when a row is read for training.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -30,8 +19,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import yaml
 
 from .access import unreadable
-from .boxes import ABSOLUTE, NORM1000, Box, is_valid_box, parse_label, to_absolute
-from .config import JOIN, fill_template
+from .boxes import ABSOLUTE, NORM1000
+from .config import JOIN
 from .errors import DataError
 
 PLACEHOLDER = "<image>"
@@ -50,17 +39,6 @@ class DatasetSpec:
 
 
 @dataclass
-class Sample:
-    location: str  # file:line, for error messages and completion dumps
-    row_id: Any  # the row's "id", or its location when it has none
-    image_paths: list[str]  # empty for a text-only row
-    question: str
-    answer: str  # the row's answer as text
-    solution: Optional[Box]  # original-image pixels of the first image; None when the answer holds no box
-    image_sizes: list[tuple[int, int]]  # (width, height)
-
-
-@dataclass
 class FileReport:
     path: str
     rows_read: int = 0
@@ -71,9 +49,9 @@ class FileReport:
 
 @dataclass
 class LoadedData:
-    samples: list[Sample]  # the training rows
+    samples: list[Any]  # the training rows: rec_data.Sample or chat_data.ChatSample
     reports: list[FileReport] = field(default_factory=list)
-    validation: list[Sample] = field(default_factory=list)  # held out by val_split_ratio
+    validation: list[Any] = field(default_factory=list)  # held out by val_split_ratio
 
     def summary(self) -> str:
         lines = [f"{r.path}: {r.rows_read} rows read, {r.rows_used} used, {r.images} images, {r.errors} errors"
@@ -238,23 +216,7 @@ def apply_sampling(rows: list, sampling: Optional[str], seed: int) -> list:
     return random.Random(seed).sample(rows, count)
 
 
-# --- validating rows ----------------------------------------------------------------------------------------------
-
-
-def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Optional[str]]:
-    """(question, answer, placeholders required, problem)."""
-    if "conversations" in record:
-        turns = record["conversations"]
-        if not isinstance(turns, list):
-            return None, None, True, "'conversations' is not a list"
-        human = [t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("human", "user")]
-        answer = [t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("gpt", "assistant")]
-        if not human or not answer:
-            return None, None, True, "'conversations' needs a human turn and a gpt turn"
-        return str(human[0]), answer[0], True, None
-    if "problem" in record and "solution" in record:
-        return str(record["problem"]), record["solution"], False, None
-    return None, None, False, "row has neither 'conversations' nor 'problem'/'solution'"
+# --- images and the validation loop ---------------------------------------------------------------------------
 
 
 def row_image_paths(record: dict, image_root: Optional[str]) -> tuple[list[str], Optional[str]]:
@@ -280,41 +242,6 @@ def _image_size(path: str) -> tuple[Optional[tuple[int, int]], Optional[str]]:
         return None, f"image {unreadable(path)}"
     except (UnidentifiedImageError, OSError) as exc:
         return None, f"image unreadable: {path} ({exc.__class__.__name__})"
-
-
-def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any],
-                 require_box: bool = True) -> tuple[Optional[Sample], list[str]]:
-    where = f"{spec.path}:{line}"
-    if not isinstance(record, dict):
-        return None, [f"{where}: row is not a JSON object"]
-    problems = []
-    question, answer, placeholders_required, problem = _question_and_answer(record)
-    if problem:
-        problems.append(problem)
-    paths, problem = row_image_paths(record, spec.image_root)
-    if problem:
-        problems.append(problem)
-    image_sizes = []
-    for path in paths:
-        size, problem = sizes[path]
-        if problem:
-            problems.append(problem)
-        image_sizes.append(size)
-    if question is not None:
-        count = question.count(PLACEHOLDER)
-        if count != len(paths) and (placeholders_required or count):
-            problems.append(f"{count} {PLACEHOLDER} placeholder(s) for {len(paths)} image(s)")
-    box = parse_label(answer) if answer is not None else None
-    if answer is not None and box is None and require_box:
-        problems.append(f"cannot parse a box [x1, y1, x2, y2] from the answer {str(answer)[:80]!r} "
-                        "(the iou reward needs one)")
-    elif box is not None and not is_valid_box(box):
-        problems.append(f"box {list(box)} has x2 <= x1 or y2 <= y1")
-    if problems:
-        return None, [f"{where}: {p}" for p in problems]
-    solution = to_absolute(box, spec.box_space, image_sizes[0]) if box and image_sizes else box
-    answer_text = answer if isinstance(answer, str) else json.dumps(answer)
-    return Sample(where, record.get("id", where), paths, question, answer_text, solution, image_sizes), []
 
 
 def _read_sizes(paths: set[str]) -> dict[str, Any]:
@@ -354,12 +281,12 @@ def load_spec(spec: DatasetSpec, seed: int, validate: RowValidator) -> tuple[lis
     return samples, report, problems
 
 
-def load_data(entries: list[Any], image_root: Optional[str], box_space: str = ABSOLUTE, seed: int = 42,
-              validate: RowValidator = validate_row, eval_entries: Sequence[Any] = ()) -> LoadedData:
+def load_data(entries: list[Any], image_root: Optional[str], box_space: str = ABSOLUTE, seed: int = 42, *,
+              validate: RowValidator, eval_entries: Sequence[Any] = ()) -> LoadedData:
     """Read and validate every dataset (and the evaluation datasets); raise one DataError listing all problems.
 
-    validate: validate_row by default (GRPO rows whose answers hold a box; functools.partial it with
-    require_box=False for answers of any text)."""
+    validate: rec_data.validate_row (GRPO rows whose answers hold a box; functools.partial it with
+    require_box=False for answers of any text) or chat_data.validate_chat_row."""
     loaded = LoadedData(samples=[])
     problems: list[str] = []
     sources = [(entries, loaded.samples)] + ([(eval_entries, loaded.validation)] if eval_entries else [])
@@ -378,9 +305,6 @@ def load_data(entries: list[Any], image_root: Optional[str], box_space: str = AB
     return loaded
 
 
-# --- the training dataset ------------------------------------------------------------------------------------
-
-
 def content_parts(text: str) -> list[dict]:
     """Text with <image> placeholders as a chat turn's content parts: an image block at each placeholder."""
     content: list[dict] = []
@@ -392,47 +316,3 @@ def content_parts(text: str) -> list[dict]:
     return content
 
 
-def prompt_messages(question: str, template: str) -> list[dict]:
-    """One user turn: text with an image block at each <image>, or the images first when there are none."""
-    return [{"role": "user", "content": content_parts(fill_template(template, question).strip())}]
-
-
-def implicit_image_prefix(question: str, image_count: int) -> str:
-    return question if PLACEHOLDER in question else PLACEHOLDER * image_count + question
-
-
-def to_hf_dataset(samples: list[Sample], question_template: str):
-    """A datasets.Dataset (TRL requires one) that opens images only when a row is read."""
-    from datasets import Dataset
-
-    rows = [
-        {
-            "question": implicit_image_prefix(s.question, len(s.image_paths)),
-            "image_paths": s.image_paths,
-            "answer": s.answer,
-            "solution": list(s.solution) if s.solution else None,
-            "image_size": list(s.image_sizes[0]) if s.image_sizes else None,
-            "location": s.location,
-        }
-        for s in samples
-    ]
-    dataset = Dataset.from_list(rows)
-    # partial, not a lambda: data loader workers may need to pickle the transform.
-    return dataset.with_transform(functools.partial(_materialize, question_template=question_template))
-
-
-def _materialize(batch: dict[str, list], question_template: str) -> dict[str, list]:
-    from PIL import Image
-
-    def load(path: str):
-        with Image.open(path) as image:
-            return image.convert("RGB")
-
-    return {
-        "prompt": [prompt_messages(q, question_template) for q in batch["question"]],
-        "images": [[load(p) for p in paths] for paths in batch["image_paths"]],
-        "answer": batch["answer"],
-        "solution": batch["solution"],
-        "image_size": batch["image_size"],
-        "location": batch["location"],
-    }

@@ -1,53 +1,36 @@
 """`vlmgrpo info`: library versions and hardware, as the image's users and `imagegen test` see them.
 
-Which libraries: in an imagegen image, the components its expected.json names (imagegen's one
-table of components); elsewhere, vlmgrpo's own requirements.
+The versions are inventory.component_versions' (read without importing torch): in an imagegen image, the components its
+expected file names (imagegen's one table of components); elsewhere, vlmgrpo's own requirements. torch's runtime view
+(torch, torch_cuda, cudnn, nccl) is added when torch imports, then the hardware.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
+import re
 from importlib import metadata
-from pathlib import Path
 from typing import Any, Optional
 
-from packaging.requirements import Requirement
+from .inventory import component_versions, read_expected
 
-DEFAULT_EXPECTED = "/etc/imagegen/expected.json"
+_REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
-def installed_version(name: str) -> Optional[str]:
+def expected_path(option: Optional[str]) -> Optional[str]:
+    """The expected-versions file: the option, else $IMAGEGEN_EXPECTED (the image sets it), else none."""
+    return option or os.environ.get("IMAGEGEN_EXPECTED") or None
+
+
+def own_requirements() -> dict[str, str]:
+    """Component key -> distribution for vlmgrpo's unconditional requirements (outside an image)."""
     try:
-        return metadata.version(name)
+        requirements = metadata.requires("vlmgrpo") or []
     except metadata.PackageNotFoundError:
-        return None
-
-
-def expected_path(option: Optional[str]) -> str:
-    return option or os.environ.get("IMAGEGEN_EXPECTED") or DEFAULT_EXPECTED
-
-
-def read_expected(path: str) -> tuple[Optional[dict], Optional[str]]:
-    """(expected, reason when version checks cannot run)."""
-    if not os.path.isfile(path):
-        return None, f"no expected-versions file at {path}"
-    try:
-        expected = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        return {}, f"cannot read {path}: {exc}"
-    if not isinstance(expected, dict) or not isinstance(expected.get("versions"), dict):
-        return {}, f"{path} does not hold imagegen's {{\"versions\": {{...}}, \"distributions\": {{...}}}}"
-    return expected, None
-
-
-def distributions(expected: Optional[dict]) -> dict[str, str]:
-    """Component key -> the distribution installed for it."""
-    if expected and isinstance(expected.get("distributions"), dict):
-        return expected["distributions"]
-    own = [Requirement(text) for text in metadata.requires("vlmgrpo") or ()]
-    return {r.name.lower().replace("-", "_"): r.name for r in own if not r.marker}
+        return {}
+    names = [_REQUIREMENT_NAME.match(text).group(1) for text in requirements
+             if ";" not in text and _REQUIREMENT_NAME.match(text)]
+    return {name.lower().replace("-", "_"): name for name in names}
 
 
 def cudnn_version() -> tuple[Optional[int], Optional[str]]:
@@ -132,10 +115,11 @@ def gpus() -> list[dict[str, Any]]:
 
 def collect_info() -> dict[str, Any]:
     expected, _ = read_expected(expected_path(None))
-    versions = {"python": platform.python_version(), **torch_versions()}
-    versions.update({key: installed_version(name) for key, name in distributions(expected).items()
-                     if key not in versions})
-    versions["vlmgrpo"] = installed_version("vlmgrpo")
+    versions = component_versions(expected or {"distributions": own_requirements()})
+    runtime = torch_versions()
+    for key, value in runtime.items():  # when torch imports, its own view of what it runs with wins
+        if runtime["torch"] is not None or key not in versions:
+            versions[key] = value
     return {
         "versions": versions,
         "hardware": {

@@ -13,7 +13,8 @@ import tempfile
 from importlib import resources
 from typing import Any, Optional
 
-from .config import RunConfig, TrainConfig
+from .config import TrainConfig
+from .sections import RunConfig
 from .errors import LaunchError
 
 log = logging.getLogger("vlmgrpo")

@@ -3,6 +3,7 @@ frozen vision tower, LoRA, a starting adapter; merging an adapter into its base 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -11,7 +12,7 @@ import shutil
 from typing import Optional
 
 from .boxes import ABSOLUTE, NORM1000, RESIZED
-from .config import ModelConfig
+from .sections import ModelConfig
 from .errors import ConfigError
 
 log = logging.getLogger("vlmgrpo")
@@ -105,13 +106,13 @@ def load_processing_class(config: ModelConfig, vision: bool):
         return load_processor(config)
     from transformers import AutoTokenizer
 
-    return from_pretrained(AutoTokenizer, config.model_name_or_path)
+    return from_pretrained(AutoTokenizer, config.model_name_or_path, revision=config.model_revision)
 
 
 def load_processor(config: ModelConfig):
     from transformers import AutoProcessor
 
-    kwargs = {}
+    kwargs = {"revision": config.model_revision}
     if config.min_pixels is not None:
         kwargs["min_pixels"] = config.min_pixels
     if config.max_pixels is not None:
@@ -132,39 +133,38 @@ def _apply_pixel_bounds(image_processor, config: ModelConfig) -> None:
 
 
 def quantization(config: ModelConfig, dtype) -> dict:
-    """from_pretrained's arguments for QLoRA's 4-bit base weights, each process's copy on its own GPU."""
-    if not config.load_in_4bit:
+    """from_pretrained's arguments for QLoRA's 4-bit (or 8-bit) base weights, each process's copy on its own GPU:
+    TRL's get_quantization_config, computing (and, unless bnb_4bit_quant_storage says otherwise, storing, as FSDP and
+    ZeRO-3 need) in the training dtype."""
+    if not (config.load_in_4bit or config.load_in_8bit):
         return {}
     from accelerate import PartialState
-    from transformers import BitsAndBytesConfig
+    from trl import get_quantization_config
 
-    quantization_config = BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type=config.bnb_4bit_quant_type,
-        bnb_4bit_use_double_quant=config.bnb_4bit_use_double_quant,
-        bnb_4bit_compute_dtype=dtype,
-        bnb_4bit_quant_storage=dtype,
-    )
+    storage = config.bnb_4bit_quant_storage or dtype
+    quantization_config = get_quantization_config(dataclasses.replace(config, dtype=dtype,
+                                                                      bnb_4bit_quant_storage=storage))
     return {"quantization_config": quantization_config, "device_map": {"": PartialState().local_process_index}}
 
 
 def load_model(config: ModelConfig, vision: bool = True):
     """The model as it trains: a vision-language model or a text-only causal LM, in 4 bits for QLoRA, with the
-    starting adapter on it (still a PEFT model when use_lora trains it on, merged in otherwise)."""
-    dtype = choose_dtype(config.torch_dtype)
+    starting adapter on it (still a PEFT model when use_peft trains it on, merged in otherwise)."""
+    dtype = choose_dtype(config.dtype)
     attention = choose_attention(config.attn_implementation)
     if not cuda_available():
         log.warning("no GPU visible: training on the CPU in %s (slow; fine for tiny models and tests)",
                     str(dtype).replace("torch.", ""))
     model = from_pretrained(auto_model_class(vision), config.model_name_or_path, dtype=dtype,
-                            attn_implementation=attention, **quantization(config, dtype))
+                            attn_implementation=attention, revision=config.model_revision,
+                            **quantization(config, dtype))
     if config.freeze_vision_tower:
         freeze_vision_tower(model)
     if config.adapter_name_or_path:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, config.adapter_name_or_path, is_trainable=config.use_lora)
-        if not config.use_lora:
+        model = PeftModel.from_pretrained(model, config.adapter_name_or_path, is_trainable=config.use_peft)
+        if not config.use_peft:
             model = model.merge_and_unload()
     return model
 
@@ -190,18 +190,14 @@ def freeze_vision_tower(model) -> int:
 
 
 def lora_config(config: ModelConfig):
-    """LoRA on the language model only: the regex skips every module under the vision tower."""
-    from peft import LoraConfig
+    """TRL's get_peft_config (rank, alpha, dropout, rsLoRA, DoRA, modules to save, ...) with the targets on the
+    language model only: the regex skips every module under the vision tower."""
+    from trl import get_peft_config
 
     vision = "|".join(VISION_MODULE_NAMES)
     targets = "|".join(re.escape(t) for t in config.lora_target_modules)
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=rf"^(?!.*\b({vision})\b).*\.({targets})$",
-        task_type="CAUSAL_LM",
-    )
+    pattern = rf"^(?!.*\b({vision})\b).*\.({targets})$"
+    return get_peft_config(dataclasses.replace(config, use_peft=True, lora_target_modules=pattern))
 
 
 def unmatched_lora_targets(config: ModelConfig, vision: bool) -> list[str]:
@@ -223,7 +219,7 @@ def unmatched_lora_targets(config: ModelConfig, vision: bool) -> list[str]:
 
 def peft_config(config: ModelConfig):
     """The LoRA config for the trainer to apply; None without LoRA, or when a starting adapter trains on."""
-    return lora_config(config) if config.use_lora and not config.adapter_name_or_path else None
+    return lora_config(config) if config.use_peft and not config.adapter_name_or_path else None
 
 
 def write_model(model, processing_class, path: str) -> None:

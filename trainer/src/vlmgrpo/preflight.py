@@ -1,5 +1,5 @@
-"""Every check that needs no weights, run by `train` and `sft` (and `--dry-run`) before any weights load, and by
-`score`.
+"""The checks that need no weights and every training command shares, run before any weights load (and by
+`--dry-run`), and by `score` and `merge`; each command's own checks are its Recipe's validate (grpo.py, sft.py).
 
 Each failure is one line saying what is wrong, where it was set, and what to do.
 """
@@ -18,14 +18,15 @@ from .access import nearest_existing, unreadable, unreadable_in_tree, unwritable
 from .boxes import ABSOLUTE
 from .checkpoint import checkpoint_dirs, resolve_resume
 from .config import TrainConfig
-from .data import LoadedData, RowValidator, load_data, validate_row
+from .data import LoadedData, RowValidator, load_data
 from .errors import ConfigError, LaunchError
-from .launch import check_batch, resolve_deepspeed, under_torchrun, world_size
+from .launch import resolve_deepspeed, under_torchrun
+from .rec_data import validate_row
 from .rewards import BOX_REWARDS, check_reward_names
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-# What an earlier run leaves in its output directory besides checkpoints (see callbacks.py and train.py).
+# What an earlier run leaves in its output directory besides checkpoints (see callbacks.py and grpo.py).
 RUN_LOGS = ("metrics.jsonl", "completions.jsonl")
 
 
@@ -48,7 +49,7 @@ class Source(NamedTuple):
 MODEL = Source("config.json", "model", "saved transformers model", "config.json, weights, processor files",
                "save_pretrained", "Qwen/Qwen2.5-VL-3B-Instruct")
 ADAPTER = Source("adapter_config.json", "adapter", "saved PEFT adapter", "adapter_config.json, adapter weights",
-                 "an SFT run with use_lora (OUTPUT/adapter)", "your-org/your-adapter")
+                 "a run with use_peft (OUTPUT/adapter)", "your-org/your-adapter")
 
 
 def check_source(where: str, value: str, source: Source) -> None:
@@ -114,7 +115,7 @@ def check_model_kind(config: TrainConfig, vision: bool) -> None:
     """What needs the model's config (read, no weights): LoRA targets that exist in its language model."""
     from .model import unmatched_lora_targets
 
-    if not config.model.use_lora or config.model.adapter_name_or_path:
+    if not config.model.use_peft or config.model.adapter_name_or_path:
         return
     linear = unmatched_lora_targets(config.model, vision)
     if linear:
@@ -125,22 +126,23 @@ def check_model_kind(config: TrainConfig, vision: bool) -> None:
 
 
 def check_quantization(config: TrainConfig) -> None:
-    """QLoRA: 4-bit weights under a LoRA adapter, which needs bitsandbytes and a CUDA GPU."""
-    if not config.model.load_in_4bit:
+    """QLoRA: 4-bit (or 8-bit) weights under a LoRA adapter, which needs bitsandbytes and a CUDA GPU."""
+    key = next((k for k in ("load_in_4bit", "load_in_8bit") if getattr(config.model, k)), None)
+    if key is None:
         return
     from .model import cuda_available
 
-    where = f"{config.where('load_in_4bit')}: key 'load_in_4bit'"
+    where = f"{config.where(key)}: key '{key}'"
     if not cuda_available():
         raise ConfigError(f"{where}: QLoRA needs an NVIDIA GPU (bitsandbytes' 4-bit layers run on CUDA only) and "
                           "none is visible here; run on a GPU host (docker run --gpus all with a CUDA image), or drop "
-                          "load_in_4bit to train LoRA on the full-precision model")
-    if not config.model.use_lora:
-        raise ConfigError(f"{where}: 4-bit weights cannot be trained themselves; QLoRA trains a LoRA adapter on "
-                          "them: set use_lora: true")
+                          f"{key} to train LoRA on the full-precision model")
+    if not config.model.use_peft:
+        raise ConfigError(f"{where}: quantized weights cannot be trained themselves; QLoRA trains a LoRA adapter on "
+                          "them: set use_peft: true")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"{where}: QLoRA needs the bitsandbytes package, which is not installed here; pip install "
-                          "bitsandbytes, or drop load_in_4bit")
+                          f"bitsandbytes, or drop {key}")
 
 
 def check_reporting(config: TrainConfig) -> None:
@@ -246,18 +248,3 @@ def check_run(config: TrainConfig) -> None:
         if importlib.util.find_spec("deepspeed") is None:
             raise LaunchError(f"deepspeed {config.trl['deepspeed']} requested but the deepspeed package is not "
                               "installed; use an image with DeepSpeed or drop --deepspeed")
-
-
-def validate(config: TrainConfig) -> LoadedData:
-    """Everything `train` can check without weights: config values, paths, the model kind, batch shape, every row."""
-    from .model import is_vision_language
-
-    check_run(config)
-    check_batch(config, world_size(config.run))
-    data = load_checked_data(config)
-    if not is_vision_language(config.model.model_name_or_path):  # reads config.json, which a hub id downloads
-        raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': "
-                          f"{config.model.model_name_or_path} is a text-only causal LM; `train` (GRPO on grounding "
-                          "data) needs a vision-language model such as Qwen2.5-VL (`vlmgrpo sft` trains both kinds)")
-    check_model_kind(config, vision=True)
-    return data

@@ -7,14 +7,15 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from .callbacks import GracefulStop, MetricsLogger, MetricsView, drop_steps_after
+from .callbacks import GracefulStop, MetricsLogger
 from .checkpoint import checkpoint_step, resolve_resume
 from .config import TrainConfig, dump_config, trl_field_types
 from .data import LoadedData
 from .errors import ConfigError
 from .launch import resolve_deepspeed, write_stop_marker
+from .metrics import MetricsView, drop_steps_after
 from .preflight import RUN_LOGS
 
 log = logging.getLogger("vlmgrpo")
@@ -98,10 +99,8 @@ def write_run_config(config: TrainConfig, output: Path) -> None:
     (output / "vlmgrpo_config.yaml").write_text(dump_config(config))
 
 
-def run_training(config: TrainConfig, data: LoadedData, build_trainer: Callable, save_final: Callable) -> int:
-    """Train to the end or to a signal; return the process exit code.
-
-    build_trainer(config, data, trl_config) -> a TRL trainer; save_final(trainer, config) writes the final model."""
+def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
+    """Train to the end or to a signal with the recipe's trainer, metrics and final save; the process exit code."""
     trl_config = build_trl_config(config)
     output = Path(trl_config.output_dir)
     resume = resolve_resume(config.run.resume, str(output))
@@ -109,7 +108,8 @@ def run_training(config: TrainConfig, data: LoadedData, build_trainer: Callable,
         write_run_config(config, output)
         for name in RUN_LOGS:
             drop_steps_after(output / name, checkpoint_step(resume))
-    trainer = build_trainer(config, data, trl_config)
+    trainer = recipe.build_trainer(config, data, trl_config)
+    attach_metrics(trainer, output, recipe.metrics)
     if trl_config.process_index == 0:
         log_parameter_counts(trainer.model)
     stop = GracefulStop()
@@ -125,7 +125,7 @@ def run_training(config: TrainConfig, data: LoadedData, build_trainer: Callable,
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code
-    save_final(trainer, config)
+    recipe.save(trainer, config)
     leave_process_group()
     return 0
 

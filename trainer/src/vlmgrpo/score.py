@@ -12,7 +12,8 @@ from collections import defaultdict
 from typing import Any, Iterator
 
 from .config import TrainConfig
-from .data import LoadedData, Sample, read_records, to_hf_dataset
+from .data import LoadedData, read_records
+from .rec_data import Sample, to_hf_dataset
 from .errors import DataError
 
 EXPECTED_LINE = '{"id": <a data row\'s id>, "completion": "<text>"}'

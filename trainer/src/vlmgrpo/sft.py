@@ -4,21 +4,45 @@ default."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .callbacks import SFT_METRICS
-from .chat_data import to_sft_dataset, validate_chat_row
-from .config import TrainConfig
-from .data import LoadedData
 from .errors import ConfigError, DataError
-from .preflight import check_model_kind, check_run, load_rows
-from .runner import attach_metrics, run_training
+from .metrics import MetricsView
+from .recipe import Recipe
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
+    from .data import LoadedData
 
 log = logging.getLogger("vlmgrpo")
 
-ADAPTER_DIR, MERGED_DIR = "adapter", "merged"  # under the output directory, for LoRA runs
+# SFT: TRL's SFTConfig defaults, the loss on assistant turns only, and the run settings `train` has.
+SFT_DEFAULTS: dict[str, Any] = {
+    "output_dir": "output",
+    "assistant_only_loss": True,
+    "save_steps": 500,
+    "save_only_model": False,  # resume needs the optimizer and scheduler state
+    "seed": 42,
+    "data_seed": 42,
+    "report_to": "auto",
+    "bf16": "auto",
+}
+
+SFT_METRICS = MetricsView(
+    keys={
+        "loss": "loss",
+        "grad_norm": "grad_norm",
+        "learning_rate": "learning_rate",
+        "mean_token_accuracy": "mean_token_accuracy",
+        "entropy": "entropy",
+        "num_tokens": "num_tokens",
+    },
+    eval_keys=("eval_loss", "eval_mean_token_accuracy", "eval_entropy"),
+    shown=(("loss", "loss"), ("acc", "mean_token_accuracy"), ("lr", "learning_rate")),
+)
 
 
 def chat_template_source(config: TrainConfig, processing_class) -> tuple[str | None, str]:
@@ -80,20 +104,8 @@ def check_images_fit(data: LoadedData, vision: bool, model: str) -> None:
                          "vision-language model or drop the images" for location in with_images])
 
 
-def validate(config: TrainConfig) -> LoadedData:
-    """Every check that needs no weights: the shared ones, the chat template, every row."""
-    from .model import is_vision_language, load_processing_class
-
-    check_run(config)
-    vision = is_vision_language(config.model.model_name_or_path)
-    check_model_kind(config, vision)
-    check_chat_template(config, load_processing_class(config.model, vision), vision)
-    data = load_rows(config, validate_chat_row)
-    check_images_fit(data, vision, config.model.model_name_or_path)
-    return data
-
-
-def _trainer_class():
+@functools.cache
+def trainer_class():
     from trl import SFTTrainer
 
     from .checkpoint import RestoresWeights
@@ -104,38 +116,48 @@ def _trainer_class():
     return VLMSFTTrainer
 
 
-def build_trainer(config: TrainConfig, data: LoadedData, sft_config):
-    from .model import is_vision_language, load_model, load_processing_class, peft_config
+class SftRecipe(Recipe):
+    name = "sft"
+    summary = ("Supervised fine-tuning on chat rows (OpenAI messages, ShareGPT, Alpaca), full, LoRA or QLoRA. Exit "
+               "codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint.")
+    trl_class = "SFTConfig"
+    defaults = SFT_DEFAULTS
+    metrics = SFT_METRICS
 
-    vision = is_vision_language(config.model.model_name_or_path)
-    processing_class = load_processing_class(config.model, vision)
-    model = load_model(config.model, vision)
-    trainer = _trainer_class()(
-        model=model,
-        args=sft_config,
-        processing_class=processing_class,
-        train_dataset=to_sft_dataset(data.samples, vision),
-        eval_dataset=to_sft_dataset(data.validation, vision) if data.validation else None,
-        peft_config=peft_config(config.model),
-    )
-    attach_metrics(trainer, Path(sft_config.output_dir), SFT_METRICS)
-    return trainer
+    @property
+    def sections(self) -> tuple[type, ...]:
+        from .sections import DataConfig, ModelConfig, RunConfig
+
+        return (ModelConfig, DataConfig, RunConfig)
+
+    def validate(self, config: TrainConfig) -> LoadedData:
+        """Every check that needs no weights: the shared ones, the chat template, every row."""
+        from .chat_data import validate_chat_row
+        from .model import is_vision_language, load_processing_class
+        from .preflight import check_model_kind, check_run, load_rows
+
+        check_run(config)
+        vision = is_vision_language(config.model.model_name_or_path)
+        check_model_kind(config, vision)
+        check_chat_template(config, load_processing_class(config.model, vision), vision)
+        data = load_rows(config, validate_chat_row)
+        check_images_fit(data, vision, config.model.model_name_or_path)
+        return data
+
+    def build_trainer(self, config: TrainConfig, data: LoadedData, trl_config):
+        from .chat_data import to_sft_dataset
+        from .model import is_vision_language, load_model, load_processing_class, peft_config
+
+        vision = is_vision_language(config.model.model_name_or_path)
+        processing_class = load_processing_class(config.model, vision)
+        return trainer_class()(
+            model=load_model(config.model, vision),
+            args=trl_config,
+            processing_class=processing_class,
+            train_dataset=to_sft_dataset(data.samples, vision),
+            eval_dataset=to_sft_dataset(data.validation, vision) if data.validation else None,
+            peft_config=peft_config(config.model),
+        )
 
 
-def save_final(trainer, config: TrainConfig) -> None:
-    """Full fine-tuning: the model in the output directory. LoRA: the adapter in OUTPUT/adapter and, with merge_lora,
-    the merged model in OUTPUT/merged."""
-    from .model import merge_adapter
-
-    output = trainer.args.output_dir
-    if not config.model.use_lora:
-        trainer.save_model(output)
-        return
-    adapter = os.path.join(output, ADAPTER_DIR)
-    trainer.save_model(adapter)
-    if config.model.merge_lora and trainer.accelerator.is_main_process:
-        merge_adapter(adapter, config.model.model_name_or_path, os.path.join(output, MERGED_DIR))
-
-
-def run(config: TrainConfig, data: LoadedData) -> int:
-    return run_training(config, data, build_trainer, save_final)
+SFT = SftRecipe()

@@ -12,7 +12,7 @@ import random
 from importlib import resources
 from pathlib import Path
 
-from .config import REC_QUESTION_TEMPLATE, fill_template
+from .template import REC_QUESTION_TEMPLATE, fill_template
 
 # Qwen2-VL's special tokens; ids follow the training order, so the model config reads them from the tokenizer.
 SPECIAL_TOKENS = [

@@ -1,0 +1,37 @@
+"""gpu.deepspeed_ops: DeepSpeed's ds_report runs and lists its ops (a skip when DeepSpeed is neither installed nor
+expected)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from typing import Optional
+
+from ..inventory import installed_version
+from . import FAIL, PASS, SKIP, Context, expected_version, result
+
+NAMES = ("gpu.deepspeed_ops",)
+ORDER = 65
+NEEDS_GPU = True
+
+
+def deepspeed_ops(expected: Optional[dict]) -> tuple[str, str]:
+    if installed_version("deepspeed") is None:
+        wanted = expected_version(expected, "deepspeed")
+        return (FAIL if wanted else SKIP), "deepspeed not installed"
+    try:
+        command = [shutil.which("ds_report")] if shutil.which("ds_report") else [
+            sys.executable, "-c", "from deepspeed.env_report import cli_main; cli_main()"]
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return FAIL, f"ds_report did not run: {exc}"
+    ops = [" ".join(line.split()) for line in completed.stdout.splitlines() if "[" in line and "]" in line
+           and ("OKAY" in line or "NO" in line or "YES" in line)]
+    if completed.returncode:
+        return FAIL, f"ds_report exited {completed.returncode}: {completed.stderr.strip()[-300:]}"
+    return PASS, "; ".join(ops)[:2000]
+
+
+def run(context: Context) -> list[dict[str, str]]:
+    return [result("gpu.deepspeed_ops", *deepspeed_ops(context.expected))]

@@ -1,0 +1,134 @@
+"""REC data: VLM-R1 rows with a box in the answer, read by data.py, validated up front, images loaded lazily.
+
+Two row forms are read, in either file type:
+  conversations: {"image": "a.jpg" | [...], "conversations": [{"from": "human", "value": "<image>..."},
+                  {"from": "gpt", "value": "<answer>[x1,y1,x2,y2]</answer>"}]}
+                  -- one <image> placeholder per image, at the image's position.
+  problem:       {"image": ..., "problem": "...", "solution": [x1,y1,x2,y2] | "text with a box"}
+                  -- placeholders optional; without them the images go before the question.
+A row without "image" is text-only, as in VLM-R1. Boxes are stored in original-image pixels of the first image
+whatever space the dataset declares (a text-only row's box as written). Rows may carry an "id" (`vlmgrpo score`
+refers to rows by it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .boxes import Box, is_valid_box, parse_label, to_absolute
+from .data import PLACEHOLDER, DatasetSpec, content_parts, row_image_paths
+from .template import fill_template
+
+
+@dataclass
+class Sample:
+    location: str  # file:line, for error messages and completion dumps
+    row_id: Any  # the row's "id", or its location when it has none
+    image_paths: list[str]  # empty for a text-only row
+    question: str
+    answer: str  # the row's answer as text
+    solution: Optional[Box]  # original-image pixels of the first image; None when the answer holds no box
+    image_sizes: list[tuple[int, int]]  # (width, height)
+
+
+def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Optional[str]]:
+    """(question, answer, placeholders required, problem)."""
+    if "conversations" in record:
+        turns = record["conversations"]
+        if not isinstance(turns, list):
+            return None, None, True, "'conversations' is not a list"
+        human = [t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("human", "user")]
+        answer = [t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("gpt", "assistant")]
+        if not human or not answer:
+            return None, None, True, "'conversations' needs a human turn and a gpt turn"
+        return str(human[0]), answer[0], True, None
+    if "problem" in record and "solution" in record:
+        return str(record["problem"]), record["solution"], False, None
+    return None, None, False, "row has neither 'conversations' nor 'problem'/'solution'"
+
+
+def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any],
+                 require_box: bool = True) -> tuple[Optional[Sample], list[str]]:
+    where = f"{spec.path}:{line}"
+    if not isinstance(record, dict):
+        return None, [f"{where}: row is not a JSON object"]
+    problems = []
+    question, answer, placeholders_required, problem = _question_and_answer(record)
+    if problem:
+        problems.append(problem)
+    paths, problem = row_image_paths(record, spec.image_root)
+    if problem:
+        problems.append(problem)
+    image_sizes = []
+    for path in paths:
+        size, problem = sizes[path]
+        if problem:
+            problems.append(problem)
+        image_sizes.append(size)
+    if question is not None:
+        count = question.count(PLACEHOLDER)
+        if count != len(paths) and (placeholders_required or count):
+            problems.append(f"{count} {PLACEHOLDER} placeholder(s) for {len(paths)} image(s)")
+    box = parse_label(answer) if answer is not None else None
+    if answer is not None and box is None and require_box:
+        problems.append(f"cannot parse a box [x1, y1, x2, y2] from the answer {str(answer)[:80]!r} "
+                        "(the iou reward needs one)")
+    elif box is not None and not is_valid_box(box):
+        problems.append(f"box {list(box)} has x2 <= x1 or y2 <= y1")
+    if problems:
+        return None, [f"{where}: {p}" for p in problems]
+    solution = to_absolute(box, spec.box_space, image_sizes[0]) if box and image_sizes else box
+    answer_text = answer if isinstance(answer, str) else json.dumps(answer)
+    return Sample(where, record.get("id", where), paths, question, answer_text, solution, image_sizes), []
+
+
+# --- the training dataset ------------------------------------------------------------------------------------
+
+
+def prompt_messages(question: str, template: str) -> list[dict]:
+    """One user turn: text with an image block at each <image>, or the images first when there are none."""
+    return [{"role": "user", "content": content_parts(fill_template(template, question).strip())}]
+
+
+def implicit_image_prefix(question: str, image_count: int) -> str:
+    return question if PLACEHOLDER in question else PLACEHOLDER * image_count + question
+
+
+def to_hf_dataset(samples: list[Sample], question_template: str):
+    """A datasets.Dataset (TRL requires one) that opens images only when a row is read."""
+    from datasets import Dataset
+
+    rows = [
+        {
+            "question": implicit_image_prefix(s.question, len(s.image_paths)),
+            "image_paths": s.image_paths,
+            "answer": s.answer,
+            "solution": list(s.solution) if s.solution else None,
+            "image_size": list(s.image_sizes[0]) if s.image_sizes else None,
+            "location": s.location,
+        }
+        for s in samples
+    ]
+    dataset = Dataset.from_list(rows)
+    # partial, not a lambda: data loader workers may need to pickle the transform.
+    return dataset.with_transform(functools.partial(_materialize, question_template=question_template))
+
+
+def _materialize(batch: dict[str, list], question_template: str) -> dict[str, list]:
+    from PIL import Image
+
+    def load(path: str):
+        with Image.open(path) as image:
+            return image.convert("RGB")
+
+    return {
+        "prompt": [prompt_messages(q, question_template) for q in batch["question"]],
+        "images": [[load(p) for p in paths] for paths in batch["image_paths"]],
+        "answer": batch["answer"],
+        "solution": batch["solution"],
+        "image_size": batch["image_size"],
+        "location": batch["location"],
+    }

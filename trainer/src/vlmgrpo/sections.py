@@ -1,0 +1,115 @@
+"""The sections of vlmgrpo's configuration besides the TRL config: model, data, rewards, run.
+
+ModelConfig is TRL's ModelConfig (its fields are TRL's: model_name_or_path, dtype, use_peft, lora_*, load_in_4bit,
+bnb_4bit_quant_type, use_bnb_nested_quant, ...) with vlmgrpo's defaults and extras. Every field carries
+metadata={"help": ...} as TRL's do; `--print-config` shows it above each key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import trl
+
+from .boxes import ABSOLUTE, NORM1000, RESIZED
+from .template import REC_QUESTION_TEMPLATE
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _help(text: str, **more) -> dict[str, Any]:
+    return {"help": text, **more}
+
+
+@dataclass
+class ModelConfig(trl.ModelConfig):
+    """TRL's model settings with vlmgrpo's defaults (attention and dtype chosen for the hardware, LoRA rank 64, alpha
+    128, the language model's projections, nested 4-bit quantization) and its own extras."""
+
+    dtype: str = field(default="auto", metadata=_help(
+        "Weights' dtype: auto (bfloat16 on a bf16-capable GPU, float32 on the CPU), bfloat16, float16, float32.",
+        choices=["auto", "bfloat16", "float16", "float32"]))
+    attn_implementation: str = field(default="auto", metadata=_help(
+        "auto (flash_attention_2 when flash_attn imports and every GPU is sm80+, else sdpa), flash_attention_2, sdpa, "
+        "eager.", choices=["auto", "flash_attention_2", "sdpa", "eager"]))
+    lora_r: int = field(default=64, metadata=_help("LoRA rank."))
+    lora_alpha: int = field(default=128, metadata=_help("LoRA alpha (the update is scaled by lora_alpha / lora_r)."))
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS), metadata=_help(
+        "Names of the language model's linear layers LoRA adapts; the vision tower's modules are left out by name."))
+    use_bnb_nested_quant: bool = field(default=True, metadata=_help(
+        "QLoRA: quantize the 4-bit quantization constants too (bitsandbytes' double quantization)."))
+    adapter_name_or_path: Optional[str] = field(default=None, metadata=_help(
+        "A PEFT adapter to start from (an earlier run's OUTPUT/adapter); the base model is the one its "
+        "adapter_config.json names unless model_name_or_path is set. With use_peft the adapter trains on; without, "
+        "it is merged into the base model first."))
+    min_pixels: Optional[int] = field(default=None, metadata=_help(
+        "Smallest image area, in pixels, the processor resizes to (Qwen2-VL, Qwen2.5-VL); default: the processor's."))
+    max_pixels: Optional[int] = field(default=None, metadata=_help(
+        "Largest image area, in pixels, the processor resizes to; lower it when memory is tight."))
+    freeze_vision_tower: bool = field(default=False, metadata=_help(
+        "Train the language model only: the vision tower's weights stay as loaded."))
+    merge_lora: bool = field(default=False, metadata=_help(
+        "With use_peft, also write the adapter merged into the base model to OUTPUT/merged."))
+
+    def __post_init__(self):
+        targets = self.lora_target_modules
+        super().__post_init__()
+        # TRL turns a one-name list into a string (a regex for PEFT); vlmgrpo joins the names into its own regex.
+        self.lora_target_modules = targets
+
+
+@dataclass
+class DataConfig:
+    data: list[Any] = field(default_factory=list, metadata=_help(
+        "Training rows. Each entry: a .jsonl/.json file (or several, ':'-joined), a .yaml mixture file, or a "
+        "mapping {path, image_root, sampling, box_space}."))
+    image_root: Optional[str] = field(default=None, metadata=_help(
+        "Directory relative image paths are resolved against; ':'-joined, one per data file in order."))
+    val_split_ratio: float = field(default=0.0, metadata=_help(
+        "Fraction of the rows held out for evaluation (as VLM-R1's val_split_ratio), seeded by data_seed."))
+    eval_data: list[Any] = field(default_factory=list, metadata=_help(
+        "Or rows of their own to evaluate on: entries as in data."))
+
+
+@dataclass
+class RecDataConfig(DataConfig):
+    """GRPO's grounding data: boxes in the labels, a question template."""
+
+    box_space: str = field(default=ABSOLUTE, metadata=_help(
+        "Space of the dataset's label boxes: absolute (pixels) or norm1000 (0-1000).", choices=[ABSOLUTE, NORM1000]))
+    question_template: str = field(default=REC_QUESTION_TEMPLATE, metadata=_help(
+        "The prompt: {question} (or VLM-R1's {Question}) is replaced by the row's question."))
+
+
+@dataclass
+class RewardConfig:
+    reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"], metadata=_help(
+        "Rewards: iou, format (VLM-R1's), iou_lenient, format_lenient, or module:function / "
+        "path/to/file.py:function."))
+    iou_threshold: Optional[float] = field(default=None, metadata=_help(
+        "Turns the IoU reward into a hit reward: 1.0 at or above the threshold, else 0.0."))
+    answer_box_space: str = field(default="auto", metadata=_help(
+        "Space of the boxes the model answers in: auto (resized for Qwen2.5-VL, norm1000 for Qwen2-VL and InternVL), "
+        "absolute, norm1000, resized.", choices=["auto", ABSOLUTE, NORM1000, RESIZED]))
+    zero_reward_patience: int = field(default=20, metadata=_help(
+        "Warn when a reward stays 0, or every group has zero reward std, for this many consecutive logged steps."))
+    dump_completions: bool = field(default=False, metadata=_help(
+        "Append every sampled completion with its rewards to OUTPUT/completions.jsonl."))
+
+
+@dataclass
+class RunConfig:
+    resume: Optional[str] = field(default=None, metadata=_help(
+        "auto (the latest complete checkpoint-N under the output directory, fresh if none) or a checkpoint "
+        "directory."))
+    overwrite_output: bool = field(default=False, metadata=_help(
+        "Start over in an output directory that holds an earlier run: its checkpoints and logs are removed."))
+    nproc_per_node: int = field(default=1, metadata=_help(
+        "Processes (GPUs) on this host; more than 1 relaunches through torchrun."))
+    nnodes: int = field(default=1, metadata=_help("Hosts of the run."))
+    node_rank: int = field(default=0, metadata=_help("This host's index, from 0."))
+    master_addr: str = field(default="127.0.0.1", metadata=_help("The rank-0 host's address."))
+    master_port: int = field(default=29500, metadata=_help("The rank-0 host's rendezvous port."))
+    shutdown_timeout: int = field(default=600, metadata=_help(
+        "Seconds torchrun lets the workers finish a step and checkpoint after SIGTERM before it kills them."))

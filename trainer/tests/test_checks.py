@@ -1,0 +1,85 @@
+"""vlmgrpo.checks: one module per in-image check, found by discovery, each with the same small interface."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import fake_distribution
+from vlmgrpo import checks
+from vlmgrpo.selftest import run_selftest
+
+REPORT_ORDER = ["version", "user.nonroot", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "gpu.nvidia_smi",
+                "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn", "gpu.deepspeed_ops",
+                "train.tiny_grpo"]
+
+
+def test_every_check_module_has_the_interface_and_the_report_keeps_its_names_and_order(tmp_path):
+    modules = checks.discover()
+    assert len(modules) == 12
+    for module in modules:
+        assert isinstance(module.NAMES, tuple) and module.NAMES, module.__name__
+        assert isinstance(module.ORDER, int) and isinstance(module.NEEDS_GPU, bool) and callable(module.run)
+    assert [name for module in modules for name in module.NAMES] == REPORT_ORDER
+    report = run_selftest(str(tmp_path / "absent.json"), skip_train=True)
+    assert [c["name"] for c in report["checks"]] == REPORT_ORDER
+    assert all(set(c) == {"name", "status", "detail"} for c in report["checks"])
+
+
+DROPPED_IN = '''
+from vlmgrpo.checks import PASS, result
+
+NAMES = ("custom.{name}",)
+ORDER = {order}
+NEEDS_GPU = {needs_gpu}
+
+
+def run(context):
+    {body}
+'''
+
+
+@pytest.fixture
+def dropped_in(tmp_path, monkeypatch):
+    """Drop check modules into the package (its __path__ extended by a directory, as a new file in it would be)."""
+    monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
+
+    def drop(name, order, needs_gpu=False, body="return [result('custom.' + __name__.rsplit('.', 1)[1], PASS, 'ran')]"):
+        (tmp_path / f"{name}.py").write_text(DROPPED_IN.format(name=name, order=order, needs_gpu=needs_gpu, body=body))
+        monkeypatch.delitem(sys.modules, f"vlmgrpo.checks.{name}", raising=False)
+
+    yield drop
+    for module in [m for m in sys.modules if m.startswith("vlmgrpo.checks.custom_")]:
+        del sys.modules[module]
+
+
+def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
+    dropped_in("custom_hello", order=55)
+    dropped_in("custom_needs_gpu", order=66, needs_gpu=True, body="raise AssertionError('ran without a GPU')")
+    dropped_in("custom_broken", order=67, body="raise RuntimeError('its library is broken')")
+    report = run_selftest(str(tmp_path / "absent.json"), skip_train=True)
+    names = [c["name"] for c in report["checks"]]
+    assert names.index("audit.cuda_duplicates") < names.index("custom.custom_hello") < names.index("gpu.nvidia_smi")
+    found = {c["name"]: c for c in report["checks"]}
+    assert found["custom.custom_hello"] == {"name": "custom.custom_hello", "status": "pass", "detail": "ran"}
+    if found["gpu.nvidia_smi"]["status"] == "skip":  # no GPU here: the GPU check is skipped without being run
+        assert found["custom.custom_needs_gpu"] == {"name": "custom.custom_needs_gpu", "status": "skip",
+                                                    "detail": "no GPU visible"}
+    assert found["custom.custom_broken"] == {"name": "custom.custom_broken", "status": "fail",
+                                             "detail": "RuntimeError: its library is broken"}
+    assert names[-1] == "train.tiny_grpo"  # a broken check hides no other
+
+
+def test_a_wheel_family_is_checked_by_its_installed_distribution(tmp_path, monkeypatch):
+    fake_distribution(tmp_path / "site", "imagegen-fake-cudnn-cu12", "9.1.0.70")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    expected = tmp_path / "expected.json"
+
+    def check(version):
+        expected.write_text(json.dumps({"versions": {"cudnn": version}, "families": {"cudnn": "imagegen-fake-cudnn-cu"}}))
+        return next(c for c in run_selftest(str(expected), skip_train=True)["checks"] if c["name"] == "version.cudnn")
+
+    assert check("9.1.0") == {"name": "version.cudnn", "status": "pass", "detail": "cudnn 9.1.0.70, expected 9.1.0"}
+    assert check("9.2.0")["status"] == "fail"
+    assert check(None) == {"name": "version.cudnn", "status": "fail", "detail": "cudnn 9.1.0.70 installed, expected "
+                                                                                  "absent"}

@@ -1,0 +1,68 @@
+"""The trainer's dependency bounds span exactly the versions the images lock, so `pip install ./trainer` outside an image
+cannot take a release no image was tested with."""
+
+import json
+import tomllib
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from conftest import REPO
+
+LOCKS = sorted((REPO / "locks").glob("*.json"))
+PYPROJECT = REPO / "trainer" / "pyproject.toml"
+
+
+def locked_versions() -> dict[str, list[tuple[Version, str]]]:
+    """Distribution -> (version, where) for every platform of every lock."""
+    found: dict[str, list[tuple[Version, str]]] = {}
+    for lock in LOCKS:
+        for platform, content in json.loads(lock.read_text())["platforms"].items():
+            for package in content["packages"]:
+                where = f"{lock.name} ({platform})"
+                found.setdefault(canonicalize_name(package["name"]), []).append((Version(package["version"]), where))
+    return found
+
+
+def bounded_requirements() -> list[Requirement]:
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    return [Requirement(text) for text in project["dependencies"] + project["optional-dependencies"]["qlora"]]
+
+
+def next_minor(version: Version) -> Version:
+    return Version(f"{version.major}.{version.minor + 1}")
+
+
+def bound_problems(requirement: Requirement, locked: list[tuple[Version, str]]) -> list[str]:
+    problems = [f"{requirement}: {where} locks {version}, outside the bound" for version, where in locked
+                if not requirement.specifier.contains(version, prereleases=True)]
+    lowest, highest = min(v for v, _ in locked), max(v for v, _ in locked)
+    lower = [Version(s.version) for s in requirement.specifier if s.operator in (">=", "==")]
+    if not lower or max(lower) < lowest:
+        problems.append(f"{requirement}: the lower bound is looser than {lowest}, the lowest version a lock pins; "
+                        f"write >={lowest}")
+    if requirement.specifier.contains(next_minor(highest), prereleases=True):
+        problems.append(f"{requirement}: admits {next_minor(highest)}, newer than {highest}, the highest version a "
+                        f"lock pins; write <{next_minor(highest)}")
+    return problems
+
+
+@pytest.mark.skipif(not LOCKS, reason="no image locks next to the trainer (../locks/*.json)")
+def test_every_dependency_is_bounded_by_the_versions_the_images_lock():
+    locked = locked_versions()
+    requirements = bounded_requirements()
+    assert {canonicalize_name(r.name) for r in requirements} & set(locked), "no dependency is locked: wrong lock shape?"
+    problems = [problem for requirement in requirements if canonicalize_name(requirement.name) in locked
+                for problem in bound_problems(requirement, locked[canonicalize_name(requirement.name)])]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_bound_check_catches_a_loose_or_missed_bound():
+    locked = [(Version("4.57.6"), "a.json"), (Version("5.24.0"), "b.json")]
+    assert bound_problems(Requirement("transformers>=4.57.6,<5.25"), locked) == []
+    assert "lower bound is looser than 4.57.6" in bound_problems(Requirement("transformers>=4.57,<5.25"), locked)[0]
+    assert "b.json locks 5.24.0, outside the bound" in bound_problems(Requirement("transformers>=4.57.6,<5.24"),
+                                                                       locked)[0]
+    assert "admits 5.25" in bound_problems(Requirement("transformers>=4.57.6"), locked)[0]
