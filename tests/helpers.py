@@ -9,6 +9,7 @@ that read the real matrix.yaml say so (test_real_matrix.py, the render snapshots
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import yaml
@@ -58,8 +59,10 @@ def edited(edit) -> dict:
     return data
 
 
+@functools.lru_cache(maxsize=1)
 def loaded():
-    """The fixture's plan: every planned image, the locked ones with their tags and labels."""
+    """The fixture's plan: every planned image, the locked ones with their tags and labels. Loaded once: it is plain
+    data, which no test changes in place (they make changed copies with dataclasses.replace)."""
     return fixture_workspace().load()
 
 

@@ -2,7 +2,6 @@
 image reports and its tag and labels."""
 
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -12,7 +11,7 @@ from imagegen.core import platforms
 from imagegen.stages import checks
 from imagegen.stages.checks import inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot
 
-from tests.helpers import REPO, locked_named
+from tests.helpers import locked_named
 
 INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
           "python": "3.11.9", "nccl": "2.21.5"}
@@ -99,20 +98,20 @@ def test_every_check_is_a_module_found_by_discovery_in_order():
     assert all(hasattr(module, "run") and isinstance(module.ORDER, int) for module in checks.discovered())
 
 
-def test_a_check_dropped_into_the_package_is_run(tmp_path):
-    """Adding a check is one file: a module with NAME, ORDER and run(context), nothing registered anywhere."""
-    package = REPO / "imagegen" / "stages" / "checks"
-    module = package / "zz_added_for_a_test.py"
-    module.write_text('NAME, ORDER = "added.by_test", 999\n\n\ndef run(context):\n'
-                      '    from imagegen.stages.results import Check\n\n    return [Check(NAME, "pass", context.ref)]\n')
+def test_a_check_dropped_into_the_package_is_run(tmp_path, monkeypatch):
+    """Adding a check is one file: a module with NAME, ORDER and run(context), nothing registered anywhere. (The
+    package's __path__ is extended by a directory holding it, as a new file in the package would be.)"""
+    (tmp_path / "zz_added_for_a_test.py").write_text(
+        'from imagegen.stages.results import Check\n\nNAME, ORDER = "added.by_test", 999\n\n\n'
+        'def run(context):\n    return [Check(NAME, "pass", context.ref)]\n')
+    monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "imagegen.stages.checks.zz_added_for_a_test", raising=False)
     try:
-        program = ("from types import SimpleNamespace\nfrom imagegen.stages import checks\n"
-                   "(module,) = [m for m in checks.discovered() if m.NAME == 'added.by_test']\n"
-                   "print(module.run(SimpleNamespace(ref='r'))[0].name)")
-        found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO)
-        assert found.stdout.strip() == "added.by_test", found.stderr
+        (added,) = [module for module in checks.discovered() if module.NAME == "added.by_test"]
+        assert [c.name for c in added.run(SimpleNamespace(ref="r"))] == ["added.by_test"]
+        assert checks.discovered()[-1] is added  # ORDER 999: after the selftest
     finally:
-        module.unlink()
+        sys.modules.pop("imagegen.stages.checks.zz_added_for_a_test", None)
 
 
 def test_versions_are_compared_by_the_component_tables_labels():

@@ -1,17 +1,31 @@
 """The imagegen command as a user runs it: exit codes, one-line errors, no tracebacks (on the tests' own
 matrix, tests/fixture)."""
 
+import contextlib
 import json
 import subprocess
 import sys
+
+from click.testing import CliRunner
 
 from tests.helpers import FIXTURE_MATRIX, FIXTURE_TRAINER, REPO, fixture_data, locked_matrix
 
 FIXTURE = ("--matrix", str(FIXTURE_MATRIX), "--trainer", str(FIXTURE_TRAINER))
 
 
-def imagegen(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "imagegen", *args], capture_output=True, text=True, cwd=cwd)
+def imagegen(*args, cwd=REPO, real_process=False) -> subprocess.CompletedProcess:
+    """The command with these arguments, in `cwd`: in this process through click's test runner (a fresh interpreter
+    would spend a second importing imagegen's stages on each run), or in a real process, as a user's shell runs it,
+    where what must be seen is that no traceback reaches the terminal."""
+    if real_process:
+        return subprocess.run([sys.executable, "-m", "imagegen", *args], capture_output=True, text=True, cwd=cwd)
+    from imagegen.cli import main
+
+    with contextlib.chdir(cwd):
+        result = CliRunner().invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback a user would see: the test fails with it
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def on(matrix) -> tuple[str, ...]:
@@ -55,7 +69,7 @@ def test_validate_reports_a_bad_matrix_with_exit_2_and_no_traceback(tmp_path):
     bad = tmp_path / "matrix.yaml"
     bad.write_text(FIXTURE_MATRIX.read_text().replace('    torch: 2.6.0\n    flash_attn: 2.7.4.post1',
                                                       '    torch: 2.6.0\n    flash_attn: 2.6.3', 1))
-    result = imagegen("validate", *on(bad))
+    result = imagegen("validate", *on(bad), real_process=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     line = next(n for n, text in enumerate(bad.read_text().splitlines(), 1) if "flash_attn: 2.6.3" in text)
@@ -65,7 +79,7 @@ def test_validate_reports_a_bad_matrix_with_exit_2_and_no_traceback(tmp_path):
 
 
 def test_missing_matrix_file_is_one_clear_line(tmp_path):
-    result = imagegen("validate", "--matrix", str(tmp_path / "nope.yaml"))
+    result = imagegen("validate", "--matrix", str(tmp_path / "nope.yaml"), real_process=True)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "cannot read the matrix file" in result.stderr
 

@@ -11,7 +11,6 @@ stages (build, checks, sbom, publish); reports (listing, the report page); cli.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest

@@ -150,6 +150,7 @@ def test_an_unresolvable_stack_fails_with_the_resolvers_reason_and_the_matrix_li
 def test_an_index_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("UV_NO_CACHE", "1")
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")  # a refused connection is final: no need to wait out uv's retries
     path = locked_matrix(tmp_path)
     result = imagegen("lock", *on(path), "--image", "cpu")
     assert result.returncode == 1

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import FIXTURE_TRAINER, REPO, image_named, locked_matrix
+from tests.helpers import REPO, locked_matrix
 from tests.test_cli import imagegen, on
 from tests.test_components import add_liger
 

@@ -23,6 +23,24 @@ def vlmgrpo(*args, timeout=300, check=False, env=None, **kwargs) -> subprocess.C
     return result
 
 
+def in_process(*args, check=False, env=None) -> subprocess.CompletedProcess:
+    """The command run in this process through click's test runner, for tests whose point is its output rather than
+    a fresh interpreter: torch and trl are imported once, not per test (a real process spends ~7 s importing them;
+    the tests that must see a real process still start one)."""
+    from click.testing import CliRunner
+
+    from vlmgrpo.cli import main
+
+    changed = {key: value for key, value in (env or ENV).items() if os.environ.get(key) != value}
+    result = CliRunner().invoke(main, [str(arg) for arg in args], env=changed)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    done = subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+    if check and done.returncode:
+        raise AssertionError(f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}")
+    return done
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """The tiny model and dataset, made once per session."""

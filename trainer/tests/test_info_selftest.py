@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from conftest import ENV, vlmgrpo
+from conftest import ENV, in_process
 from vlmgrpo.info import collect_info
 
 GPU_CHECKS = ["gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn",
@@ -35,13 +35,13 @@ def expected_file(versions: dict) -> dict:
 def selftest(tmp_path, versions: dict, *flags):
     path = tmp_path / "expected.json"
     path.write_text(json.dumps(expected_file(versions)))
-    result = vlmgrpo("selftest", "--expected", path, *flags)
+    result = in_process("selftest", "--expected", path, *flags)
     return result, {c["name"]: c for c in json.loads(result.stdout)["checks"]}, json.loads(result.stdout)
 
 
 def test_info_prints_versions_and_hardware_as_json():
     """Outside an image: the runtime's versions and vlmgrpo's own requirements."""
-    result = vlmgrpo("info", check=True)
+    result = in_process("info", check=True)
     info = json.loads(result.stdout)
     assert {"python", "torch", "torch_cuda", "cudnn", "nccl", "transformers", "trl", "accelerate", "peft",
             "vlmgrpo"} <= set(info["versions"])
@@ -53,7 +53,7 @@ def test_info_reports_the_components_an_images_expected_file_names(tmp_path):
     path = tmp_path / "expected.json"
     path.write_text(json.dumps({"versions": {"flash_attn": "2.8.3", "pillow": "1.0"},
                                 "distributions": {"flash_attn": "flash-attn", "pillow": "pillow"}}))
-    versions = json.loads(vlmgrpo("info", check=True, env={**ENV, "IMAGEGEN_EXPECTED": str(path)}).stdout)["versions"]
+    versions = json.loads(in_process("info", check=True, env={**ENV, "IMAGEGEN_EXPECTED": str(path)}).stdout)["versions"]
     assert versions["flash_attn"] is None and versions["pillow"] == __import__("PIL").__version__
 
 
@@ -98,7 +98,7 @@ def test_selftest_mismatch_exits_1(tmp_path):
 
 def test_selftest_without_expected_file_and_require_gpu(tmp_path):
     """No expected file: the version check skips with the path; --require-gpu without a GPU: GPU checks fail."""
-    result = vlmgrpo("selftest", "--expected", tmp_path / "absent.json", "--skip-train", "--require-gpu")
+    result = in_process("selftest", "--expected", tmp_path / "absent.json", "--skip-train", "--require-gpu")
     assert result.returncode == 1
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["version"]["status"] == "skip" and "absent.json" in checks["version"]["detail"]

@@ -16,7 +16,7 @@ import torch
 from conftest import ENV, fake_distribution
 from vlmgrpo import inventory
 
-KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions"]
+KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions", "expected"]
 TEXT = Path(inventory.__file__).read_text()
 # Run the file's text with no site-packages and no environment (-S -I), then list every module it imported.
 SPY = ("import sys, atexit\nsys.path[:0] = {paths!r}\n"

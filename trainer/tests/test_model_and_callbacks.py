@@ -47,6 +47,7 @@ def train_with_a_frozen_vision_tower(tmp_path, family, vision_prefix, language_p
     return tiny
 
 
+@pytest.mark.slow  # 11.3 s on its own here (makes and trains a Qwen2-VL)
 def test_qwen2_vl_with_frozen_vision_tower_trains_only_the_language_model(tmp_path):
     train_with_a_frozen_vision_tower(tmp_path, "qwen2_vl", "visual.", "model.layers.")
 

@@ -249,6 +249,7 @@ print(f"sum {tensor.item():g} initialized {dist.is_initialized()}")
 """
 
 
+@pytest.mark.slow  # 10-12 s on its own here (two ranks under torchrun)
 def test_every_rank_leaves_the_process_group_before_exit(tmp_path):
     """Without it a gloo rank aborted at exit in 7 of 30 two-rank runs here (0 of 30 with it), failing finished runs."""
     script = tmp_path / "leave.py"
