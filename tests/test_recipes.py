@@ -97,3 +97,54 @@ def test_recipe_add_a_reward_function(tmp_path):
     assert scored.returncode == 0, scored.stderr
     lines = [json.loads(line) for line in scored.stdout.splitlines()]
     assert [line["rewards"]["answer_length"] for line in lines] == [1.0, 0.0]  # logged by the function's name
+
+
+HOST_CHECK = '''\
+from imagegen.stages.results import Check
+
+NAME, ORDER = "recipe.host_check", 95
+
+
+def run(context):
+    return [Check(NAME, "pass", f"checked {context.ref}")]
+'''
+INSIDE_CHECK = '''\
+from vlmgrpo.checks import PASS, result
+
+NAMES = ("recipe.inside_check",)
+ORDER = 95
+NEEDS_GPU = False
+
+
+def run(context):
+    return [result(NAMES[0], PASS, "ran inside")]
+'''
+
+
+def test_recipe_add_an_in_image_check(tmp_path, monkeypatch):
+    """Step 1 for each side, as a file of its own in a directory the package's __path__ takes (as a new file in the
+    package would be); step 3: the runners report it."""
+    assert "### Add an in-image check" in RECIPES
+    from types import SimpleNamespace
+
+    from imagegen.stages import checks
+
+    (tmp_path / "host" / "recipe_host_check.py").parent.mkdir()
+    (tmp_path / "host" / "recipe_host_check.py").write_text(HOST_CHECK)
+    monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path / "host")])
+    monkeypatch.delitem(sys.modules, "imagegen.stages.checks.recipe_host_check", raising=False)
+    try:
+        (module,) = [m for m in checks.discovered() if m.NAME == "recipe.host_check"]
+        assert [c.detail for c in module.run(SimpleNamespace(ref="an-image"))] == ["checked an-image"]
+    finally:
+        sys.modules.pop("imagegen.stages.checks.recipe_host_check", None)
+    (tmp_path / "inside").mkdir()
+    (tmp_path / "inside" / "recipe_inside_check.py").write_text(INSIDE_CHECK)
+    program = ("import sys, json; from vlmgrpo import checks; checks.__path__.append(sys.argv[1]); "
+               "from vlmgrpo.selftest import run_selftest; "
+               "print(json.dumps(run_selftest(sys.argv[2], skip_train=True)))")
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "inside"), str(tmp_path / "absent.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = {c["name"]: c for c in json.loads(done.stdout.splitlines()[-1])["checks"]}
+    assert report["recipe.inside_check"] == {"name": "recipe.inside_check", "status": "pass", "detail": "ran inside"}
