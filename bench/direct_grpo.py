@@ -15,10 +15,11 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerCall
 from trl import GRPOConfig, GRPOTrainer
 
 from vlmgrpo.boxes import RESIZED
-from vlmgrpo.config import REC_QUESTION_TEMPLATE
-from vlmgrpo.data import load_data, to_hf_dataset
+from vlmgrpo.data import load_data
 from vlmgrpo.model import resize_function
+from vlmgrpo.rec_data import to_hf_dataset, validate_row
 from vlmgrpo.rewards import format_reward, make_iou_reward
+from vlmgrpo.template import REC_QUESTION_TEMPLATE
 
 
 class StepPrinter(TrainerCallback):
@@ -31,7 +32,8 @@ def main(tiny: str, output: str, settings: dict) -> None:
     processor.tokenizer.padding_side = "left"
     model = AutoModelForImageTextToText.from_pretrained(f"{tiny}/model", dtype=torch.float32,
                                                         attn_implementation="sdpa")
-    data = load_data([f"{tiny}/data/rec.jsonl"], f"{tiny}/data/images", "absolute", seed=settings["data_seed"])
+    data = load_data([f"{tiny}/data/rec.jsonl"], f"{tiny}/data/images", "absolute", seed=settings["data_seed"],
+                     validate=validate_row)
     trainer = GRPOTrainer(
         model=model,
         processing_class=processor,
