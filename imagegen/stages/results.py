@@ -7,8 +7,10 @@ uploads them, and a user reads them instead of logs. Field names are a contract.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from imagegen.core import atomic, platforms
 from imagegen.core.errors import UserError
@@ -120,45 +122,29 @@ def read(path: Path, kind: str) -> dict:
     results = {}
     for index, entry in enumerate(payload["images"]):
         try:
-            result = PARSERS[kind](entry)
-        except (TypeError, AttributeError) as error:
-            raise ReportError(f"{path}: images[{index}] is not a {kind} result: {error}") from None
+            result = ADAPTERS[kind].validate_python(entry)
+        except ValidationError as error:
+            raise ReportError(f"{path}: images[{index}] is not a {kind} result: {_first_problem(error)}") from None
         results[platforms.key(result.image, getattr(result, "platform", platforms.DEFAULT))] = result
     return results
 
 
-# The dataclasses above annotate their fields with these (as strings: postponed annotations).
-SIMPLE_TYPES = {"str": (str,), "float": (int, float), "int": (int,), "bool": (bool,), "None": (type(None),),
-                "dict[str, str]": (dict,), "dict[str, int]": (dict,)}
+# A report is read back into these dataclasses by pydantic: a wrong type or an unknown field is one line naming
+# the field, not a traceback far from the file that holds it.
+for _result in (LayerResult, BuildResult, Check, TestResult, PushResult):
+    _result.__pydantic_config__ = ConfigDict(extra="forbid")
+ADAPTERS = {"build": TypeAdapter(BuildResult), "test": TypeAdapter(TestResult), "push": TypeAdapter(PushResult)}
+EXPECTED = {"float": "float", "int": "int", "string": "str", "bool": "bool", "list": "list", "dict": "dict",
+            "dataclass": "an object"}
 
 
-def _dataclass_from(cls, entry: dict, **nested):
-    if not isinstance(entry, dict):
-        raise TypeError(f"expected an object, got {type(entry).__name__}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(entry) - known)
-    if unknown:
-        raise TypeError(f"unknown field {', '.join(unknown)}")
-    for field_ in fields(cls):
-        if field_.name in entry:
-            _check_type(field_.name, str(field_.type), entry[field_.name])
-    return cls(**{**entry, **{key: [make(item) for item in entry.get(key, [])] for key, make in nested.items()}})
-
-
-def _check_type(name: str, annotation: str, value) -> None:
-    """A wrong type would otherwise surface as a traceback far from the file that holds it."""
-    if annotation.startswith("list["):
-        item_types = SIMPLE_TYPES.get(annotation[len("list["):-1], (object,))  # nested dataclasses: parsed later
-        if not isinstance(value, list) or not all(isinstance(item, item_types) for item in value):
-            raise TypeError(f"{name}: expected {annotation}, got {json.dumps(value)[:60]}")
-        return
-    accepted = tuple(kind for part in annotation.split("|") for kind in SIMPLE_TYPES.get(part.strip(), (object,)))
-    if not isinstance(value, accepted):
-        raise TypeError(f"{name}: expected {annotation}, got {json.dumps(value)[:60]}")
-
-
-PARSERS = {
-    "build": lambda entry: _dataclass_from(BuildResult, entry, layers=lambda item: _dataclass_from(LayerResult, item)),
-    "test": lambda entry: _dataclass_from(TestResult, entry, checks=lambda item: _dataclass_from(Check, item)),
-    "push": lambda entry: _dataclass_from(PushResult, entry),
-}
+def _first_problem(error: ValidationError) -> str:
+    found = error.errors()[0]
+    where = ".".join(str(part) for part in found["loc"])
+    kind = found["type"]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        return f"unknown field {where}"
+    if kind == "missing":
+        return f"missing field {where}"
+    expected = next((name for prefix, name in EXPECTED.items() if kind.startswith(prefix)), kind)
+    return f"{where}: expected {expected}, got {json.dumps(found.get('input'), default=str)[:60]}"
