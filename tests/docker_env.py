@@ -208,7 +208,7 @@ def arm64_base_image(docker_client) -> str:
     try:
         found = docker_client.images.get("local/debian:bookworm-arm64")
     except docker.errors.ImageNotFound:
-        unavailable("local/debian:bookworm-arm64 is missing (run .ci/setup-docker, which builds it)")
+        unavailable("local/debian:bookworm-arm64 is missing (run .ci/setup-docker --arm64, which builds it)")
     if found.attrs.get("Architecture") != "arm64":
         unavailable(f"local/debian:bookworm-arm64 is {found.attrs.get('Architecture')}, not arm64")
     return "local/debian:bookworm-arm64"

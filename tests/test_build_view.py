@@ -26,7 +26,7 @@ def tmux(*args: str) -> str:
 
 def test_a_build_on_a_terminal_shows_one_line_per_layer(cpu_image, tmp_path):
     if shutil.which("tmux") is None:
-        pytest.fail("tmux is not installed (.ci/setup installs it)", pytrace=False)
+        pytest.fail("tmux is not installed (.ci/setup --tests installs it)", pytrace=False)
     report = tmp_path / "build.json"
     shutil.copy(cpu_image["work"] / "build.json", report)  # the previous run: its layer times are the guide
     command = " ".join([sys.executable, "-m", "imagegen", "build", *CPU_BUILD_ARGS, "--context-dir",
