@@ -11,12 +11,12 @@ from pathlib import Path
 
 from imagegen.core import atomic
 
-from . import arm64, cache, examples, lock_install, machine, overhead, render_time, size
+from . import arm64, cache, data_scale, examples, lock_install, machine, overhead, render_time, size
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
-            "arm64": arm64, "examples": examples}
+            "arm64": arm64, "examples": examples, "data": data_scale}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:

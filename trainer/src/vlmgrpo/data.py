@@ -6,7 +6,6 @@ every row up front with the row validator of the command (load_data's `validate`
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -14,7 +13,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
@@ -22,6 +21,7 @@ from .access import unreadable
 from .boxes import ABSOLUTE, NORM1000
 from .config import JOIN
 from .errors import DataError
+from .records import read_records
 
 PLACEHOLDER = "<image>"
 _SAMPLING = re.compile(r"^(?:all|(first|end|random):(\d+)(%?))$")  # all: VLM-R1's "no sampling"
@@ -159,48 +159,7 @@ def check_spec(spec: DatasetSpec) -> list[str]:
     return problems
 
 
-# --- reading records -----------------------------------------------------------------------------------------------
-
-
-def read_records(path: str) -> Iterator[tuple[int, Any, Optional[str]]]:
-    """(line number, record, parse error) for every row of a JSONL file or JSON list."""
-    text = Path(path).read_text(encoding="utf-8")
-    if path.endswith(".jsonl"):
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    yield number, json.loads(line), None
-                except ValueError as exc:
-                    yield number, None, f"invalid JSON ({exc})"
-        return
-    yield from _read_json_list(text)
-
-
-def _read_json_list(text: str) -> Iterator[tuple[int, Any, Optional[str]]]:
-    """Decode a JSON list item by item so each row keeps the line it starts on."""
-    decoder = json.JSONDecoder()
-    position = _skip_space(text, 0)
-    if position >= len(text) or text[position] != "[":
-        yield 1, None, "expected a JSON list of rows"
-        return
-    position = _skip_space(text, position + 1)
-    while position < len(text) and text[position] != "]":
-        line = text.count("\n", 0, position) + 1
-        try:
-            record, position = decoder.raw_decode(text, position)
-        except ValueError as exc:
-            yield line, None, f"invalid JSON ({exc})"
-            return
-        yield line, record, None
-        position = _skip_space(text, position)
-        if position < len(text) and text[position] == ",":
-            position = _skip_space(text, position + 1)
-
-
-def _skip_space(text: str, position: int) -> int:
-    while position < len(text) and text[position].isspace():
-        position += 1
-    return position
+# --- sampling ---------------------------------------------------------------------------------------------------------
 
 
 def apply_sampling(rows: list, sampling: Optional[str], seed: int) -> list:

@@ -1,0 +1,65 @@
+"""The row reader: line numbers for JSONL and JSON lists, and a cost linear in the file (counted, not timed)."""
+
+import json
+
+import pytest
+
+from vlmgrpo.records import ReadCost, read_json_list, read_records
+
+
+def _rows(count):
+    return [{"id": i, "image": f"img/{i % 97}.jpg", "problem": "Where is the dog?\nAnswer with a box.",
+             "solution": [i, i + 1, i + 20, i + 30]} for i in range(count)]
+
+
+def _scanned_for(text):
+    cost = ReadCost()
+    records = list(read_json_list(text, cost))
+    return records, cost.chars_scanned
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_json_list_cost_grows_linearly(indent):
+    small, small_cost = _scanned_for(json.dumps(_rows(500), indent=indent))
+    large, large_cost = _scanned_for(json.dumps(_rows(2000), indent=indent))
+    assert (len(small), len(large)) == (500, 2000)
+    # Scanning from the start for every row would make 4x the rows cost ~16x; linear is ~4x.
+    assert large_cost / small_cost < 4.2
+    assert large_cost <= len(json.dumps(_rows(2000), indent=indent))
+
+
+def test_json_list_rows_keep_their_lines():
+    text = '[\n  {"id": 1},\n\n  {"id": 2,\n   "x": [1,\n 2]},\n  {"id": 3}\n]\n'
+    assert [(line, record["id"]) for line, record, _ in read_json_list(text)] == [(2, 1), (4, 2), (7, 3)]
+
+
+def test_json_list_error_names_the_row_line():
+    text = '[\n {"id": 1},\n {"id": 2,,}\n]'
+    records = list(read_json_list(text))
+    assert records[0][:2] == (2, {"id": 1})
+    assert records[1][0] == 3 and records[1][2].startswith("invalid JSON")
+
+
+def test_not_a_list_is_one_error():
+    assert list(read_json_list('{"id": 1}')) == [(1, None, "expected a JSON list of rows")]
+
+
+def test_jsonl_lines_blank_lines_and_errors(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"id": 1}\r\n\r\n{"id": 2\n{"id": 3}\n')
+    cost = ReadCost()
+    records = list(read_records(str(path), cost))
+    assert [(line, record) for line, record, _ in records] == [(1, {"id": 1}), (3, None), (4, {"id": 3})]
+    assert records[1][2].startswith("invalid JSON")
+    assert cost.chars_scanned == len(path.read_text())
+
+
+def test_jsonl_cost_grows_linearly(tmp_path):
+    costs = []
+    for count in (500, 2000):
+        path = tmp_path / f"{count}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in _rows(count)))
+        cost = ReadCost()
+        assert len(list(read_records(str(path), cost))) == count
+        costs.append(cost.chars_scanned)
+    assert costs[1] / costs[0] < 4.2
