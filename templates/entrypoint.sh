@@ -1,5 +1,5 @@
 #!/bin/sh
-# imagegen entrypoint: `train`, `sft`, `merge`, `score`, `info`, `selftest` and `make-tiny` run
+# imagegen entrypoint: `train`, `sft`, `merge`, `score`, `eval`, `serve`, `info`, `selftest` and `make-tiny` run
 # the vlmgrpo trainer; any other command (bash, python ...) runs as given.
 set -e
 
@@ -21,6 +21,6 @@ case "${1:-}" in
 esac
 
 case "${1:-}" in
-    train|sft|merge|score|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
+    train|sft|merge|score|eval|serve|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
 esac
 exec "$@"

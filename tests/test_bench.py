@@ -16,7 +16,7 @@ def test_bench_writes_results_for_the_sections_that_build_no_image(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     text = results.read_text()
     for expected in ("## 3. Trainer overhead", "| vlmgrpo train |", "| GRPOTrainer directly |",
-                     "## 4. Render", "| cpu |", "## 7. The tiny examples on a CPU", "| sft sft_tiny.yaml |",
+                     "## 4. Render", "| cpu |", "## 7. The tiny examples on a CPU", "| sft sft_tiny.yaml |", "| eval after (SFT then GRPO) |", "| one query (openai client) |",
                      "cores", "transformers", "docker engine"):
         assert expected in text, expected
     assert "## 1. Build cache" not in text and "## 2. Image size" not in text

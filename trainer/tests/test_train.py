@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ENV, REPO, read_jsonl, train_args, vlmgrpo
+from conftest import ENV, REPO, in_process, read_jsonl, train_args, vlmgrpo
 
 
 def tensors(path) -> dict:
@@ -178,7 +178,11 @@ def test_text_only_rows_and_a_validation_split(tiny, tmp_path):
     assert [m["step"] for m in metrics] == [1, 2, 2]
     evaluation = metrics[2]
     assert evaluation["eval_loss"] is not None and evaluation["eval_reward"] is not None
-    assert set(evaluation["eval_rewards"]) == {"iou", "format", "token_sum"}
+    # REC accuracy on the validation split, logged at weight 0: the training reward is the three rewards' sum.
+    assert set(evaluation["eval_rewards"]) == {"iou", "format", "token_sum", "rec_accuracy"}
+    assert 0 <= evaluation["eval_rewards"]["rec_accuracy"] <= 1
+    assert metrics[0]["reward"] == pytest.approx(sum(value for name, value in metrics[0]["rewards"].items()
+                                                     if name != "rec_accuracy"), abs=1e-4)
     dumped = read_jsonl(output / "completions.jsonl")
     for step in (1, 2):  # 6 training rows, 6 prompts a step: every batch mixes both kinds
         lines = {d["row"].rsplit(":", 1)[1] for d in dumped if d["step"] == step}
@@ -278,6 +282,12 @@ def test_lora_saves_the_adapter_and_merged_model_and_resumes(tiny, tmp_path):
     shutil.copytree(output / "checkpoint-1", resumed / "checkpoint-1")
     vlmgrpo(*train_args(tiny, resumed, "--max-steps", "2", "--resume", "auto", *lora), check=True)
     assert_same(load_file(str(resumed / "adapter" / "adapter_model.safetensors")), adapter)
+    # `eval` takes what the run wrote: the adapter (on its base model) and the merged model.
+    rows = ["--data", tiny["data"], "--image-root", tiny["image_root"], "--max-samples", "2", "--max-new-tokens", "4"]
+    for name, model in (("adapter", ["--adapter", output / "adapter"]), ("merged", ["--model", output / "merged"])):
+        in_process("eval", *model, *rows, "--output", tmp_path / f"eval-{name}", check=True)
+        summary = json.loads((tmp_path / f"eval-{name}" / "eval.json").read_text())
+        assert summary["total"] == 2 and 0 <= summary["accuracy"] <= 1, name
 
 
 @pytest.mark.slow

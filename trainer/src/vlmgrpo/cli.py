@@ -1,4 +1,4 @@
-"""Command line: vlmgrpo train | sft | merge | score | info | selftest | make-tiny."""
+"""Command line: vlmgrpo train | sft | merge | score | eval | info | selftest | make-tiny."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
+from .cli_options import collect_overrides, fail
+from .cli_trained import eval_command, serve_command
 from .commands import RECIPES
 from .errors import UserError
 from .recipe import Recipe
@@ -32,31 +34,11 @@ def setup_logging() -> None:
     log.propagate = False
 
 
-def fail(error: UserError) -> None:
-    click.echo(f"error: {error}", err=True)
-    sys.exit(error.exit_code)
-
-
 @click.group()
 def main() -> None:
     """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
     fine-tuning of language and vision-language models before it."""
     setup_logging()
-
-
-# Options -> config keys, where the key is not the option's own name.
-RENAMED = {"model": "model_name_or_path", "adapter": "adapter_name_or_path", "output": "output_dir",
-           "batch_size": "per_device_train_batch_size"}
-
-
-def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
-    from .config import parse_set
-
-    overrides = parse_set(options.pop("set_values"))
-    for option, value in options.items():
-        if value is not None and value != ():
-            overrides[RENAMED.get(option, option)] = list(value) if isinstance(value, tuple) else value
-    return overrides
 
 
 # The options `train`, `sft` and `score` share: one configuration, read the same way by each.
@@ -235,3 +217,7 @@ def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
     from .tiny import make_tiny
 
     click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))
+
+
+main.add_command(eval_command)
+main.add_command(serve_command)

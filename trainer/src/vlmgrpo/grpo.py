@@ -159,11 +159,14 @@ class GrpoRecipe(Recipe):
         space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
         log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
         template = config.data.question_template
+        rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
+                                config.reward.iou_threshold)
+        if data.validation and trl_config.eval_strategy != "no":
+            add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(
             model=model,
             processing_class=processor,
-            reward_funcs=build_rewards(config.reward.reward_funcs, space, resize_function(processor),
-                                       config.reward.iou_threshold),
+            reward_funcs=rewards,
             args=trl_config,
             train_dataset=to_hf_dataset(data.samples, template),
             eval_dataset=to_hf_dataset(data.validation, template) if data.validation else None,
@@ -173,6 +176,16 @@ class GrpoRecipe(Recipe):
             trainer.completions_path = Path(trl_config.output_dir) / "completions.jsonl"
         trainer.add_callback(ZeroRewardWatchdog(config.reward.zero_reward_patience))
         return trainer
+
+
+def add_rec_accuracy(rewards: list, trl_config, space: str, resize) -> None:
+    """REC accuracy on the validation split at every evaluation (eval_rewards/rec_accuracy in metrics.jsonl and
+    TensorBoard), as a reward of weight 0: it is logged and never moves the advantages."""
+    from .rewards import make_rec_accuracy
+
+    weights = list(trl_config.reward_weights or [1.0] * len(rewards))
+    rewards.append(make_rec_accuracy(space, resize))
+    trl_config.reward_weights = weights + [0.0]
 
 
 GRPO = GrpoRecipe()

@@ -25,6 +25,9 @@ IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "form
 BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
 REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
+# REC accuracy (VLM-R1's evaluation): 1 when the answered box has IoU >= 0.5 with the label. `train` adds it with
+# weight 0 when it evaluates, so eval_rewards/rec_accuracy is the validation split's REC accuracy.
+REC_ACCURACY, ACCURACY_IOU = "rec_accuracy", 0.5
 
 # format (VLM-R1): a <think>...</think> block, then (whitespace and) <answer>, after which a "{", an integer box,
 # a "}" and "</answer>" follow in that order. Text before <think> or after </answer> is allowed.
@@ -76,6 +79,12 @@ def make_iou_reward(answer_space: str, resize: Optional[ResizeFunc] = None, thre
 
     iou_reward.__name__ = IOU_LENIENT if lenient else IOU  # TRL logs rewards under the function's name
     return iou_reward
+
+
+def make_rec_accuracy(answer_space: str, resize: Optional[ResizeFunc] = None):
+    reward = make_iou_reward(answer_space, resize, threshold=ACCURACY_IOU)
+    reward.__name__ = REC_ACCURACY
+    return reward
 
 
 def is_vlm_r1_format(text: str) -> bool:

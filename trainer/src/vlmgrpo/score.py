@@ -17,13 +17,23 @@ from .rec_data import Sample, to_hf_dataset
 from .errors import DataError
 
 EXPECTED_LINE = '{"id": <a data row\'s id>, "completion": "<text>"}'
+# `dump_completions: true` writes {"step", "row": file:line, "completion", "rewards"}: those lines are read too.
+
+
+def _rows_named(record: dict, by_id: dict, by_location: dict) -> tuple[Any, list[int]]:
+    if "id" in record:
+        return record["id"], by_id.get(json.dumps(record["id"]), [])
+    return record["row"], by_location.get(record["row"], [])
 
 
 def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, int]]:
-    """(row id, completion text, index of the row) per line; every problem of the file at once."""
+    """(row id, completion text, index of the row) per line; every problem of the file at once. A line names its
+    row by "id", or by "row" (file:line) as the completions a run dumps do."""
     by_id: dict[Any, list[int]] = defaultdict(list)
+    by_location: dict[str, list[int]] = defaultdict(list)
     for index, sample in enumerate(samples):
         by_id[json.dumps(sample.row_id)].append(index)
+        by_location[sample.location].append(index)
     try:
         records = list(read_records(path))
     except OSError as exc:
@@ -31,17 +41,18 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
     found, problems = [], []
     for line, record, error in records:
         where = f"{path}:{line}"
-        if error or not isinstance(record, dict) or not isinstance(record.get("completion"), str) or "id" not in record:
+        if error or not isinstance(record, dict) or not isinstance(record.get("completion"), str) or not (
+                "id" in record or isinstance(record.get("row"), str)):
             problems.append(f"{where}: {error or 'expected ' + EXPECTED_LINE}")
             continue
-        rows = by_id.get(json.dumps(record["id"]), [])
+        name, rows = _rows_named(record, by_id, by_location)
         if len(rows) != 1:
             locations = ", ".join(samples[i].location for i in rows)
-            problems.append(f"{where}: id {record['id']!r} " + (
+            problems.append(f"{where}: id {name!r} " + (
                 f"names {len(rows)} rows ({locations}); give the rows unique ids" if rows
                 else "is not the id of any data row (rows are matched by their \"id\", or file:line without one)"))
             continue
-        found.append((record["id"], record["completion"], rows[0]))
+        found.append((samples[rows[0]].row_id, record["completion"], rows[0]))
     if problems:
         raise DataError(problems)
     return found

@@ -1,0 +1,151 @@
+"""`vlmgrpo serve`: an OpenAI-compatible chat-completions endpoint (image inputs included) for a trained model.
+
+The field's servers do the serving: vLLM's OpenAI server where the image has vLLM and a GPU, `transformers serve`
+elsewhere (the CPU path the tests run). Each listens on loopback; a thin layer in front (serve_app.py) answers the
+mistakes they turn into 500s or silently accept with a 4xx that says what is wrong: a body that is not JSON, an image
+that does not decode, a model name this server does not serve. Signals: SIGTERM stops new requests, lets those in
+flight finish, then stops the engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError, LaunchError
+
+log = logging.getLogger("vlmgrpo")
+ENGINES = ("auto", "vllm", "transformers")
+READY_TIMEOUT_S = 900  # a 7B model read from network storage takes minutes
+
+
+@dataclass
+class ServeSettings:
+    model: str
+    served_name: str  # what clients put in "model" (default: --model as given, as vLLM does)
+    host: str = "0.0.0.0"
+    port: int = 8000
+    engine: str = "auto"
+    dtype: str = "auto"
+    engine_args: list[str] = field(default_factory=list)  # passed through to the engine as given
+
+
+def choose_engine(requested: str, vllm_installed: bool, gpu: bool) -> str:
+    if requested == "vllm" and not vllm_installed:
+        raise ConfigError("--engine vllm: vLLM is not installed in this environment; use an image with vLLM "
+                          "(`imagegen matrix` lists them) or --engine transformers")
+    if requested == "vllm" and not gpu:
+        raise ConfigError("--engine vllm: no GPU is visible (vLLM serves on GPUs); run with --gpus, or use "
+                          "--engine transformers")
+    if requested != "auto":
+        return requested
+    return "vllm" if vllm_installed and gpu else "transformers"
+
+
+def _script(name: str) -> str:
+    """The console script installed beside this interpreter (the image's venv), else the one on PATH."""
+    sibling = Path(sys.executable).with_name(name)
+    return str(sibling) if sibling.exists() else (shutil.which(name) or name)
+
+
+def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]:
+    """The engine's own server on loopback; the layer in front owns the public port."""
+    if engine == "vllm":
+        return [_script("vllm"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
+                "--served-model-name", settings.served_name, "--dtype", settings.dtype, *settings.engine_args]
+    return [_script("transformers"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", settings.dtype, *settings.engine_args]
+
+
+def engine_model_id(settings: ServeSettings, engine: str) -> str:
+    """The name the engine itself answers to: vLLM takes --served-model-name; transformers serve the model path."""
+    return settings.served_name if engine == "vllm" else settings.model
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def check_model(model: str) -> None:
+    if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
+        raise ConfigError(f"--model {model}: the directory has no config.json; give a model directory (a run's "
+                          "OUTPUT, OUTPUT/merged) or merge an adapter first with `vlmgrpo merge`")
+
+
+def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if engine.poll() is not None:
+            tail = Path(log_path).read_text(errors="replace").splitlines()[-15:]
+            raise LaunchError(f"the serving engine exited ({engine.returncode}) before it was ready; its log "
+                              f"{log_path} ends:\n" + "\n".join(tail))
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise LaunchError(f"the serving engine was not ready after {READY_TIMEOUT_S} s; see {log_path}")
+
+
+def serve(settings: ServeSettings) -> int:
+    import uvicorn
+
+    from .serve_app import build_app
+
+    check_model(settings.model)
+    engine = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
+    port = free_port()
+    command = engine_command(settings, engine, port)
+    log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"vlmgrpo-serve-{os.getpid()}.log")
+    log.info("serving %s as %r with %s: %s (log %s)", settings.model, settings.served_name, engine,
+             " ".join(command), log_path)
+    with open(log_path, "w") as stream:
+        # Its own session: a Ctrl-C or a signal to our process group must not stop it before requests finish.
+        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until_ready(process, port, log_path)
+        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine))
+        log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
+                 settings.served_name)
+        # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then raises the signal again with the handler
+        # it found: ours turns it into an exit that still runs the `finally` below (the engine is stopped).
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, _exit_on_signal)
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        return 0
+    finally:
+        _stop(process)
+
+
+def _exit_on_signal(number, frame) -> None:
+    log.info("stopped by %s: requests in flight were answered", signal.Signals(number).name)
+    sys.exit(128 + number)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _gpu() -> bool:
+    from .model import cuda_available
+
+    return cuda_available()

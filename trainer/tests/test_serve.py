@@ -1,0 +1,159 @@
+"""`vlmgrpo serve`: the engine command it starts, the checks in front of it, and a real server on loopback answering
+the official `openai` client (transformers serve on the CPU; the vLLM branch needs a GPU and is unit-tested only)."""
+
+import base64
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from io import BytesIO
+
+import pytest
+from PIL import Image
+
+from conftest import ENV
+from vlmgrpo.errors import ConfigError
+from vlmgrpo.serve import ServeSettings, choose_engine, engine_command, engine_model_id, free_port
+from vlmgrpo.serve_app import RequestProblem, check_chat_request
+
+
+def png_url(size=(32, 32)) -> str:
+    buffer = BytesIO()
+    Image.new("RGB", size, "yellow").save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def chat(model="m", url=None, text="Where is the yellow square?"):
+    content = [{"type": "image_url", "image_url": {"url": url or png_url()}}, {"type": "text", "text": text}]
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
+
+
+def test_engine_is_vllm_only_with_vllm_and_a_gpu():
+    assert choose_engine("auto", vllm_installed=True, gpu=True) == "vllm"
+    assert choose_engine("auto", vllm_installed=True, gpu=False) == "transformers"
+    assert choose_engine("auto", vllm_installed=False, gpu=True) == "transformers"
+    with pytest.raises(ConfigError, match="vLLM is not installed"):
+        choose_engine("vllm", vllm_installed=False, gpu=True)
+    with pytest.raises(ConfigError, match="no GPU"):
+        choose_engine("vllm", vllm_installed=True, gpu=False)
+
+
+def test_engine_commands_listen_on_loopback_with_the_served_name():
+    settings = ServeSettings("/out/merged", "rec-model", port=8000, engine_args=["--max-model-len", "4096"])
+    vllm = engine_command(settings, "vllm", 41000)
+    assert vllm[0].endswith("vllm") and vllm[1:3] == ["serve", "/out/merged"]
+    assert vllm[vllm.index("--host") + 1] == "127.0.0.1" and vllm[vllm.index("--port") + 1] == "41000"
+    assert vllm[vllm.index("--served-model-name") + 1] == "rec-model" and vllm[-2:] == ["--max-model-len", "4096"]
+    transformers = engine_command(settings, "transformers", 41000)
+    assert transformers[0].endswith("transformers") and transformers[1:3] == ["serve", "/out/merged"]
+    assert transformers[transformers.index("--host") + 1] == "127.0.0.1"
+    assert engine_model_id(settings, "vllm") == "rec-model" and engine_model_id(settings, "transformers") == "/out/merged"
+
+
+@pytest.mark.parametrize("raw, status, where", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    (json.dumps(chat(model="other")).encode(), 404, "'other' is not served here; this server serves 'm'"),
+    (json.dumps(chat(url="data:image/png;base64,aGVsbG8=")).encode(), 400, "messages[0].content[0].image_url: the "
+                                                                           "image does not decode"),
+    (json.dumps(chat(url="data:image/png;base64,***")).encode(), 400, "base64 does not decode"),
+    (json.dumps({"model": "m", "messages": []}).encode(), 400, "'messages' must be a non-empty list"),
+])
+def test_bad_requests_are_refused_with_what_is_wrong(raw, status, where):
+    with pytest.raises(RequestProblem) as caught:
+        check_chat_request(raw, "m")
+    assert caught.value.status == status and where in str(caught.value)
+    assert set(caught.value.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_good_request_passes_as_it_came():
+    body = chat()
+    assert check_chat_request(json.dumps(body).encode(), "m") == body
+    remote = chat(url="https://example.com/cat.png")  # fetched by the engine, not checked here
+    assert check_chat_request(json.dumps(remote).encode(), "m") == remote
+
+
+def _wait_ready(process, port, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError("serve was not ready")
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"],
+                                "--served-model-name", "rec-tiny", "--port", str(port), "--host", "127.0.0.1"],
+                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_ready(process, port)
+    yield process, port
+    if process.poll() is None:
+        process.kill()
+
+
+def _client(port):
+    import openai
+
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.mark.slow
+def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, tiny):
+    import openai
+
+    process, port = server
+    client = _client(port)
+    image = png_url((84, 84))
+    question = chat("rec-tiny", image, "Please provide the bounding box of the yellow rectangle.")["messages"]
+    answer = client.chat.completions.create(model="rec-tiny", messages=question, max_tokens=8)
+    assert answer.model == "rec-tiny" and answer.choices[0].message.role == "assistant"
+    assert isinstance(answer.choices[0].message.content, str) and answer.usage.completion_tokens > 0
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        client.chat.completions.create(model="gpt-4o", messages=question, max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="does not decode"):
+        client.chat.completions.create(model="rec-tiny", messages=chat("rec-tiny", "data:image/png;base64,aGVsbG8=")
+                                       ["messages"], max_tokens=4)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=b"{oops", method="POST",
+                                     headers={"content-type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as malformed:
+        urllib.request.urlopen(request, timeout=30)
+    assert malformed.value.code == 400 and "not valid JSON" in malformed.value.read().decode()
+    with ThreadPoolExecutor(max_workers=20) as pool:  # 20 at once, after the bad ones: all answered
+        answers = list(pool.map(lambda _: client.chat.completions.create(model="rec-tiny", messages=question,
+                                                                          max_tokens=4), range(20)))
+    assert len(answers) == 20 and all(a.choices[0].message.content is not None for a in answers)
+    assert process.poll() is None
+
+
+@pytest.mark.slow
+def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
+    process, port = server
+    client = _client(port)
+
+    def ask():
+        answer = client.chat.completions.create(model="rec-tiny", max_tokens=600, messages=chat("rec-tiny")["messages"])
+        return answer, time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(ask)
+        time.sleep(1.0)  # the request is in the engine, generating
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        answer, answered = pending.result(timeout=120)
+    assert answered > signalled and answer.usage.completion_tokens > 0  # it was in flight and still answered
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    stderr = process.stderr.read()
+    assert "requests in flight were answered" in stderr and "Traceback" not in stderr
+    engine_port = [line for line in stderr.splitlines() if "serving " in line][0].split("--port ")[1].split()[0]
+    with pytest.raises(OSError):  # the engine was stopped too, not left behind
+        urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/health", timeout=2)
