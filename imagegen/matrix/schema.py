@@ -103,11 +103,17 @@ class CudaFacts(Strict):
                   "a list or a mapping with keys linux/amd64, linux/arm64")
 
 
+# Where a fact that `imagegen facts check` cannot confirm everywhere comes from: the file of a project at a
+# release tag or commit (PyTorch's .github/scripts/generate_binary_build_matrix.py at v2.11.0), or a release page.
+SOURCE = STR
+
+
 class TorchBuild(Strict):
     cudnn: VERSION = None
     nccl: VERSION = None
     cxx11_abi: BOOL = None
     platforms: PLATFORM_LIST = None
+    source: SOURCE = None
 
 
 class TorchFacts(Strict):
@@ -119,6 +125,7 @@ class TorchFacts(Strict):
     torchvision: VERSION
     cxx11_abi: BOOL
     platforms: PLATFORM_LIST = None
+    source: SOURCE = None
 
 
 class FlashAttnRelease(Strict):
@@ -127,6 +134,7 @@ class FlashAttnRelease(Strict):
     python: list[VERSION]
     cxx11_abi: list[BOOL]
     requires: list[STR] = None
+    source: SOURCE = None
 
 
 class PackageRelease(Strict):
@@ -136,6 +144,7 @@ class PackageRelease(Strict):
     python: STR = None
     torch: STR = None
     tested_torch: list[VERSION] = None
+    source: SOURCE = None
 
 
 class KnownBad(Strict):
