@@ -80,10 +80,15 @@ class PackageRelease:
 
 @dataclass(frozen=True)
 class KnownBad:
-    transformers: str
-    with_component: str
+    """A combination users reported broken: a version range per component key; `with_component` what else the
+    image has (deepspeed, or qwen-vl: its trainer runs Qwen-VL models); warned instead of refused if `warn`."""
+
+    ranges: dict[str, str]
+    with_component: str | None
     reason: str
     index: int
+    warn: bool = False
+    issues: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,8 @@ def _build(located: yamlsource.Located) -> Matrix:
         packages={name: {v: PackageRelease(r.get("python"), r.get("torch"), tuple(r.get("tested_torch", ())))
                          for v, r in releases.items()}
                   for name, releases in data.get("packages", {}).items()},
-        known_bad=[KnownBad(k["transformers"], k["with"], k["reason"], i)
+        known_bad=[KnownBad({key: k[key] for key in table.keys if key in k}, k.get("with"), k["reason"], i,
+                            k.get("warn", False), tuple(k.get("issues", ())))
                    for i, k in enumerate(data.get("known_bad", []))],
         components=table,
         images=[_image(i, {**defaults, **entry}, table) for i, entry in enumerate(data["images"])],
