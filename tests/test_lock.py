@@ -197,7 +197,8 @@ def test_facts_check_catches_a_wrong_cudnn_pin_and_a_wrong_python_floor(tmp_path
 
 @pytest.mark.network
 def test_facts_check_catches_arm64_wheels_that_are_cpu_only(tmp_path):
-    """PyPI's aarch64 torch is a CPU build up to 2.9: a CUDA image cannot be built for arm64 from it."""
+    """PyPI's aarch64 torch is a CPU build through 2.10 (2.9.1 here, 2.10.0 in test_facts.py): a CUDA image
+    cannot be built for arm64 from it."""
     def cpu_only_arm64(data):
         data["torch"] = {"2.9.1": {**fixture_data()["torch"]["2.9.1"],
                                    "builds": {"12.8": {"platforms": ["linux/amd64", "linux/arm64"]}}}}

@@ -1,11 +1,14 @@
 """Loading matrix.yaml and every validation rule, each with a matrix broken on purpose."""
 
 import pytest
+import yaml
 
 from imagegen.matrix import model as matrix_module
+from imagegen.matrix import model, rules
 from imagegen.core.errors import MatrixError
 
-from tests.helpers import FIXTURE_MATRIX, TRAINER, edited, image_named, planned, problems_of, rules_broken
+from tests.helpers import (FIXTURE_MATRIX, MATRIX_PATH, TRAINER, edited, fixture_data, image_named, planned,
+                           problems_of, rules_broken)
 
 
 def test_the_fixture_matrix_resolves_to_every_image():
@@ -151,3 +154,43 @@ def test_max_size_is_read_in_bytes_and_a_bad_one_is_a_size_problem():
     assert (problem.key, problem.rule) == ("images[7].max_size", "size")
     assert "'seven gigs' is not a size" in problem.message and '"7GB"' in problem.message
     assert next(p for p in planned() if p.name == "cpu").max_size is None
+
+
+def conv3d_matrix(edit):
+    """The tests' matrix with the real matrix's known-bad entry for Qwen-VL's Conv3d on torch 2.9 and cuDNN < 9.15,
+    and an image on torch 2.9.1's CUDA 12.8 build (cuDNN 9.10.2.21), after an edit."""
+    real = yaml.safe_load(MATRIX_PATH.read_text())
+    (entry,) = [bad for bad in real["known_bad"] if bad.get("with") == "qwen-vl"]
+    data = fixture_data()
+    data["known_bad"].append(entry)
+    data["images"] = [{**image_named(data, "cu128-torch2.8"), "name": "cu128-torch2.9", "torch": "2.9.1",
+                       "flash_attn": {"version": "2.8.3", "build": "source"}}]
+    data["latest"] = "cu128-torch2.9"
+    edit(data)
+    return model.parse(yaml.safe_dump(data, sort_keys=False), "matrix.yaml")
+
+
+def test_torch_2_9_below_cudnn_9_15_is_warned_with_the_issues_not_refused():
+    matrix = conv3d_matrix(lambda d: None)
+    assert rules.check(matrix) == []
+    (warning,) = [w for w in rules.warnings(matrix) if w.rule == "known-bad"]
+    assert warning.key == "images[0].torch"
+    assert warning.message.startswith("torch 2.9.1 with cudnn 9.10.2.21 and qwen-vl is known bad: Qwen-VL's vision "
+                                      "patch embedding is a Conv3d")
+    assert "(pytorch/pytorch#166122, pytorch/pytorch#174051); allowed: torch outside >=2.9,<2.10 or cudnn outside " \
+           "<9.15" in warning.message
+
+
+@pytest.mark.parametrize("edit, warned", [
+    (lambda d: d["images"][0].update(cuda="13.0", python="3.12"), True),  # its CUDA 13.0 build: cuDNN 9.13.0.50
+    (lambda d: d["torch"]["2.9.1"]["builds"]["12.8"].update(cudnn="9.15.0.1"), False),
+    (lambda d: d["images"][0].update(torch="2.8.0"), False),
+])
+def test_the_conv3d_entry_needs_both_torch_2_9_and_cudnn_below_9_15(edit, warned):
+    matrix = conv3d_matrix(edit)
+    assert [w.rule for w in rules.warnings(matrix) if w.rule == "known-bad"] == (["known-bad"] if warned else [])
+
+
+def test_a_known_bad_entry_that_names_no_component_is_refused():
+    problems = problems_of(edited(lambda d: d["known_bad"].append({"with": "deepspeed", "reason": "?"})))
+    assert [p.rule for p in problems] == ["version-range"] and "names no component" in problems[0].message

@@ -79,6 +79,21 @@ def test_labels_carry_oci_keys_one_label_per_component_and_the_inputs():
     assert labels["org.opencontainers.image.description"] == (
         "GRPO trainer for vision-language models: torch 2.6.0 (CUDA 12.4), Python 3.11, flash-attn 2.7.4.post1, "
         "deepspeed 0.18.9, transformers 5.24.0, trl 1.16.0")
+    assert labels["io.imagegen.cuda"] == labels["io.imagegen.cuda.toolkit"] == "12.4.1"
+    assert labels["io.imagegen.min-driver"] == "525.60.13"
+
+
+def test_the_cpu_image_says_the_cuda_its_torch_wheels_carry_and_the_driver_they_need():
+    """PyPI's torch is its CUDA 13.0 build, whose libraries are wheels: the cpu image carries CUDA 13.0 without a
+    toolkit, and on a GPU host needs CUDA 13.0's minimum driver, from the matrix's facts for CUDA 13.0."""
+    for image in (locked_named("cpu"), locked_named("cpu", "linux/arm64")):
+        labels = image.labels
+        assert labels["io.imagegen.cuda"] == labels["io.imagegen.torch.cuda"] == "13.0"
+        assert labels["io.imagegen.cuda.toolkit"] == "none" and labels["io.imagegen.min-driver"] == "580"
+        assert image.expected()["min_driver"] == "580"
+        assert labels["org.opencontainers.image.description"].startswith(
+            "GRPO trainer for vision-language models: torch 2.14.1 (CUDA 13.0 libraries from torch's wheels, no CUDA "
+            "toolkit; a GPU needs NVIDIA driver 580 or newer), Python 3.11, ")
 
 
 def test_source_builds_compile_for_ampere_and_newer_only():

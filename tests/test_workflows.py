@@ -164,5 +164,13 @@ def test_the_locks_workflow_refreshes_every_lock_checks_the_facts_and_proposes_o
     assert "imagegen lock --all" in runs and "imagegen facts check" in runs
     (proposal,) = [step for step in steps if step.get("uses", "").startswith("peter-evans/create-pull-request")]
     assert proposal["with"]["add-paths"] == "locks/"
-    for command in (["lock", "--help"], ["facts", "check", "--help"]):
+    for command in (["lock", "--help"], ["facts", "check", "--strict", "--help"]):
         assert subprocess.run([sys.executable, "-m", "imagegen", *command], capture_output=True).returncode == 0
+
+
+def test_the_locks_workflow_fails_when_the_strict_facts_check_does_and_still_proposes_the_locks():
+    steps = load_workflow("locks.yml")["jobs"]["refresh"]["steps"]
+    (facts,) = [step for step in steps if step.get("id") == "facts"]
+    assert "imagegen facts check --strict" in facts["run"] and "continue-on-error" not in facts
+    after = steps[steps.index(facts) + 1:]
+    assert after and all(step.get("if") == "${{ !cancelled() }}" for step in after)

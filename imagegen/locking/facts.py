@@ -1,11 +1,13 @@
 """`imagegen facts check`: compare the matrix's typed facts with what the index says.
 
 For every torch release and CUDA build the matrix lists: the Pythons its Linux x86_64 wheels
-exist for, the cuDNN, NCCL and CUDA runtime its wheel metadata pins, its C++ ABI (PyTorch builds
-manylinux_2_28 wheels with the C++11 ABI and the older manylinux1/2014 wheels without it), and
-the torch its torchvision requires. For every package release under `packages`: Requires-Python
-and the torch it requires. For flash-attn releases: the wheels on its GitHub release. An index
-that does not answer is reported once as not checked; nothing is guessed.
+exist for (`manylinux*` and the PyTorch index's older bare `linux_x86_64` ones, see `wheelnames`),
+the cuDNN, NCCL and CUDA runtime its wheel metadata pins, its C++ ABI (PyTorch builds
+manylinux_2_28 wheels with the C++11 ABI and the older manylinux1/2014 and linux wheels without it),
+and the torch its torchvision requires. For every package release under `packages`: Requires-Python
+and the torch it requires. For flash-attn releases: the wheels on its GitHub release. For every
+image and lock: `facts_images`. An index that does not answer is reported once as not checked, with
+the source the matrix gives for what it could not confirm; nothing is guessed.
 """
 
 from __future__ import annotations
@@ -14,69 +16,28 @@ import json
 import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
-from imagegen.locking import index
-from imagegen.core.errors import Problem
+from imagegen.locking import facts_images, index, wheelnames
+from imagegen.locking.factcheck import Checker, Report
 from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
 from imagegen.matrix.plan import PYPI, TORCH_INDEX
 
 MACHINE_TAG = "x86_64"
 AARCH64_LINUX = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "extra": ""}
-CXX11_FROM_GLIBC = (2, 28)  # manylinux_2_28 and newer torch wheels use the C++11 ABI
 PYTHON_GRID = [f"3.{minor}" for minor in range(6, 17)]
 GITHUB_RELEASE = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/v{version}"
 FLASH_ATTN_WHEEL = re.compile(r"^flash_attn-(?P<version>[^+]+)\+cu(?P<cu>\d+)torch(?P<torch>\d+\.\d+)"
                               r"cxx11abi(?P<abi>TRUE|FALSE)-cp3(?P<py>\d+)-cp3\d+-linux_x86_64\.whl$")
 
 
-@dataclass
-class Report:
-    disagreements: list[Problem] = field(default_factory=list)
-    not_checked: dict[str, str] = field(default_factory=dict)  # what -> why
-    checked: int = 0
-
-
-class _Checker:
-    def __init__(self, matrix: Matrix):
-        self.matrix = matrix
-        self.report = Report()
-        self.down: dict[str, str] = {}  # origin -> why, so an unreachable index costs one attempt
-
-    def differs(self, path: tuple, matrix_says, index_says, evidence: str) -> None:
-        self.report.checked += 1
-        if matrix_says != index_says:
-            self.report.disagreements.append(self.matrix.problem(
-                path, f"the index says {_show(index_says)} ({evidence}), the matrix says {_show(matrix_says)}",
-                "facts"))
-
-    def files(self, index_url: str, project: str, version: str, what: str) -> list[index.IndexFile] | None:
-        origin = index_url.split("/whl/")[0] if "/whl/" in index_url else index_url
-        if origin in self.down:
-            self.report.not_checked[what] = self.down[origin]
-            return None
-        try:
-            return index.release_files(index_url, project, version)
-        except index.PackageIndexError as error:
-            if "HTTP 404" not in str(error):
-                self.down[origin] = str(error)
-            self.report.not_checked[what] = str(error)
-            return None
-
-    def metadata(self, file: index.IndexFile, what: str) -> list[Requirement] | None:
-        try:
-            return index.requirements(index.wheel_metadata(file))
-        except index.PackageIndexError as error:
-            self.report.not_checked[what] = str(error)
-            return None
-
-
-def check(matrix: Matrix) -> Report:
-    checker = _Checker(matrix)
+def check(matrix: Matrix, locks: dict[str, str] | None = None) -> Report:
+    """Every fact of the matrix, every image's pins against what its packages require, and each lock (its
+    file's path -> its text) against its torch wheel."""
+    checker = Checker(matrix)
     for torch in matrix.torch.values():
         for cuda in torch.builds:
             _check_torch_build(checker, torch, cuda)
@@ -85,30 +46,33 @@ def check(matrix: Matrix) -> Report:
             _check_package(checker, name, version, release)
     for release in matrix.flash_attn.values():
         _check_flash_attn(checker, release)
+    facts_images.check(checker, locks or {})
     return checker.report
 
 
-def _check_torch_build(checker: _Checker, torch: TorchFacts, cuda: str) -> None:
+def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> None:
     pypi = cuda == torch.pypi_build
     local = "" if pypi else f"+cu{cuda.replace('.', '')}"
     index_url = PYPI if pypi else TORCH_INDEX.format(nodot=cuda.replace(".", ""))
     what = f"torch {torch.version}{local}"
     at = ("torch", torch.version, "builds", cuda)
-    files = checker.files(index_url, "torch", torch.version + local, what)
+    source = None if pypi else torch.builds[cuda].source  # PyPI answers here; the PyTorch index may not
+    files = checker.files(index_url, "torch", torch.version + local, what, source, None if pypi else at)
     if files is None:
         return
-    wheels = [f for f in files if f.is_wheel and _linux_platforms(f)]
+    wheels = [f for f in files if f.is_wheel and wheelnames.linux_platforms(f.filename)]
     if not wheels:
         checker.differs(at, "a build", "none", f"no Linux {MACHINE_TAG} wheel of {what} on {index_url}")
         return
     if "linux/arm64" in torch.builds[cuda].platforms:
         _check_aarch64(checker, (*at, "platforms"), files, what)
-    pythons = sorted({_python_of(f) for f in wheels} - {None}, key=_minor_key)
+    pythons = sorted({wheelnames.python_of(f.filename) for f in wheels} - {None}, key=_minor_key)
     if pypi:
         checker.differs(("torch", torch.version, "python"), _admitted(torch.python), pythons,
                         f"{what} has Linux {MACHINE_TAG} wheels for these Pythons")
-    checker.differs((*at, "cxx11_abi"), torch.builds[cuda].cxx11_abi, _cxx11_abi(wheels[-1]),
-                    f"{wheels[-1].filename} is a {'/'.join(sorted(_linux_platforms(wheels[-1])))} wheel")
+    checker.differs((*at, "cxx11_abi"), torch.builds[cuda].cxx11_abi, wheelnames.cxx11_abi(wheels[-1].filename),
+                    f"{wheels[-1].filename} is a {'/'.join(sorted(wheelnames.linux_platforms(wheels[-1].filename)))}"
+                    " wheel")
     requirements = checker.metadata(wheels[-1], what)
     if requirements is None:
         return
@@ -126,10 +90,10 @@ def _check_torch_build(checker: _Checker, torch: TorchFacts, cuda: str) -> None:
     _check_torchvision(checker, torch, index_url, local)
 
 
-def _check_aarch64(checker: _Checker, at: tuple, files: list[index.IndexFile], what: str) -> None:
+def _check_aarch64(checker: Checker, at: tuple, files: list[index.IndexFile], what: str) -> None:
     """A build the matrix says has linux/arm64 wheels has them, and they are CUDA builds (PyPI's aarch64
-    torch up to 2.9 is CPU-only)."""
-    wheels = [f for f in files if f.is_wheel and _linux_platforms(f, "aarch64")]
+    torch through 2.10 is CPU-only)."""
+    wheels = [f for f in files if f.is_wheel and wheelnames.linux_platforms(f.filename, "aarch64")]
     if not wheels:
         checker.differs(at, "linux/arm64 wheels", "none", f"no Linux aarch64 wheel of {what}")
         return
@@ -141,10 +105,10 @@ def _check_aarch64(checker: _Checker, at: tuple, files: list[index.IndexFile], w
                         "wheels", f"{wheels[-1].filename} {'pins' if cuda else 'pins no'} nvidia-cudnn-cu*")
 
 
-def _check_torchvision(checker: _Checker, torch: TorchFacts, index_url: str, local: str) -> None:
+def _check_torchvision(checker: Checker, torch: TorchFacts, index_url: str, local: str) -> None:
     what = f"torchvision {torch.torchvision}{local}"
     files = checker.files(index_url, "torchvision", torch.torchvision + local, what)
-    wheels = [f for f in files or () if f.is_wheel and _linux_platforms(f)]
+    wheels = [f for f in files or () if f.is_wheel and wheelnames.linux_platforms(f.filename)]
     requirements = checker.metadata(wheels[-1], what) if wheels else None
     if requirements is None:
         if files is not None and not wheels:
@@ -157,7 +121,7 @@ def _check_torchvision(checker: _Checker, torch: TorchFacts, index_url: str, loc
                     torch.torchvision if fits else f"not {torch.torchvision}", f"{what} requires torch{wants}")
 
 
-def _check_package(checker: _Checker, name: str, version: str, release: PackageRelease) -> None:
+def _check_package(checker: Checker, name: str, version: str, release: PackageRelease) -> None:
     what = f"{name} {version}"
     files = checker.files(PYPI, name, version, what)
     if files is None:
@@ -178,10 +142,11 @@ def _check_package(checker: _Checker, name: str, version: str, release: PackageR
                     f"{what} requires torch{torch or ' (nothing)'}")
 
 
-def _check_flash_attn(checker: _Checker, release: FlashAttnRelease) -> None:
+def _check_flash_attn(checker: Checker, release: FlashAttnRelease) -> None:
     what = f"flash-attn {release.version} wheels"
+    at = ("flash_attn", release.version)
     if "github" in checker.down:
-        checker.report.not_checked[what] = checker.down["github"]
+        checker.unchecked(what, checker.down["github"], release.source, at)
         return
     url = GITHUB_RELEASE.format(version=release.version)
     try:
@@ -189,10 +154,9 @@ def _check_flash_attn(checker: _Checker, release: FlashAttnRelease) -> None:
             assets = [asset["name"] for asset in json.load(response).get("assets", [])]
     except (urllib.error.URLError, OSError, ValueError) as error:
         checker.down["github"] = f"cannot reach api.github.com: {getattr(error, 'reason', error)}"
-        checker.report.not_checked[what] = checker.down["github"]
+        checker.unchecked(what, checker.down["github"], release.source, at)
         return
     wheels = [m for m in (FLASH_ATTN_WHEEL.match(name) for name in assets) if m]
-    at = ("flash_attn", release.version)
     checker.differs((*at, "torch"), sorted(release.torch, key=_minor_key),
                     sorted({m["torch"] for m in wheels}, key=_minor_key), f"{url} assets")
     checker.differs((*at, "python"), sorted(release.python, key=_minor_key),
@@ -201,27 +165,6 @@ def _check_flash_attn(checker: _Checker, release: FlashAttnRelease) -> None:
                     f"{url} assets")
     checker.differs((*at, "cuda"), sorted(release.cuda.values()), sorted({m["cu"] for m in wheels}),
                     f"{url} assets")
-
-
-def _linux_platforms(file: index.IndexFile, machine: str = MACHINE_TAG) -> set[str]:
-    return {tag.platform for tag in file.tags() if tag.platform.startswith("manylinux")
-            and tag.platform.endswith(machine)}
-
-
-def _python_of(file: index.IndexFile) -> str | None:
-    for tag in file.tags():
-        match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
-        if match:
-            return f"3.{match.group(1)}"
-    return None
-
-
-def _cxx11_abi(file: index.IndexFile) -> bool:
-    levels = []
-    for platform in _linux_platforms(file):
-        match = re.match(r"manylinux_(\d+)_(\d+)_", platform)
-        levels.append((int(match.group(1)), int(match.group(2))) if match else (2, 5))
-    return max(levels) >= CXX11_FROM_GLIBC
 
 
 def _pinned(requirement: Requirement) -> str | None:
@@ -259,11 +202,3 @@ def _normalized(spec: str | None) -> str | None:
 
 def _minor_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
-
-
-def _show(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_show(item) for item in value) + "]"
-    return "nothing" if value is None else str(value)

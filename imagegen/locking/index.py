@@ -67,8 +67,12 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
 
 
 def release_files(index_url: str, project: str, version: str) -> list[IndexFile]:
+    return of_version(project_files(index_url, project), version)
+
+
+def of_version(files: list[IndexFile], version: str) -> list[IndexFile]:
     wanted = Version(version)
-    return [f for f in project_files(index_url, project) if f.version() == wanted]
+    return [f for f in files if f.version() == wanted]
 
 
 def wheel_metadata(file: IndexFile) -> dict[str, list[str]]:

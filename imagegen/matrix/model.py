@@ -45,6 +45,7 @@ class TorchBuild:
     nccl: str
     cxx11_abi: bool
     platforms: tuple[str, ...]  # those it has wheels for
+    source: str | None = None  # where its pins come from, when no index here confirms them (the release's, if unset)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class TorchFacts:
     pypi_build: str
     python: str  # a PEP 440 specifier such as ">=3.9,<3.14"
     torchvision: str
+    source: str | None = None  # where its facts come from (PyTorch's build matrix at the release tag)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class FlashAttnRelease:
     python: tuple[str, ...]
     cxx11_abi: tuple[bool, ...]  # the C++ ABIs its wheels are built for
     requires: tuple[str, ...]  # its own requirements, installed from the lock beside it
+    source: str | None = None  # its release page: what lists its wheels
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,15 @@ class PackageRelease:
 
 @dataclass(frozen=True)
 class KnownBad:
-    transformers: str
-    with_component: str
+    """A combination users reported broken: a version range per component key; `with_component` what else the
+    image has (deepspeed, or qwen-vl: its trainer runs Qwen-VL models); warned instead of refused if `warn`."""
+
+    ranges: dict[str, str]
+    with_component: str | None
     reason: str
     index: int
+    warn: bool = False
+    issues: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,12 +176,13 @@ def _build(located: yamlsource.Located) -> Matrix:
         cuda={minor: _cuda(minor, c) for minor, c in data["cuda"].items()},
         torch={v: _torch(v, t) for v, t in data["torch"].items()},
         flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]),
-                                        tuple(f["cxx11_abi"]), tuple(f.get("requires", ())))
+                                        tuple(f["cxx11_abi"]), tuple(f.get("requires", ())), f.get("source"))
                     for v, f in data.get("flash_attn", {}).items()},
         packages={name: {v: PackageRelease(r.get("python"), r.get("torch"), tuple(r.get("tested_torch", ())))
                          for v, r in releases.items()}
                   for name, releases in data.get("packages", {}).items()},
-        known_bad=[KnownBad(k["transformers"], k["with"], k["reason"], i)
+        known_bad=[KnownBad({key: k[key] for key in table.keys if key in k}, k.get("with"), k["reason"], i,
+                            k.get("warn", False), tuple(k.get("issues", ())))
                    for i, k in enumerate(data.get("known_bad", []))],
         components=table,
         images=[_image(i, {**defaults, **entry}, table) for i, entry in enumerate(data["images"])],
@@ -192,9 +201,10 @@ def _torch(version: str, t: dict) -> TorchFacts:
     """A build's cudnn, nccl and cxx11_abi default to the release's."""
     builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]),
                                b.get("cxx11_abi", t["cxx11_abi"]),
-                               tuple(b.get("platforms", t.get("platforms", DEFAULT_PLATFORMS))))
+                               tuple(b.get("platforms", t.get("platforms", DEFAULT_PLATFORMS))),
+                               b.get("source", t.get("source")))
               for cuda, b in t["builds"].items()}
-    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"])
+    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t.get("source"))
 
 
 def _image(index: int, e: dict, table: Components) -> ImageEntry:

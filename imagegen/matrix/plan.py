@@ -17,7 +17,7 @@ from imagegen.core import platforms, sizes
 from imagegen.core.errors import MatrixError
 from imagegen.matrix import rules
 from imagegen.matrix.components import Components
-from imagegen.matrix.model import ImageEntry, Matrix
+from imagegen.matrix.model import CudaFacts, ImageEntry, Matrix
 
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
@@ -53,7 +53,7 @@ class PlannedImage:
     os: str
     cuda: str | None  # CUDA toolkit of the base image, e.g. "12.4.1"; None without one
     base_cudnn: int | None  # cuDNN major of the base image
-    min_driver: str | None
+    min_driver: str | None  # the base toolkit's, or without a CUDA base that of the CUDA torch's wheels carry
     python_source: str  # "system" or "deadsnakes"
     python_platform: str  # what the lock is resolved for, e.g. x86_64-manylinux_2_35 (uv's spelling)
     torch_index_url: str | None  # None: PyPI serves this very build
@@ -118,7 +118,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         os=os_name,
         cuda=cuda.version if cuda else None,
         base_cudnn=cuda.cudnn if cuda else None,
-        min_driver=cuda.driver_minimum if cuda else None,
+        min_driver=_min_driver(matrix, cuda, torch_cuda),
         python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
         python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
         # PyPI serves one CUDA build of each release: the same wheels, without the index's +cuXYZ.
@@ -159,6 +159,15 @@ def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool) 
     pinned = {canonicalize_name(name) for name in table.distributions.values()}
     wanted = [*trainer.requirements, *trainer.build_requirements, *(trainer.cuda_requirements if with_cuda else ())]
     return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
+
+
+def _min_driver(matrix: Matrix, base: CudaFacts | None, torch_cuda: str | None) -> str | None:
+    """The oldest driver the image's CUDA runs on: its base toolkit's, or, without a CUDA base, that of the CUDA
+    torch's wheels carry (PyPI's torch is a CUDA build whose libraries are wheels: the `cpu` image's)."""
+    if base is not None:
+        return base.driver_minimum
+    carried = matrix.cuda.get(torch_cuda or "")
+    return carried.driver_minimum if carried else None
 
 
 def _flash_attn_wheel(matrix: Matrix, image: ImageEntry, torch_cuda: str) -> str | None:

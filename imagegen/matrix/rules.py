@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
+from imagegen.matrix import known_bad
 from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
 
 PYTORCH_INDEX = "pytorch-index"  # an image's `lock:` when its torch build is on the PyTorch index alone
@@ -30,9 +31,11 @@ def check(matrix: Matrix, trainer_requirements: tuple[Requirement, ...] = ()) ->
 
 
 def warnings(matrix: Matrix) -> list[Problem]:
-    """Combinations that work but nobody tested: said, not refused."""
+    """Combinations that work but nobody tested, or that known regressions make slow: said, not refused."""
     found = []
     for image in matrix.images:
+        if image.torch in matrix.torch:
+            found += known_bad.matches(matrix, image, image_versions(matrix, image), warned=True)
         deepspeed = image.versions.get("deepspeed")
         release = matrix.packages.get("deepspeed", {}).get(deepspeed or "")
         tested = release.tested_torch if release else ()
@@ -69,11 +72,7 @@ def _check_facts(matrix: Matrix) -> list[Problem]:
         if torch.pypi_build not in torch.builds:
             problems.append(matrix.problem(("torch", version, "pypi_build"), f"{torch.pypi_build} is not one of "
                                            f"its builds: {', '.join(torch.builds)}", "pypi-build"))
-    for index, bad in enumerate(matrix.known_bad):
-        if _specifier(bad.transformers) is None:
-            problems.append(matrix.problem(("known_bad", index, "transformers"),
-                                           f"{bad.transformers!r} is not a version range", "version-range"))
-    return problems
+    return problems + known_bad.fact_problems(matrix)
 
 
 def _check_archs(matrix: Matrix, minor: str) -> list[Problem]:
@@ -252,14 +251,7 @@ def _check_stack(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     for component in matrix.components.pinned:
         if component.key not in ("torch", "torchvision"):  # torch's own facts are checked above
             problems += _check_package_facts(matrix, image, component.key)
-    transformers = image.versions.get("transformers")
-    for bad in matrix.known_bad:
-        spec = _specifier(bad.transformers)
-        if spec is not None and transformers and transformers in spec and image.versions.get("deepspeed"):
-            problems.append(matrix.problem(_at(image, "transformers"), f"transformers {transformers} with "
-                                           f"deepspeed is known bad: {bad.reason}; allowed: transformers outside "
-                                           f"{bad.transformers}", "known-bad"))
-    return problems
+    return problems + known_bad.matches(matrix, image, image_versions(matrix, image), warned=False)
 
 
 def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Problem]:
@@ -347,6 +339,13 @@ def _check_unique_names(matrix: Matrix) -> list[Problem]:
         problems.append(matrix.problem(("latest",), f"latest names {matrix.latest!r}, which is no image; "
                                        f"images: {', '.join(counts)}", "known-image"))
     return problems
+
+
+def image_versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
+    """The image's versions with those its torch build decides (cudnn, nccl, torch_cuda, torchvision)."""
+    build = torch_build(matrix, image)
+    decided = {"cudnn": build.cudnn, "nccl": build.nccl, "torch_cuda": build.cuda} if build else {}
+    return {**decided, "torchvision": matrix.torch[image.torch].torchvision, **image.versions}
 
 
 def torch_build(matrix: Matrix, image: ImageEntry) -> TorchBuild | None:

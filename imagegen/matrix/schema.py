@@ -103,11 +103,17 @@ class CudaFacts(Strict):
                   "a list or a mapping with keys linux/amd64, linux/arm64")
 
 
+# Where a fact that `imagegen facts check` cannot confirm everywhere comes from: the file of a project at a
+# release tag or commit (PyTorch's .github/scripts/generate_binary_build_matrix.py at v2.11.0), or a release page.
+SOURCE = STR
+
+
 class TorchBuild(Strict):
     cudnn: VERSION = None
     nccl: VERSION = None
     cxx11_abi: BOOL = None
     platforms: PLATFORM_LIST = None
+    source: SOURCE = None
 
 
 class TorchFacts(Strict):
@@ -119,6 +125,7 @@ class TorchFacts(Strict):
     torchvision: VERSION
     cxx11_abi: BOOL
     platforms: PLATFORM_LIST = None
+    source: SOURCE = None
 
 
 class FlashAttnRelease(Strict):
@@ -127,6 +134,7 @@ class FlashAttnRelease(Strict):
     python: list[VERSION]
     cxx11_abi: list[BOOL]
     requires: list[STR] = None
+    source: SOURCE = None
 
 
 class PackageRelease(Strict):
@@ -136,12 +144,19 @@ class PackageRelease(Strict):
     python: STR = None
     torch: STR = None
     tested_torch: list[VERSION] = None
+    source: SOURCE = None
 
 
-class KnownBad(Strict):
-    transformers: STR
-    with_: choice("deepspeed") = Field(alias="with")
-    reason: STR
+# What a known-bad entry's `with` names: an image that has DeepSpeed, or whose trainer runs Qwen-VL models.
+KNOWN_BAD_WITH = ("deepspeed", "qwen-vl")
+
+
+def known_bad_model(table: components.Components) -> type[Strict]:
+    """A known-bad combination: a version range per component it names (`torch: ">=2.9,<2.10"`, `cudnn: "<9.15"`),
+    what else the image must have, why, whether it is warned rather than refused, and the upstream issues."""
+    ranges = {component.key: (STR, None) for component in table}
+    return create_model("KnownBad", __base__=Strict, **ranges, with_=(choice(*KNOWN_BAD_WITH), Field(None, alias="with")),
+                        reason=(STR, ...), warn=(BOOL, None), issues=(list[STR], None))
 
 
 DEEPSPEED_OPS = ("cpu_adam", "fused_adam", "fused_lamb", "transformer", "stochastic_transformer", "utils", "aio")
@@ -176,7 +191,7 @@ def matrix_model(table: components.Components) -> type[Strict]:
         "repository": REPOSITORY, "latest": STR, "components": dict[KEY, ComponentRow],
         "os": dict[KEY, OsFacts], "cuda": dict[KEY, CudaFacts], "torch": dict[KEY, TorchFacts],
         "flash_attn": dict[KEY, FlashAttnRelease], "packages": dict[KEY, dict[KEY, PackageRelease]],
-        "known_bad": list[KnownBad], "defaults": defaults, "images": list[image],
+        "known_bad": list[known_bad_model(table)], "defaults": defaults, "images": list[image],
     }, required=("repository", "components", "os", "cuda", "torch", "images"))
 
 

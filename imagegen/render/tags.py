@@ -74,8 +74,17 @@ def description(plan: PlannedImage, versions: Versions) -> str:
     """The OCI description: torch and its CUDA, Python, then each column component the image sets itself."""
     named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.components
              if c.column and c.source == "image" and c.key not in ("python", "torch")]
-    return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} (CUDA "
-            f"{versions.get('torch_cuda')}), Python {versions.get('python')}, " + ", ".join(named))
+    return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} ({_cuda_carried(plan, versions)}), "
+            f"Python {versions.get('python')}, " + ", ".join(named))
+
+
+def _cuda_carried(plan: PlannedImage, versions: Versions) -> str:
+    """What CUDA the image carries: its base's toolkit, or only the libraries torch's wheels bring, or none."""
+    cuda = versions.get("torch_cuda")
+    if plan.cuda is not None or not cuda:
+        return f"CUDA {cuda}" if cuda else "CPU only"
+    driver = f"; a GPU needs NVIDIA driver {plan.min_driver} or newer" if plan.min_driver else ""
+    return f"CUDA {cuda} libraries from torch's wheels, no CUDA toolkit{driver}"
 
 
 def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str, base_ref: str) -> dict[str, str]:
@@ -84,7 +93,9 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
         "image": plan.name,
         "trainer": plan.trainer_version,
         **{c.label: versions.get(c.key) or "none" for c in plan.components},
-        "cuda": plan.cuda or "none",
+        # The CUDA the image carries: its base's toolkit, or the one torch's wheels bring; cuda.toolkit: the base's.
+        "cuda": plan.cuda or versions.get("torch_cuda") or "none",
+        "cuda.toolkit": plan.cuda or "none",
         "base.cudnn": str(plan.base_cudnn) if plan.base_cudnn is not None else "none",
         "min-driver": plan.min_driver or "none",
         "inputs": inputs_digest,
