@@ -21,8 +21,9 @@ log = logging.getLogger("vlmgrpo")
 def setup_logging() -> None:
     if log.handlers:
         return
-    # One copy of each message per run, not one per process.
-    if os.environ.get("RANK", "0") != "0":
+    # One copy of each message per run, not one per process (a PyTorchJob pod's RANK is its index, not a worker's).
+    worker = "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+    if worker and os.environ.get("RANK", "0") != "0":
         log.setLevel(logging.ERROR)
         return
     handler = logging.StreamHandler(sys.stderr)
@@ -41,7 +42,18 @@ def fail(error: UserError) -> None:
 def main() -> None:
     """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
     fine-tuning of language and vision-language models before it."""
+    from .environment import prepare
+
+    prepare()  # a writable HOME and caches for any uid, with or without the image's entrypoint
     setup_logging()
+
+
+def check_driver() -> None:
+    """On a GPU host, a driver older than the image needs is one line before anything loads CUDA."""
+    from .driver import main as driver_check
+
+    if driver_check():
+        sys.exit(1)
 
 
 # Options -> config keys, where the key is not the option's own name.
@@ -114,6 +126,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
     from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
+    check_driver()
     from .config import dump_config, load_config
     from .preflight import clear_earlier_run
 
@@ -219,6 +232,7 @@ def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> No
     """In-image checks as JSON; exit 0 when nothing failed, 1 otherwise."""
     from .selftest import run_selftest
 
+    check_driver()
     report = run_selftest(expected, require_gpu=require_gpu, skip_train=skip_train)
     click.echo(json.dumps(report, indent=2))
     sys.exit(1 if report["failed"] else 0)
