@@ -92,11 +92,13 @@ RUN_OPTIONS = [
                  help="Start over in an output directory that holds an earlier run (removes its checkpoints and "
                       "logs)."),
     click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file."),
-    click.option("--nproc-per-node", type=int, envvar="NPROC_PER_NODE"),
-    click.option("--nnodes", type=int, envvar="NNODES"),
-    click.option("--node-rank", type=int, envvar="NODE_RANK"),
-    click.option("--master-addr", envvar="MASTER_ADDR"),
-    click.option("--master-port", type=int, envvar="MASTER_PORT"),
+    # Without these flags, train and sft read the launch from the environment (launch_env.py): Kubeflow Trainer v2's
+    # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
+    click.option("--nproc-per-node", type=int, help="Processes on this host (default: from the environment, or 1)."),
+    click.option("--nnodes", type=int, help="Hosts of the run (default: from the environment, or 1)."),
+    click.option("--node-rank", type=int, help="This host's index (default: from the environment, or 0)."),
+    click.option("--master-addr", help="The rank-0 host (default: from the environment, or 127.0.0.1)."),
+    click.option("--master-port", type=int, help="Its rendezvous port (default: from the environment, or 29500)."),
     click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
 ]
 TRAINING_OPTIONS = [
@@ -131,7 +133,8 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
     from .preflight import clear_earlier_run
 
     try:
-        config = load_config(config_path, collect_overrides(options), recipe)
+        overrides = collect_overrides(options)
+        config = load_config(config_path, overrides, recipe, discover_launch(overrides))
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
@@ -151,6 +154,18 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         sys.exit(recipe.run(config, data))
     except UserError as error:
         fail(error)
+
+
+def discover_launch(overrides: dict[str, Any]):
+    """The launch the environment describes (a scheduler's variables), for the keys no flag set."""
+    from .launch_env import KEYS, discover
+
+    def visible_gpus() -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    return discover(os.environ, given={key for key in KEYS if key in overrides}, gpu_count=visible_gpus)
 
 
 def register(recipe: Recipe) -> None:
