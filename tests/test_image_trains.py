@@ -110,6 +110,23 @@ def test_any_other_command_runs_as_given(image_under_test):
     assert result.stdout.split() == ["4321", "True", "2.14.1+cu130"]
 
 
+def test_vlmgrpo_trains_without_the_entrypoint_as_any_uid(image_under_test, host_dirs):
+    """pyxis/enroot and Apptainer's `exec` skip the image's ENTRYPOINT: `vlmgrpo` on PATH sets up its own HOME and
+    caches, so `--entrypoint vlmgrpo` trains as `docker run IMAGE train` does, as a uid the image does not know."""
+    output = host_dirs["out"] / "no-entrypoint"
+    output.mkdir()
+    output.chmod(0o777)  # uid 12345 writes here; the host's out/ belongs to USER
+    plain = ["run", "--rm", "--entrypoint", "vlmgrpo", "--user", "12345", "-v", f"{host_dirs['data']}:/data:ro",
+             "-v", f"{host_dirs['out']}:/out", image_under_test["id"]]
+    found = json.loads(docker(*plain, "info").stdout)["environment"]
+    assert found["uid"] == 12345 and found["USER"] == "uid12345" and found["HOME"].startswith("/tmp/home.")
+    assert found["TRITON_CACHE_DIR"] == f"{found['HOME']}/.cache/triton"
+    docker(*plain, "train", "--config", "/data/rec_tiny.yaml", "--output", "/out/no-entrypoint/run", "--max-steps", "1",
+           "--save-steps", "1")
+    assert [row["step"] for row in metrics(output / "run" / "metrics.jsonl")] == [1]
+    assert (output / "run" / "checkpoint-1" / "trainer_state.json").is_file()
+
+
 def test_docker_stop_leaves_a_checkpoint_that_a_second_run_resumes(image_under_test, host_dirs):
     name = f"imagegen-e2e-{os.getpid()}"
     run = host_dirs["out"] / "stopped"

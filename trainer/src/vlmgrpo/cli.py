@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -23,8 +23,9 @@ log = logging.getLogger("vlmgrpo")
 def setup_logging() -> None:
     if log.handlers:
         return
-    # One copy of each message per run, not one per process.
-    if os.environ.get("RANK", "0") != "0":
+    # One copy of each message per run, not one per process (a PyTorchJob pod's RANK is its index, not a worker's).
+    worker = "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+    if worker and os.environ.get("RANK", "0") != "0":
         log.setLevel(logging.ERROR)
         return
     handler = logging.StreamHandler(sys.stderr)
@@ -38,7 +39,18 @@ def setup_logging() -> None:
 def main() -> None:
     """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
     fine-tuning of language and vision-language models before it."""
+    from .environment import prepare
+
+    prepare()  # a writable HOME and caches for any uid, with or without the image's entrypoint
     setup_logging()
+
+
+def check_driver() -> None:
+    """On a GPU host, a driver older than the image needs is one line before anything loads CUDA."""
+    from .driver import main as driver_check
+
+    if driver_check():
+        sys.exit(1)
 
 
 # The options `train`, `sft` and `score` share: one configuration, read the same way by each.
@@ -62,11 +74,13 @@ RUN_OPTIONS = [
                  help="Start over in an output directory that holds an earlier run (removes its checkpoints and "
                       "logs)."),
     click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file."),
-    click.option("--nproc-per-node", type=int, envvar="NPROC_PER_NODE"),
-    click.option("--nnodes", type=int, envvar="NNODES"),
-    click.option("--node-rank", type=int, envvar="NODE_RANK"),
-    click.option("--master-addr", envvar="MASTER_ADDR"),
-    click.option("--master-port", type=int, envvar="MASTER_PORT"),
+    # Without these flags, train and sft read the launch from the environment (launch_env.py): Kubeflow Trainer v2's
+    # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
+    click.option("--nproc-per-node", type=int, help="Processes on this host (default: from the environment, or 1)."),
+    click.option("--nnodes", type=int, help="Hosts of the run (default: from the environment, or 1)."),
+    click.option("--node-rank", type=int, help="This host's index (default: from the environment, or 0)."),
+    click.option("--master-addr", help="The rank-0 host (default: from the environment, or 127.0.0.1)."),
+    click.option("--master-port", type=int, help="Its rendezvous port (default: from the environment, or 29500)."),
     click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
 ]
 TRAINING_OPTIONS = [
@@ -96,11 +110,13 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
     from .launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
+    check_driver()
     from .config import dump_config, load_config
     from .preflight import clear_earlier_run
 
     try:
-        config = load_config(config_path, collect_overrides(options), recipe)
+        overrides = collect_overrides(options)
+        config = load_config(config_path, overrides, recipe, discover_launch(overrides))
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
@@ -120,6 +136,18 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         sys.exit(recipe.run(config, data))
     except UserError as error:
         fail(error)
+
+
+def discover_launch(overrides: dict[str, Any]):
+    """The launch the environment describes (a scheduler's variables), for the keys no flag set."""
+    from .launch_env import KEYS, discover
+
+    def visible_gpus() -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    return discover(os.environ, given={key for key in KEYS if key in overrides}, gpu_count=visible_gpus)
 
 
 def register(recipe: Recipe) -> None:
@@ -201,6 +229,7 @@ def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> No
     """In-image checks as JSON; exit 0 when nothing failed, 1 otherwise."""
     from .selftest import run_selftest
 
+    check_driver()
     report = run_selftest(expected, require_gpu=require_gpu, skip_train=skip_train)
     click.echo(json.dumps(report, indent=2))
     sys.exit(1 if report["failed"] else 0)

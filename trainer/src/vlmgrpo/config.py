@@ -33,6 +33,9 @@ PATH_KEYS = ("model_name_or_path", "adapter_name_or_path", "image_root", "deepsp
              "chat_template_path")
 JOIN = ":"
 
+# The run's shape: printed with where each value came from (a flag, the file, a scheduler's variable).
+LAUNCH_KEYS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
+
 # Other names for canonical keys: vlmgrpo's earlier names (use_lora, torch_dtype, bnb_4bit_use_double_quant, the
 # names transformers' BitsAndBytesConfig uses) and VLM-R1's (its GRPOModelConfig and grpo_jsonl.py arguments).
 KEY_ALIASES = {
@@ -57,6 +60,7 @@ class TrainConfig:
     command: Any  # the Recipe (grpo.GRPO, sft.SFT) whose configuration this is
     source: str = "<defaults>"
     origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
+    launcher: str = "none (one host)"  # what launch_env.discover found in the environment
 
     def where(self, key: str) -> str:
         return self.origins.get(key, self.source)
@@ -200,9 +204,14 @@ def _build_sections(sections: dict[type, dict[str, Any]], origins: dict[str, str
     return built
 
 
-def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any], command) -> TrainConfig:
-    """Merge the command's defaults < file < command line, checking every key and value."""
-    sections, trl, origins = _sort_values(command, ((source, file_values), ("command line", overrides)))
+def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any], command,
+                 launch=None) -> TrainConfig:
+    """Merge the command's defaults < file < the launch's environment variables (a launch_env.Launch) < command
+    line, checking every key and value; each value remembers where it was set."""
+    environment = [(f"environment variable {where}", {key: value})
+                   for key, (value, where) in (launch.values.items() if launch else ())]
+    layers = ((source, file_values), *environment, ("command line", overrides))
+    sections, trl, origins = _sort_values(command, layers)
     built = _build_sections(sections, origins, source)
     config = TrainConfig(
         model=built[ModelConfig],
@@ -213,6 +222,7 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
         command=command,
         source=source,
         origins=origins,
+        **({"launcher": launch.launcher} if launch else {}),
     )
     check_choices(config)
     check_ranges(config)
@@ -221,11 +231,11 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
     return config
 
 
-def load_config(path: Optional[str], overrides: dict[str, Any], command) -> TrainConfig:
+def load_config(path: Optional[str], overrides: dict[str, Any], command, launch=None) -> TrainConfig:
     file_values = read_yaml_file(path) if path else {}
     if path:
         file_values = resolve_relative_paths(file_values, Path(path).parent)
-    return build_config(file_values, path or "<defaults>", overrides, command)
+    return build_config(file_values, path or "<defaults>", overrides, command, launch)
 
 
 def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -266,11 +276,13 @@ def dump_config(config: TrainConfig) -> str:
     values = effective_values(config)
     # One block mapping (flow style inside: lists on one line); each key's help goes above the line the key starts.
     text = yaml.safe_dump(values, sort_keys=False, default_flow_style=None, width=120)
-    keys, lines = iter(values), []
+    keys, lines = iter(values), [f"# launcher: {config.launcher}\n", "\n"]
     key = next(keys, None)
     for line in text.splitlines(keepends=True):
         if key is not None and line.startswith(f"{key}:"):
             lines += [f"# {part}\n" for part in textwrap.wrap(" ".join(helps.get(key, "").split()), 116)]
+            if key in LAUNCH_KEYS and line.endswith("\n"):  # where each launch value came from, on its line
+                line = f"{line[:-1]}  # from {config.origins.get(key, 'default')}\n"
             key = next(keys, None)
         lines.append(line)
     return "".join(lines)

@@ -1,7 +1,8 @@
 """`python -m vlmgrpo.driver`: refuse to start on a GPU host whose NVIDIA driver is older than
 the image needs, in one line, before anything loads CUDA (which would fail obscurely later).
 
-The entrypoint runs it when the driver's version file is visible, i.e. when a GPU was handed in.
+`vlmgrpo train`, `sft` and `selftest` run it first; it compares only when the driver's version file is visible,
+i.e. when a GPU was handed in.
 """
 
 from __future__ import annotations

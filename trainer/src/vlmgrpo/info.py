@@ -127,4 +127,13 @@ def collect_info() -> dict[str, Any]:
             "memory_bytes": memory_bytes(),
             "gpus": gpus(),
         },
+        "environment": environment(),
     }
+
+
+def environment() -> dict[str, Any]:
+    """The uid and where this process's HOME and caches are (vlmgrpo makes them writable for any uid)."""
+    from .environment import CACHES
+
+    names = ("HOME", "USER", "XDG_CACHE_HOME", "HF_HOME", *CACHES)
+    return {"uid": os.getuid(), "gid": os.getgid(), **{name: os.environ.get(name) for name in names}}

@@ -1,0 +1,74 @@
+"""What each Kubernetes operator injects, reproduced with two processes on this host as the job's two pods: exactly
+Kubeflow Trainer v2's variables, then exactly a PyTorchJob's (see vlmgrpo/launch_env.py for where each operator sets
+them), and no launch flag: the two train one step as one job over gloo, and `--print-config` names each value's
+variable. The addresses are 127.0.0.1, where the operators give a service name (`<job>-node-0-0.<job>`,
+`<job>-master-0`); no Kubernetes API server runs here."""
+
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import yaml
+
+from conftest import ENV, in_process, read_jsonl, train_args
+from test_train import free_port
+
+
+def trainer_v2(rank: int, port: int) -> dict:
+    """kubeflow/trainer torch.go EnforceMLPolicy: numNodes 2, numProcPerNode 1."""
+    return {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_PORT": str(port)}
+
+
+def pytorchjob(rank: int, port: int) -> dict:
+    """training-operator envvar.go setPodEnv and master.go: one Master (rank 0) and one Worker (rank 1)."""
+    return {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": "2",
+            "RANK": str(rank)}
+
+
+OPERATORS = {
+    "Kubeflow Trainer v2": (trainer_v2, {"nnodes": "PET_NNODES", "node_rank": "PET_NODE_RANK",
+                                         "master_addr": "PET_MASTER_ADDR", "master_port": "PET_MASTER_PORT",
+                                         "nproc_per_node": "PET_NPROC_PER_NODE"}),
+    "PyTorchJob": (pytorchjob, {"nnodes": "WORLD_SIZE", "node_rank": "RANK", "master_addr": "MASTER_ADDR",
+                                "master_port": "MASTER_PORT"}),
+}
+
+
+def pod_environment(variables: dict) -> dict:
+    """The test's environment without any launch variable of its own, plus the operator's."""
+    launch = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
+              "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
+    base = {key: value for key, value in ENV.items() if key not in launch and not key.startswith(("PET_", "SLURM_"))}
+    return {**base, **variables}
+
+
+@pytest.mark.slow  # two ranks under two torchruns, one GRPO step: about 22 s each here
+@pytest.mark.parametrize("operator", list(OPERATORS))
+def test_two_pods_with_exactly_the_operators_variables_train_as_one_job(operator, tiny, tmp_path):
+    variables, sources = OPERATORS[operator]
+    port = free_port()
+    output = tmp_path / "out"
+    args = train_args(tiny, output, "--max-steps", "1", "--save-steps", "1", "--batch-size", "2")
+    printed = in_process(*args, "--print-config", check=True, env=pod_environment(variables(1, port))).stdout
+    assert printed.splitlines()[0] == f"# launcher: {operator}"
+    lines = {line.split(":")[0]: line for line in printed.splitlines() if not line.startswith("#")}
+    for key, variable in sources.items():
+        assert f"  # from environment variable {variable}" in lines[key], (key, lines[key])
+    assert yaml.safe_load(printed)["node_rank"] == 1 and yaml.safe_load(printed)["nnodes"] == 2
+    pods = []
+    with tempfile.TemporaryFile(mode="w+") as log0, tempfile.TemporaryFile(mode="w+") as log1:
+        for rank, log in enumerate((log0, log1)):
+            pods.append(subprocess.Popen([sys.executable, "-m", "vlmgrpo", *map(str, args)], stdout=log,
+                                         stderr=subprocess.STDOUT, text=True, env=pod_environment(variables(rank, port))))
+        codes = [pod.wait(timeout=300) for pod in pods]
+        logs = []
+        for log in (log0, log1):
+            log.seek(0)
+            logs.append(log.read()[-3000:])
+    assert codes == [0, 0], logs
+    assert [row["step"] for row in read_jsonl(output / "metrics.jsonl")] == [1]
+    checkpoint = output / "checkpoint-1"
+    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}, logs
+    assert "--nnodes=2" in logs[1] and "--node-rank=1" in logs[1]  # the second pod's launch line
