@@ -1,5 +1,6 @@
 """The row reader: line numbers for JSONL and JSON lists, and a cost linear in the file (counted, not timed)."""
 
+import io
 import json
 
 import pytest
@@ -63,3 +64,23 @@ def test_jsonl_cost_grows_linearly(tmp_path):
         assert len(list(read_records(str(path), cost))) == count
         costs.append(cost.chars_scanned)
     assert costs[1] / costs[0] < 4.2
+
+
+def test_json_list_is_held_a_chunk_at_a_time(tmp_path):
+    text = json.dumps(_rows(4000), indent=2)
+    cost = ReadCost()
+    records = list(read_json_list(io.StringIO(text).read, cost, chunk=4096))
+    assert len(records) == 4000 and records == list(read_json_list(text))
+    assert cost.largest_window < 3 * 4096  # not the whole list (about 600k characters)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_rows_and_numbers_that_span_chunks_decode_whole(chunk):
+    text = '[\n 1234567,\n {"id": "a long row that spans many chunks", "x": [1, 2, 3]},\n 89\n]'
+    assert [(line, record) for line, record, _ in read_json_list(io.StringIO(text).read, chunk=chunk)] == [
+        (2, 1234567), (3, {"id": "a long row that spans many chunks", "x": [1, 2, 3]}), (4, 89)]
+
+
+def test_a_truncated_list_is_an_error_at_its_last_row():
+    records = list(read_json_list(io.StringIO('[\n {"id": 1},\n {"id": 2').read, chunk=4))
+    assert records[0][:2] == (2, {"id": 1}) and records[1][0] == 3 and records[1][2].startswith("invalid JSON")

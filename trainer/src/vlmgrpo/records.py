@@ -1,18 +1,21 @@
 """Reading the rows of a data file: JSONL line by line, a JSON list item by item, each row with the line it starts
 on. Cost is linear in the file: the line of each row is counted from the previous row's position, never from the
-start (a 120k-row JSON list once took over 12 minutes that way), and `ReadCost.chars_scanned` counts what was
-scanned so a test can prove the growth without timing it.
+start (a 120k-row JSON list once took over 12 minutes that way); a JSON list is read a chunk at a time and JSONL a
+line at a time, so memory holds the rows kept and about one chunk. `ReadCost` counts what was scanned and held, so a
+test can prove both without timing anything.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 Record = tuple[int, Any, Optional[str]]  # (line number, record, parse error)
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
+CHUNK = 1 << 20  # characters read at a time from a JSON list
 
 
 @dataclass
@@ -20,6 +23,7 @@ class ReadCost:
     """Characters the reader scanned on its own (outside the JSON decoder) to find rows and count lines."""
 
     chars_scanned: int = 0
+    largest_window: int = 0  # the most characters of a JSON list held at once
 
 
 def read_records(path: str, cost: Optional[ReadCost] = None) -> Iterator[Record]:
@@ -29,8 +33,7 @@ def read_records(path: str, cost: Optional[ReadCost] = None) -> Iterator[Record]
         yield from _read_jsonl(path, cost)
         return
     with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    yield from read_json_list(text, cost)
+        yield from read_json_list(handle.read, cost)
 
 
 def _read_jsonl(path: str, cost: ReadCost) -> Iterator[Record]:
@@ -44,42 +47,69 @@ def _read_jsonl(path: str, cost: ReadCost) -> Iterator[Record]:
                     yield number, None, f"invalid JSON ({exc})"
 
 
-class _Lines:
-    """The line number of a position, counted incrementally: positions must not go backwards."""
+class _Window:
+    """The part of a JSON list not decoded yet: read a chunk at a time, and what was decoded is dropped, so memory
+    holds about one chunk besides the rows kept. Lines are counted as the position moves forward."""
 
-    def __init__(self, text: str, cost: ReadCost):
-        self.text, self.cost = text, cost
-        self.position, self.line = 0, 1
+    def __init__(self, read: Callable[[int], str], cost: ReadCost, chunk: int):
+        self.read, self.cost, self.chunk = read, cost, chunk
+        self.text, self.position, self.counted, self.line, self.eof = "", 0, 0, 1, False
 
-    def at(self, position: int) -> int:
-        self.line += self.text.count("\n", self.position, position)
-        self.cost.chars_scanned += position - self.position
-        self.position = position
+    def line_here(self) -> int:
+        self.line += self.text.count("\n", self.counted, self.position)
+        self.cost.chars_scanned += self.position - self.counted
+        self.counted = self.position
         return self.line
 
+    def more(self) -> bool:
+        """Read the next chunk (as large as the window when a row spans it); False at the end of the file."""
+        piece = "" if self.eof else self.read(max(self.chunk, len(self.text) - self.position))
+        if not piece:
+            self.eof = True
+            return False
+        self.line_here()
+        self.text, self.counted, self.position = self.text[self.position:] + piece, 0, 0
+        self.cost.largest_window = max(self.cost.largest_window, len(self.text))
+        return True
 
-def read_json_list(text: str, cost: Optional[ReadCost] = None) -> Iterator[Record]:
-    """Decode a JSON list item by item so each row keeps the line it starts on."""
+    def peek(self) -> str:
+        """The next character that is not JSON whitespace, or "" at the end."""
+        while True:
+            self.position = _JSON_SPACE.match(self.text, self.position).end()
+            if self.position < len(self.text) or not self.more():
+                return self.text[self.position:self.position + 1]
+
+    def decode(self, decoder: json.JSONDecoder) -> Any:
+        while True:
+            try:
+                record, end = decoder.raw_decode(self.text, self.position)
+                if end < len(self.text) or self.eof:  # a value that ends with the window may go on (a number)
+                    self.position = end
+                    return record
+            except ValueError:
+                if self.eof:
+                    raise
+            self.more()
+
+
+def read_json_list(text_or_read, cost: Optional[ReadCost] = None, chunk: int = CHUNK) -> Iterator[Record]:
+    """Decode a JSON list item by item so each row keeps the line it starts on; text, or a file's read method."""
     cost = cost if cost is not None else ReadCost()
-    decoder, lines = json.JSONDecoder(), _Lines(text, cost)
-    position = _skip(text, 0)
-    if position >= len(text) or text[position] != "[":
+    read = io.StringIO(text_or_read).read if isinstance(text_or_read, str) else text_or_read
+    window, decoder = _Window(read, cost, chunk), json.JSONDecoder()
+    if window.peek() != "[":
         yield 1, None, "expected a JSON list of rows"
         return
-    position = _skip(text, position + 1)
-    while position < len(text) and text[position] != "]":
-        line = lines.at(position)
+    window.position += 1
+    while window.peek() not in ("]", ""):
+        line = window.line_here()
         try:
-            record, position = decoder.raw_decode(text, position)
+            record = window.decode(decoder)
         except ValueError as exc:
             yield line, None, f"invalid JSON ({exc})"
             return
         yield line, record, None
-        position = _skip(text, position)
-        if position < len(text) and text[position] == ",":
-            position = _skip(text, position + 1)
-    lines.at(len(text))
-
-
-def _skip(text: str, position: int) -> int:
-    return _JSON_SPACE.match(text, position).end()
+        if window.peek() == ",":
+            window.position += 1
+    window.position = len(window.text)
+    window.line_here()
