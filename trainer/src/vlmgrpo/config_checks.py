@@ -50,6 +50,7 @@ RANGES: dict[str, tuple[float, bool, str]] = {
     "master_port": (1, False, "a TCP port"),
     "zero_reward_patience": (1, False, "logged steps"),
     "shutdown_timeout": (1, False, "seconds"),
+    "max_restarts": (0, False, "restarts"),
 }
 # key -> (highest allowed, whether the highest is excluded)
 UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True), "master_port": (65535, False)}

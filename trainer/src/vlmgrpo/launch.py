@@ -37,7 +37,7 @@ def world_size(run: RunConfig) -> int:
 
 
 def needs_launch(run: RunConfig) -> bool:
-    return not under_torchrun() and (run.nproc_per_node > 1 or run.nnodes > 1)
+    return not under_torchrun() and (run.nproc_per_node > 1 or run.nnodes > 1 or run.max_restarts > 0)
 
 
 def torchrun_environment(run: RunConfig) -> dict[str, str]:
@@ -56,6 +56,7 @@ def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
         f"--node-rank={run.node_rank}",
         f"--master-addr={run.master_addr}",
         f"--master-port={run.master_port}",
+        *([f"--max-restarts={run.max_restarts}"] if run.max_restarts else []),
         "-m", "vlmgrpo", *argv,
     ]
 
@@ -83,6 +84,9 @@ def run_torchrun(run: RunConfig, argv: list[str]) -> int:
         code = process.wait()
         stopped_by = received[0] if received else read_stop_marker(marker)
     if stopped_by is None:
+        if code and run.max_restarts:
+            log.error("a worker failed again after %d restart(s), the budget of --max-restarts %d: see the worker's "
+                      "error above", run.max_restarts, run.max_restarts)
         return code
     cause = "" if received else " sent to another process of the run"
     log.warning("stopped by %s%s: the workers wrote a checkpoint at the end of their step (torchrun's traceback "

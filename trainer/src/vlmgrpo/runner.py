@@ -4,6 +4,7 @@ checkpoint on SIGTERM and resume, the per-step metrics, and the run's own files.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ from .errors import ConfigError
 from .launch import resolve_deepspeed, write_stop_marker
 from .metrics import MetricsView, drop_steps_after
 from .preflight import RUN_LOGS
+from .storage import checkpoint_bytes, disk_full, is_out_of_space, warn_if_few_checkpoints_fit
 
 log = logging.getLogger("vlmgrpo")
 
@@ -103,20 +105,27 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
     """Train to the end or to a signal with the recipe's trainer, metrics and final save; the process exit code."""
     trl_config = build_trl_config(config)
     output = Path(trl_config.output_dir)
-    resume = resolve_resume(config.run.resume, str(output))
+    resume = resume_point(config, str(output))
     if trl_config.process_index == 0:
         write_run_config(config, output)
         for name in RUN_LOGS:
             drop_steps_after(output / name, checkpoint_step(resume))
+        log_restart(output, resume, config.run.max_restarts)
     trainer = recipe.build_trainer(config, data, trl_config)
     attach_metrics(trainer, output, recipe.metrics)
     if trl_config.process_index == 0:
         log_parameter_counts(trainer.model)
+        warn_if_few_checkpoints_fit(trainer.model, str(output))
     stop = GracefulStop()
     trainer.add_callback(stop)
     stop.install()
+    need = checkpoint_bytes(trainer.model, str(output))
     try:
         trainer.train(resume_from_checkpoint=resume)
+    except Exception as error:
+        if not is_out_of_space(error, str(output), need):
+            raise
+        raise disk_full(str(output), trainer.state.global_step, need) from None
     finally:
         stop.uninstall()
     if stop.signal_number is not None:
@@ -128,6 +137,28 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
     recipe.save(trainer, config)
     leave_process_group()
     return 0
+
+
+def restart_count() -> int:
+    """How many times torchrun has restarted the workers (--max-restarts); 0 on the first attempt."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def resume_point(config: TrainConfig, output: str):
+    """The checkpoint to continue from: --resume's, or after a restart the newest one (None: from step 0)."""
+    return resolve_resume(config.run.resume or ("auto" if restart_count() else None), output)
+
+
+def log_restart(output: Path, resume, budget: int) -> None:
+    """After a restart: say from where, and count it in metrics.jsonl (a line with the step it continues after)."""
+    restarts = restart_count()
+    if not restarts:
+        return
+    log.warning("restart %d of %d after a worker failed: %s", restarts, budget,
+                f"continuing from {os.path.basename(resume)}" if resume
+                else "no checkpoint was written before the failure, starting again from step 0")
+    with (output / "metrics.jsonl").open("a") as stream:
+        stream.write(json.dumps({"step": checkpoint_step(resume), "restart": restarts, "max_restarts": budget}) + "\n")
 
 
 def leave_process_group() -> None:

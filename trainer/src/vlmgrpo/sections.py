@@ -111,5 +111,8 @@ class RunConfig:
     node_rank: int = field(default=0, metadata=_help("This host's index, from 0."))
     master_addr: str = field(default="127.0.0.1", metadata=_help("The rank-0 host's address."))
     master_port: int = field(default=29500, metadata=_help("The rank-0 host's rendezvous port."))
+    max_restarts: int = field(default=0, metadata=_help(
+        "When a worker process dies, torchrun restarts every worker up to this many times; they continue from the "
+        "newest checkpoint (from step 0 before the first). More than 0 launches through torchrun."))
     shutdown_timeout: int = field(default=600, metadata=_help(
         "Seconds torchrun lets the workers finish a step and checkpoint after SIGTERM before it kills them."))
