@@ -31,3 +31,15 @@ def test_every_image_is_locked_or_declared_to_lock_where_the_pytorch_index_answe
 def test_every_lock_file_belongs_to_an_image_of_the_matrix():
     names = {image["name"] for image in yaml.safe_load(MATRIX_PATH.read_text())["images"]}
     assert {path.stem for path in (REPO / "locks").glob("*.json")} <= names
+
+
+def test_facts_no_index_confirms_name_their_source_and_volta_keeps_a_cuda_12_image():
+    """CUDA 13.2's base tags and driver come from NVIDIA's release notes, which no index here answers; CUDA 13 drops
+    sm70, so a locked CUDA 12 image still builds for Volta."""
+    matrix = yaml.safe_load(MATRIX_PATH.read_text())
+    assert matrix["cuda"]["13.2"]["source"].startswith("https://docs.nvidia.com/cuda/")
+    assert all("7.0" not in archs for minor, cuda in matrix["cuda"].items() if minor.startswith("13.")
+               for archs in (cuda["archs"].values() if isinstance(cuda["archs"], dict) else [cuda["archs"]]))
+    plan = Workspace().load()
+    volta = [planned.name for planned in plan.images if "7.0" in planned.cuda_archs and planned.key in plan.locked]
+    assert "cu128-torch2.8" in volta

@@ -101,6 +101,7 @@ class CudaFacts(Strict):
     # One list for every platform, or one per platform (GH200 and GB200 are arm64 hosts).
     archs: either({"list": list[VERSION], "mapping": ArchsPerPlatform},
                   "a list or a mapping with keys linux/amd64, linux/arm64")
+    source: STR = None  # where its base tags and driver versions come from (no index here confirms them)
 
 
 # Where a fact that `imagegen facts check` cannot confirm everywhere comes from: the file of a project at a

@@ -4,7 +4,6 @@ frozen vision tower, LoRA, a starting adapter; merging an adapter into its base 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import os
 import re
@@ -26,22 +25,42 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def flash_attn_usable() -> bool:
-    """flash-attn 2 needs the package and an Ampere or newer GPU."""
+def flash_attn_status() -> tuple[bool, str]:
+    """Whether flash-attn 2 can run here (the package imports and every visible GPU is Ampere or newer), and why."""
     import torch
 
-    if not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
-        return False
-    return all(torch.cuda.get_device_capability(i)[0] >= 8 for i in range(torch.cuda.device_count()))
+    if not torch.cuda.is_available():
+        return False, "no GPU visible"
+    try:
+        import flash_attn
+    except Exception as error:  # not installed, or built against another torch (an undefined symbol)
+        first = (str(error).splitlines() or [""])[0]
+        return False, f"flash_attn does not import ({type(error).__name__}: {first})"
+    for index in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(index)
+        if major < 8:
+            return False, f"GPU {index} is sm{major}{minor} and flash-attn 2 needs sm80 or newer"
+    return True, f"flash_attn {getattr(flash_attn, '__version__', '?')} imports and every GPU is sm80 or newer"
+
+
+def flash_attn_usable() -> bool:
+    return flash_attn_status()[0]
 
 
 def choose_attention(requested: str) -> str:
+    """The attention kernel to load the model with: what was asked for (sdpa, eager), else flash_attention_2 where
+    it can run and sdpa where it cannot; one log line says which and why."""
     if requested in ("sdpa", "eager"):
+        log.info("attention: %s (requested)", requested)
         return requested
-    if flash_attn_usable():
+    usable, why = flash_attn_status()
+    if usable:
+        log.info("attention: flash_attention_2 (%s)", why)
         return "flash_attention_2"
-    if cuda_available():
-        log.warning("flash_attention_2 unavailable (flash_attn not importable or a GPU below sm80): using sdpa")
+    if requested == "flash_attention_2":
+        log.warning("attention: sdpa, not the requested flash_attention_2 (%s)", why)
+    else:
+        log.info("attention: sdpa (%s)", why)
     return "sdpa"
 
 
