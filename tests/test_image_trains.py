@@ -102,6 +102,8 @@ def test_selftest_passes_inside_the_image(image_under_test):
     report = json.loads(result.stdout)
     assert report["failed"] == 0
     assert {c["name"]: c["status"] for c in report["checks"]}["train.tiny_grpo"] == "pass"
+    infiniband = {c["name"]: c for c in report["checks"]}["net.infiniband"]  # the RDMA user space NCCL loads
+    assert infiniband["status"] == "skip" and "libibverbs.so.1 loads" in infiniband["detail"]
 
 
 def test_any_other_command_runs_as_given(image_under_test):

@@ -9,14 +9,14 @@ from conftest import fake_distribution
 from vlmgrpo import checks
 from vlmgrpo.selftest import run_selftest
 
-REPORT_ORDER = ["version", "user.nonroot", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "gpu.nvidia_smi",
-                "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn", "gpu.deepspeed_ops",
+REPORT_ORDER = ["version", "user.nonroot", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "net.infiniband",
+                "gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn", "gpu.deepspeed_ops",
                 "train.tiny_grpo"]
 
 
 def test_every_check_module_has_the_interface_and_the_report_keeps_its_names_and_order(tmp_path):
     modules = checks.discover()
-    assert len(modules) == 12
+    assert len(modules) == 13
     for module in modules:
         assert isinstance(module.NAMES, tuple) and module.NAMES, module.__name__
         assert isinstance(module.ORDER, int) and isinstance(module.NEEDS_GPU, bool) and callable(module.run)
@@ -83,3 +83,17 @@ def test_a_wheel_family_is_checked_by_its_installed_distribution(tmp_path, monke
     assert check("9.2.0")["status"] == "fail"
     assert check(None) == {"name": "version.cudnn", "status": "fail", "detail": "cudnn 9.1.0.70 installed, expected "
                                                                                   "absent"}
+
+
+def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tmp_path, monkeypatch):
+    from vlmgrpo.checks import Context, net_infiniband
+
+    context = Context(expected=None)
+    monkeypatch.setattr(net_infiniband, "DEVICES", str(tmp_path / "none"))
+    [found] = net_infiniband.run(context)
+    assert found["status"] == "skip" and "NCCL uses TCP sockets" in found["detail"]
+    (tmp_path / "infiniband" / "mlx5_0").mkdir(parents=True)
+    monkeypatch.setattr(net_infiniband, "DEVICES", str(tmp_path / "infiniband"))
+    monkeypatch.setattr(net_infiniband, "LIBRARY", "libibverbs-missing.so.1")
+    [found] = net_infiniband.run(context)
+    assert found["status"] == "fail" and "mlx5_0" in found["detail"] and "install ibverbs-providers" in found["detail"]

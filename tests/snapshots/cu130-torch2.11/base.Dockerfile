@@ -29,6 +29,16 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 
 RUN python3.12 -m venv /opt/venv
 
+# The InfiniBand/RoCE user space NCCL loads to use RDMA between hosts (libibverbs and its providers, such as mlx5;
+# ibv_devinfo to look): without it NCCL falls back to TCP sockets. Same package names on Debian and Ubuntu.
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+    && apt-get install -y --no-install-recommends \
+        ibverbs-providers \
+        ibverbs-utils
+
 # uid 1000 is the usual first user on a host; Ubuntu 24.04 images already give it to "ubuntu".
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash trainer
