@@ -70,6 +70,8 @@ RUN_OPTIONS = [
     click.option("--batch-size", type=int, help="Per-device train batch size (completions for train, rows for sft)."),
     click.option("--save-steps", type=int),
     click.option("--resume", help="auto (latest checkpoint under --output, fresh if none) or a checkpoint directory."),
+    click.option("--profile-steps", metavar="A:B", help="Record steps A to B with torch.profiler into "
+                 "OUTPUT/profile/."),
     click.option("--max-restarts", type=int, help="Restart every worker (from the newest checkpoint) up to N times "
                  "when one dies."),
     click.option("--overwrite-output", is_flag=True, default=None,

@@ -78,6 +78,12 @@ def check_ranges(config) -> None:
     if config.run.node_rank >= config.run.nnodes:
         raise ConfigError(f"{config.where('node_rank')}: key 'node_rank': {config.run.node_rank} is not below "
                           f"nnodes {config.run.nnodes} (ranks count from 0)")
+    if config.run.profile_steps is not None:
+        from .profiling import parse_steps
+
+        if parse_steps(str(config.run.profile_steps)) is None:
+            raise ConfigError(f"{config.where('profile_steps')}: key 'profile_steps': {config.run.profile_steps!r} is "
+                              "not A:B with 1 <= A <= B (steps counted from 1, e.g. 10:12)")
     low, high = config.model.min_pixels, config.model.max_pixels
     if low is not None and high is not None and low > high:
         raise ConfigError(f"{config.where('min_pixels')}: key 'min_pixels': {low} is above max_pixels {high}")

@@ -113,6 +113,11 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
         log_restart(output, resume, config.run.max_restarts)
     trainer = recipe.build_trainer(config, data, trl_config)
     attach_metrics(trainer, output, recipe.metrics)
+    if config.run.profile_steps:
+        from .profiling import StepProfiler, parse_steps
+
+        trainer.add_callback(StepProfiler(parse_steps(config.run.profile_steps), output / "profile",
+                                          trl_config.process_index))
     if trl_config.process_index == 0:
         log_parameter_counts(trainer.model)
         warn_if_few_checkpoints_fit(trainer.model, str(output))

@@ -114,5 +114,8 @@ class RunConfig:
     max_restarts: int = field(default=0, metadata=_help(
         "When a worker process dies, torchrun restarts every worker up to this many times; they continue from the "
         "newest checkpoint (from step 0 before the first). More than 0 launches through torchrun."))
+    profile_steps: Optional[str] = field(default=None, metadata=_help(
+        "A:B records steps A to B (from 1) with torch.profiler (CPU, and CUDA with a GPU) as a trace per rank under "
+        "OUTPUT/profile/."))
     shutdown_timeout: int = field(default=600, metadata=_help(
         "Seconds torchrun lets the workers finish a step and checkpoint after SIGTERM before it kills them."))
