@@ -300,3 +300,15 @@ def test_rec_tiny_example_trains_on_cpu(tmp_path):
     result = vlmgrpo("train", "--config", work / "rec_tiny.yaml", "--output", tmp_path / "out", check=True)
     assert "step 8/8" in result.stdout
     assert "GRPO is not learning" in result.stderr  # random policy: rewards stay 0, the watchdog says so
+
+
+@pytest.mark.slow
+def test_report_to_wandb_offline_keeps_the_run_and_its_metrics_beside_the_output(tiny, tmp_path):
+    output = tmp_path / "out"
+    vlmgrpo(*train_args(tiny, output, "--max-steps", "2", "--save-steps", "100", "--set", "report_to=wandb"),
+            env={**ENV, "WANDB_MODE": "offline"}, check=True)
+    [run] = (output / "wandb").glob("offline-run-*")
+    [history] = run.glob("run-*.wandb")  # the run's records (protobuf), what `wandb sync` uploads
+    records = history.read_bytes()
+    for key in (b"train/reward", b"train/loss", b"train/kl", b"train/global_step"):
+        assert key in records, key  # each logged metric's key is in the run's history

@@ -56,6 +56,11 @@ def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
         kwargs["bf16"] = cuda_available() and torch.cuda.is_bf16_supported()
     if kwargs.get("report_to") == "auto":
         kwargs["report_to"] = ["tensorboard"] if importlib.util.find_spec("tensorboard") else "none"
+    reporters = kwargs.get("report_to")
+    if "wandb" in ([reporters] if isinstance(reporters, str) else reporters or []):
+        # wandb writes its run under the working directory, which an image's arbitrary uid often cannot write:
+        # beside the run instead, unless WANDB_DIR says where (WANDB_MODE=offline keeps it there to `wandb sync`).
+        os.environ.setdefault("WANDB_DIR", str(kwargs["output_dir"]))
     if not cuda_available():
         kwargs.setdefault("use_cpu", True)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
