@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .callbacks import GracefulStop, MetricsLogger
-from .checkpoint import checkpoint_step, resolve_resume
+from .callbacks import GracefulStop, MetricsLogger, MonitorCallback
+from .checkpoint import checkpoint_step, latest_checkpoint, resolve_resume
 from .config import TrainConfig, dump_config, trl_field_types
 from .data import LoadedData
 from .errors import ConfigError
@@ -108,8 +108,20 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
         write_run_config(config, output)
         for name in RUN_LOGS:
             drop_steps_after(output / name, checkpoint_step(resume))
+    monitor = start_monitor(config, trl_config, recipe, output)  # before the model loads: /health answers now
+    try:
+        return train_and_save(config, data, recipe, trl_config, resume, monitor)
+    finally:
+        if monitor is not None:
+            monitor.stop()
+
+
+def train_and_save(config: TrainConfig, data: LoadedData, recipe, trl_config, resume, monitor) -> int:
+    output = Path(trl_config.output_dir)
     trainer = recipe.build_trainer(config, data, trl_config)
     attach_metrics(trainer, output, recipe.metrics)
+    if monitor is not None:
+        trainer.add_callback(MonitorCallback(monitor))
     if trl_config.process_index == 0:
         log_parameter_counts(trainer.model)
     stop = GracefulStop()
@@ -128,6 +140,22 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
     recipe.save(trainer, config)
     leave_process_group()
     return 0
+
+
+def start_monitor(config: TrainConfig, trl_config, recipe, output: Path):
+    """Rank 0's /metrics and /health (exporter.Monitor) when metrics_port is set; None otherwise."""
+    if config.run.metrics_port is None or trl_config.process_index != 0:
+        return None
+    from . import __version__
+    from .exporter import start_monitor as serve
+
+    samples_per_step = (trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps
+                        * trl_config.world_size)
+    monitor = serve(config.run, recipe.metrics, samples_per_step, {"command": recipe.name, "version": __version__})
+    newest = latest_checkpoint(str(output))
+    if newest is not None:
+        monitor.metrics.set("checkpoint_step", checkpoint_step(newest))
+    return monitor
 
 
 def leave_process_group() -> None:
