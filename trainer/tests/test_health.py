@@ -86,8 +86,10 @@ def scrape(registry) -> dict:
 
 
 def test_gauges_appear_with_their_first_value(monkeypatch):
+    import time
+
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
-    clock = StepClock(POLICY, now=0)
+    clock = StepClock(POLICY, now=time.monotonic() - 1000)  # started 1000 s ago: past the 100 s startup grace
     registry, metrics = build_registry(clock, GRPO_METRICS, samples_per_step=16, labels={"command": "train"})
     before = scrape(registry)
     assert ("vlmgrpo_loss", ()) not in before and ("vlmgrpo_step", ()) not in before
@@ -108,7 +110,7 @@ def test_gauges_appear_with_their_first_value(monkeypatch):
     assert after[("vlmgrpo_tokens_per_second", ())] == 200
     assert after[("vlmgrpo_eval_loss", ())] == 0.3
     assert after[("vlmgrpo_eval_reward_function", (("reward", "rec_accuracy"),))] == 0.5
-    assert after[("vlmgrpo_healthy", ())] == 0  # the clock is at 0 s, the scrape at the machine's monotonic time
+    assert after[("vlmgrpo_healthy", ())] == 0  # the metrics got no step; the clock none either
     assert ("process_resident_memory_bytes", ()) in after
 
 
