@@ -149,3 +149,42 @@ class GracefulStop(TrainerCallback):
     def exit_code(self) -> int:
         """128 + signal number, the shell convention: 143 for SIGTERM, 130 for SIGINT."""
         return 128 + int(self.signal_number) if self.signal_number is not None else 0
+
+
+class MonitorCallback(TrainerCallback):
+    """Feeds rank 0's metrics server (exporter.Monitor): step times into the health clock, logged numbers into the
+    Prometheus gauges, checkpoints and evaluation batches as signs of progress."""
+
+    def __init__(self, monitor):
+        self.monitor = monitor
+        self.step_started = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.monitor.metrics.set("max_steps", state.max_steps)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.step_started = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.monotonic()
+        duration = now - self.step_started if self.step_started is not None else 0.0
+        clock = self.monitor.clock
+        clock.step_finished(state.global_step, duration, now)
+        self.monitor.metrics.step_finished(state.global_step, duration, clock.median())
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs:
+            self.monitor.metrics.logged(logs, time.monotonic())
+
+    def on_save(self, args, state, control, **kwargs):
+        self.monitor.clock.progress(time.monotonic())
+        self.monitor.metrics.set("checkpoint_step", state.global_step)
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        self.monitor.clock.progress(time.monotonic())
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.monitor.clock.progress(time.monotonic())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.monitor.clock.finish()

@@ -87,6 +87,11 @@ RUN_OPTIONS = [
     click.option("--master-port", type=int, help="Its rendezvous port (default: from the environment, or 29500)."),
     click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
 ]
+# Only train and sft serve metrics.
+MONITOR_OPTIONS = [
+    click.option("--metrics-port", type=int, help="Serve Prometheus metrics (/metrics) and the run's health "
+                 "(/health) from rank 0 on this port (the metrics_port key; health_* keys tune /health)."),
+]
 TRAINING_OPTIONS = [
     click.option("--print-config", is_flag=True, help="Print the effective configuration and exit."),
     click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
@@ -160,7 +165,7 @@ def register(recipe: Recipe) -> None:
     def command(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
         run_command(recipe, config_path, print_config, dry_run, options)
 
-    options = with_options(RUN_OPTIONS, recipe_options(recipe), TRAINING_OPTIONS)
+    options = with_options(RUN_OPTIONS, recipe_options(recipe), MONITOR_OPTIONS, TRAINING_OPTIONS)
     main.command(recipe.name, help=recipe.summary)(options(command))
 
 

@@ -51,9 +51,14 @@ RANGES: dict[str, tuple[float, bool, str]] = {
     "zero_reward_patience": (1, False, "logged steps"),
     "shutdown_timeout": (1, False, "seconds"),
     "max_restarts": (0, False, "restarts"),
+    "metrics_port": (1, False, "a TCP port"),
+    "health_stall_factor": (0, True, "times the median step time"),
+    "health_stall_min_s": (0, False, "seconds"),
+    "health_startup_s": (0, False, "seconds"),
 }
 # key -> (highest allowed, whether the highest is excluded)
-UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True), "master_port": (65535, False)}
+UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True),
+                                        "master_port": (65535, False), "metrics_port": (65535, False)}
 
 
 def _bounds_problem(key: str, value) -> str | None:

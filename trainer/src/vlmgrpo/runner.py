@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .callbacks import GracefulStop, MetricsLogger
-from .checkpoint import checkpoint_step, resolve_resume
+from .callbacks import GracefulStop, MetricsLogger, MonitorCallback
+from .checkpoint import checkpoint_step, latest_checkpoint, resolve_resume
 from .config import TrainConfig, dump_config, trl_field_types
 from .data import LoadedData
 from .errors import ConfigError
@@ -116,16 +116,17 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
         for name in RUN_LOGS:
             drop_steps_after(output / name, checkpoint_step(resume))
         log_restart(output, resume, config.run.max_restarts)
-    trainer = recipe.build_trainer(config, data, trl_config)
-    attach_metrics(trainer, output, recipe.metrics)
-    if config.run.profile_steps:
-        from .profiling import StepProfiler, parse_steps
+    monitor = start_monitor(config, trl_config, recipe, output)  # before the model loads: /health answers now
+    try:
+        return train_and_save(config, data, recipe, trl_config, resume, monitor)
+    finally:
+        if monitor is not None:
+            monitor.stop()
 
-        trainer.add_callback(StepProfiler(parse_steps(config.run.profile_steps), output / "profile",
-                                          trl_config.process_index))
-    if trl_config.process_index == 0:
-        log_parameter_counts(trainer.model)
-        warn_if_few_checkpoints_fit(trainer.model, str(output))
+
+def train_and_save(config: TrainConfig, data: LoadedData, recipe, trl_config, resume, monitor) -> int:
+    output = Path(trl_config.output_dir)
+    trainer = build_trainer(config, data, recipe, trl_config, monitor)
     stop = GracefulStop()
     trainer.add_callback(stop)
     stop.install()
@@ -147,6 +148,40 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
     recipe.save(trainer, config)
     leave_process_group()
     return 0
+
+
+def build_trainer(config: TrainConfig, data: LoadedData, recipe, trl_config, monitor):
+    """The recipe's trainer with our callbacks: metrics, the monitor, the profiler; rank 0 says what it trains."""
+    output = Path(trl_config.output_dir)
+    trainer = recipe.build_trainer(config, data, trl_config)
+    attach_metrics(trainer, output, recipe.metrics)
+    if monitor is not None:
+        trainer.add_callback(MonitorCallback(monitor))
+    if config.run.profile_steps:
+        from .profiling import StepProfiler, parse_steps
+
+        trainer.add_callback(StepProfiler(parse_steps(config.run.profile_steps), output / "profile",
+                                          trl_config.process_index))
+    if trl_config.process_index == 0:
+        log_parameter_counts(trainer.model)
+        warn_if_few_checkpoints_fit(trainer.model, str(output))
+    return trainer
+
+
+def start_monitor(config: TrainConfig, trl_config, recipe, output: Path):
+    """Rank 0's /metrics and /health (exporter.Monitor) when metrics_port is set; None otherwise."""
+    if config.run.metrics_port is None or trl_config.process_index != 0:
+        return None
+    from . import __version__
+    from .exporter import start_monitor as serve
+
+    samples_per_step = (trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps
+                        * trl_config.world_size)
+    monitor = serve(config.run, recipe.metrics, samples_per_step, {"command": recipe.name, "version": __version__})
+    newest = latest_checkpoint(str(output))
+    if newest is not None:
+        monitor.metrics.set("checkpoint_step", checkpoint_step(newest))
+    return monitor
 
 
 def restart_count() -> int:

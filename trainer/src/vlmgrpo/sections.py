@@ -119,3 +119,18 @@ class RunConfig:
         "OUTPUT/profile/."))
     shutdown_timeout: int = field(default=600, metadata=_help(
         "Seconds torchrun lets the workers finish a step and checkpoint after SIGTERM before it kills them."))
+    metrics_port: Optional[int] = field(default=None, metadata=_help(
+        "Serve Prometheus metrics on GET /metrics and the run's health on GET /health from rank 0 on this TCP port; "
+        "off when unset."))
+    metrics_host: str = field(default="0.0.0.0", metadata=_help(
+        "The address the metrics server listens on: 0.0.0.0 for every interface (a scraper or probe from outside "
+        "the container), 127.0.0.1 for this host only."))
+    health_stall_factor: float = field(default=10.0, metadata=_help(
+        "/health answers 503 when no step has finished for this many times the median of the recent step times "
+        "(a hung collective, a stuck data loader), and 200 again once one does."))
+    health_stall_min_s: float = field(default=300.0, metadata=_help(
+        "Seconds without a finished step that never count as a stall, whatever the step times: the floor of "
+        "health_stall_factor x median step time."))
+    health_startup_s: float = field(default=1800.0, metadata=_help(
+        "Seconds /health stays healthy before the first step finishes (model loading, the first generation); "
+        "unhealthy after that until a step finishes."))

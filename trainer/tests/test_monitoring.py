@@ -1,0 +1,135 @@
+"""A training run's /metrics scraped by a real Prometheus server (Debian's `prometheus`, which .ci/setup --tests
+installs), and its /health failing on a stalled step and recovering; both on loopback, with the tiny model."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import ENV, TESTS, read_jsonl
+
+pytestmark = pytest.mark.slow
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def quick_train(tiny, output, port, steps, hold_after, release, settings=()):
+    """A run of STEPS tiny steps serving metrics on loopback, whose step HOLD_AFTER + 1 waits for the file RELEASE
+    (holding.py); the Popen."""
+    command = [sys.executable, "-m", "vlmgrpo", "train", "--model", tiny["model"], "--data", tiny["data"],
+               "--image-root", tiny["image_root"], "--output", str(output), "--num-generations", "2",
+               "--batch-size", "2", "--max-completion-length", "4", "--max-steps", str(steps), "--save-steps", "1000",
+               "--metrics-port", str(port), "--set", "metrics_host=127.0.0.1", "--set", "report_to=none",
+               "--set", "gradient_accumulation_steps=1", "--set", "gradient_checkpointing=false",
+               "--set", f"reward_funcs=[{TESTS / 'shaping.py'}:token_sum, {TESTS / 'holding.py'}:held]",
+               *[item for key, value in dict(settings).items() for item in ("--set", f"{key}={value}")]]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(ENV, VLMGRPO_TEST_HOLD_AFTER=str(hold_after), VLMGRPO_TEST_RELEASE=str(release)))
+
+
+def get(url: str) -> tuple[int, str]:
+    """(status, body); 0 when nothing listens."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, ""
+
+
+def finish(run, timeout=120) -> str:
+    output, _ = run.communicate(timeout=timeout)
+    assert run.returncode == 0, output[-4000:]
+    return output
+
+
+def test_health_fails_on_a_stalled_step_and_recovers(tiny, tmp_path):
+    """Step 4 waits until the test has seen /health answer 503 three times (the limit: max(2 x the median step time,
+    2 s)), then goes on; /health answers 200 again once it finishes."""
+    port, release = free_port(), tmp_path / "release"
+    run = quick_train(tiny, tmp_path / "run", port, steps=5, hold_after=3, release=release,
+                      settings={"health_stall_factor": 2, "health_stall_min_s": 2, "health_startup_s": 60})
+    seen, released = [], None  # (status, reason) as a probe sees them, every 0.2 s
+    while run.poll() is None:
+        status, body = get(f"http://127.0.0.1:{port}/health")
+        if status:
+            seen.append((status, body.strip()))
+        if released is None and [status for status, _ in seen].count(503) >= 3:
+            release.touch()
+            released = len(seen)
+        time.sleep(0.2)
+    finish(run)
+    assert released is not None, seen
+    stalled = [reason for status, reason in seen[:released] if status == 503]
+    assert stalled[-1].startswith("stalled: no step finished for ") and " after step 3 (limit " in stalled[-1], seen
+    assert "health_stall_factor 2 x median step time" in stalled[-1] and "at least health_stall_min_s 2)" in stalled[-1]
+    assert any(reason.startswith("ok: step ") for status, reason in seen[:released] if status == 200), seen
+    after = [(status, reason) for status, reason in seen[released:] if not reason.startswith("stalled")]
+    assert after and after[0][0] == 200 and after[0][1].startswith(("ok: step 4,", "ok: step 5,",
+                                                                    "ok: training finished")), seen
+
+
+def query(base: str, promql: str) -> list:
+    status, body = get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+    assert status == 200, body
+    return json.loads(body)["data"]["result"]
+
+
+def start_prometheus(tmp_path, target_port: int):
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"global: {{scrape_interval: 1s, scrape_timeout: 1s}}\n"
+                      f"scrape_configs:\n  - job_name: vlmgrpo\n    static_configs:\n"
+                      f"      - targets: ['127.0.0.1:{target_port}']\n")
+    server = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                               f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while get(f"{base}/-/ready")[0] != 200:
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"prometheus did not start: {server.communicate()[1][-2000:]}")
+        time.sleep(0.2)
+    return server, base
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary on PATH (Debian's `prometheus` package; "
+                    "bash .ci/setup --tests installs it)")
+def test_a_real_prometheus_scrapes_the_step(tiny, tmp_path):
+    """Prometheus scrapes the run every second while step 3 waits; it answers the query for the step metric with 2."""
+    target, release = free_port(), tmp_path / "release"
+    server, base = start_prometheus(tmp_path, target)
+    try:
+        run = quick_train(tiny, tmp_path / "run", target, steps=4, hold_after=2, release=release)
+        deadline, scraped = time.monotonic() + 120, []
+        while run.poll() is None and not scraped and time.monotonic() < deadline:
+            scraped = [result for result in query(base, "vlmgrpo_step") if result["value"][1] == "2"]
+            time.sleep(0.3)
+        rewards = query(base, 'vlmgrpo_reward_function{reward="token_sum"}')
+        healthy, info = query(base, "vlmgrpo_healthy"), query(base, "vlmgrpo_info")
+        release.touch()
+        output = finish(run)
+        assert scraped, f"prometheus never answered vlmgrpo_step 2\n{output[-3000:]}"
+        assert scraped[0]["metric"] == {"__name__": "vlmgrpo_step", "job": "vlmgrpo", "instance": f"127.0.0.1:{target}"}
+        assert [record["step"] for record in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3, 4]
+        assert len(rewards) == 1 and 0 <= float(rewards[0]["value"][1]) <= 1
+        assert healthy[0]["value"][1] == "1" and info[0]["metric"]["command"] == "train"
+    finally:
+        release.touch()
+        server.terminate()
+        server.wait(timeout=30)
