@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 from .common import REPO, VLMGRPO, goal, run, table
@@ -21,7 +20,7 @@ PATH_GOAL_S = 300  # the whole path, make-tiny to an answered query
 
 def serve_and_query(model: Path, work: Path) -> tuple[float, float]:
     """(seconds from `vlmgrpo serve` to ready, seconds for one chat completion with an image, the official client)."""
-    from vlmgrpo.serve import free_port
+    from vlmgrpo.serve import free_port, wait_for_health
 
     port = free_port()
     started = time.monotonic()
@@ -29,14 +28,8 @@ def serve_and_query(model: Path, work: Path) -> tuple[float, float]:
         server = subprocess.Popen([*VLMGRPO, "serve", "--model", str(model), "--served-model-name", "rec-tiny",
                                    "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"vlmgrpo serve exited ({server.returncode}); log {work / 'serve.log'}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.2)
+        if not wait_for_health(f"http://127.0.0.1:{port}/health", 600, lambda: server.poll() is None):
+            raise RuntimeError(f"vlmgrpo serve did not get ready ({server.poll()}); log {work / 'serve.log'}")
         ready = time.monotonic() - started
         started = time.monotonic()
         query(port, work / "tiny" / "data" / "images" / "0000.png")

@@ -46,6 +46,14 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def docker_cli(*args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """`docker ARGS` as a user types it (the image tests drive the CLI, not docker-py); asserts success unless told."""
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 def unique_name(stem: str) -> str:
     """A name no other test run uses: engineers share one engine."""
     return f"{stem}-{uuid.uuid4().hex[:10]}"

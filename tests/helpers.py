@@ -96,6 +96,11 @@ def locked_matrix(directory: Path, edit=None, source: Path = FIXTURE_MATRIX) -> 
         lock = locks / f"{image['name']}.json"
         if lock.is_file():
             (directory / "locks" / lock.name).write_bytes(lock.read_bytes())
+    return write_matrix(directory, data)
+
+
+def write_matrix(directory: Path, data: dict) -> Path:
+    """The matrix data as directory/matrix.yaml (keys in their order); its path."""
     path = directory / "matrix.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -15,7 +15,7 @@ import yaml
 from imagegen.locking import index, wheelnames
 from imagegen.matrix import model
 
-from tests.helpers import FIXTURE, fixture_data, image_named
+from tests.helpers import FIXTURE, fixture_data, image_named, write_matrix
 from tests.test_cli import imagegen, on
 
 PYTORCH_INDEX_WHEEL = "torch-2.4.1+cu118-cp311-cp311-linux_x86_64.whl"  # the PyTorch index's older form
@@ -87,9 +87,7 @@ def one_build_matrix(tmp_path, edit=None):
     data["packages"], data["flash_attn"], data["images"] = {}, {}, []
     if edit:
         edit(data)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_matrix(tmp_path, data)
 
 
 def test_the_pytorch_index_s_linux_x86_64_wheels_are_compared_not_called_missing(tmp_path, made_up_index):
@@ -136,9 +134,7 @@ def facts_matrix(tmp_path, edit) -> str:
     data = fixture_data()
     data["torch"], data["packages"], data["flash_attn"] = {}, {}, {}
     edit(data)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return str(path)
+    return str(write_matrix(tmp_path, data))
 
 
 @pytest.mark.network

@@ -4,25 +4,18 @@
 import base64
 import json
 import subprocess
-import time
-import urllib.request
 from io import BytesIO
 
 import pytest
 
 from PIL import Image
 
-from tests.docker_env import unique_name
+from tests.docker_env import docker_cli as docker, unique_name
+from vlmgrpo.serve import wait_for_health
 from tests.helpers import REPO
 
 USER = "4321:4321"  # an arbitrary uid, as on a cluster
 
-
-def docker(*args, timeout=600, check=True):
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +43,6 @@ def png_url(size) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def _wait_ready(port, container, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(docker("logs", container, check=False).stderr[-3000:])
-
-
 def test_serve_in_the_image_answers_the_official_client_until_docker_stop(image_under_test, tiny_dir):
     import openai
 
@@ -70,7 +51,8 @@ def test_serve_in_the_image_answers_the_official_client_until_docker_stop(image_
            image_under_test["id"], "serve", "--model", "/work/tiny/model", "--served-model-name", "rec-tiny")
     try:
         port = docker("port", name, "8000").stdout.split(":")[-1].strip()
-        _wait_ready(port, name)
+        assert wait_for_health(f"http://127.0.0.1:{port}/health", 300, lambda: True), \
+            docker("logs", name, check=False).stderr[-3000:]
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         answer = client.chat.completions.create(model="rec-tiny", max_tokens=8, messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": png_url((84, 84))}},

@@ -12,18 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docker_env import unique_name
+from tests.docker_env import docker_cli as docker, unique_name
 from tests.helpers import REPO
 
 USER = "4321:4321"  # no such user in the image: HOME and every cache must still work
 VENV_BIN = REPO / ".venv" / "bin"
 
-
-def docker(*args, timeout=900, check=True):
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import yaml
 
 from imagegen.locking import resolve as lock_module
 from imagegen.locking import lockfile
-from tests.helpers import FIXTURE, fixture_data, image_named, locked_matrix, locked_named
+from tests.helpers import FIXTURE, fixture_data, image_named, locked_matrix, locked_named, write_matrix
 from tests.test_cli import imagegen, on
 
 # What uv prints for `accelerate` and `torch==2.14.1`, trimmed to three packages.
@@ -166,9 +166,7 @@ def facts_matrix(tmp_path, edit) -> str:
     data["flash_attn"] = {}
     data["images"] = [image_named(data, "cpu")]
     edit(data)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return str(path)
+    return str(write_matrix(tmp_path, data))
 
 
 @pytest.mark.network

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
@@ -16,7 +15,8 @@ from PIL import Image
 
 from conftest import ENV
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.serve import ServeSettings, choose_engine, engine_command, engine_model_id, free_port
+from vlmgrpo.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
+                           wait_for_health)
 from vlmgrpo.serve_app import RequestProblem, check_chat_request
 
 
@@ -76,26 +76,14 @@ def test_a_good_request_passes_as_it_came():
     assert check_chat_request(json.dumps(remote).encode(), "m") == remote
 
 
-def _wait_ready(process, port, timeout=180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read()[-3000:]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError("serve was not ready")
-
-
 @pytest.fixture(scope="module")
 def server(tiny):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"],
                                 "--served-model-name", "rec-tiny", "--port", str(port), "--host", "127.0.0.1"],
                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_ready(process, port)
+    assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None), \
+        process.stderr.read()[-3000:] if process.poll() is not None else "serve was not ready in 180 s"
     yield process, port
     if process.poll() is None:
         process.kill()
@@ -137,20 +125,14 @@ def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, 
 
 @pytest.mark.slow
 def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
+    """Streamed, so the test knows the request is in flight (its first chunk came) when the signal is sent."""
     process, port = server
-    client = _client(port)
-
-    def ask():
-        answer = client.chat.completions.create(model="rec-tiny", max_tokens=600, messages=chat("rec-tiny")["messages"])
-        return answer, time.monotonic()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(ask)
-        time.sleep(1.0)  # the request is in the engine, generating
-        signalled = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        answer, answered = pending.result(timeout=120)
-    assert answered > signalled and answer.usage.completion_tokens > 0  # it was in flight and still answered
+    stream = _client(port).chat.completions.create(model="rec-tiny", max_tokens=300, stream=True,
+                                                   messages=chat("rec-tiny")["messages"])
+    chunks = [next(stream)]
+    process.send_signal(signal.SIGTERM)
+    chunks += list(stream)  # the rest of the answer still arrives
+    assert len(chunks) > 2 and chunks[-1].choices and chunks[-1].choices[0].finish_reason is not None
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
     stderr = process.stderr.read()
     assert "requests in flight were answered" in stderr and "Traceback" not in stderr

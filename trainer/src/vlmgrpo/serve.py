@@ -21,6 +21,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .errors import ConfigError, LaunchError
 
@@ -84,20 +85,31 @@ def check_model(model: str) -> None:
                           "OUTPUT, OUTPUT/merged) or merge an adapter first with `vlmgrpo merge`")
 
 
-def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if engine.poll() is not None:
-            tail = Path(log_path).read_text(errors="replace").splitlines()[-15:]
-            raise LaunchError(f"the serving engine exited ({engine.returncode}) before it was ready; its log "
-                              f"{log_path} ends:\n" + "\n".join(tail))
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
+def answers_health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def wait_for_health(url: str, timeout_s: float, still_running: Callable[[], bool]) -> bool:
+    """Poll a /health URL until it answers 200 (True), or the server is gone or the time is up (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and still_running():
+        if answers_health(url):
+            return True
         time.sleep(0.5)
+    return False
+
+
+def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None:
+    if wait_for_health(f"http://127.0.0.1:{port}/health", READY_TIMEOUT_S, lambda: engine.poll() is None):
+        return
+    if engine.poll() is not None:
+        tail = Path(log_path).read_text(errors="replace").splitlines()[-15:]
+        raise LaunchError(f"the serving engine exited ({engine.returncode}) before it was ready; its log "
+                          f"{log_path} ends:\n" + "\n".join(tail))
     raise LaunchError(f"the serving engine was not ready after {READY_TIMEOUT_S} s; see {log_path}")
 
 
