@@ -10,6 +10,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
 
+import psutil
 import pytest
 from PIL import Image
 
@@ -86,7 +87,8 @@ def server(tiny):
         process.stderr.read()[-3000:] if process.poll() is not None else "serve was not ready in 180 s"
     yield process, port
     if process.poll() is None:
-        process.kill()
+        process.kill()  # the engine gets SIGTERM from the kernel when its parent dies (PR_SET_PDEATHSIG)
+        process.wait(timeout=30)
 
 
 def _client(port):
@@ -139,3 +141,17 @@ def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     engine_port = [line for line in stderr.splitlines() if "serving " in line][0].split("--port ")[1].split()[0]
     with pytest.raises(OSError):  # the engine was stopped too, not left behind
         urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/health", timeout=2)
+
+
+@pytest.mark.slow
+def test_a_killed_server_takes_its_engine_with_it(tiny):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"], "--port", str(port),
+                                "--host", "127.0.0.1"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None)
+    engine = [child for child in psutil.Process(process.pid).children() if "serve" in child.cmdline()][0]
+    process.kill()  # SIGKILL: no handler of ours runs
+    process.wait(timeout=30)
+    engine.wait(timeout=60)  # raises psutil.TimeoutExpired if the engine outlives its server
+    assert not engine.is_running()

@@ -126,8 +126,10 @@ def serve(settings: ServeSettings) -> int:
     log.info("serving %s as %r with %s: %s (log %s)", settings.model, settings.served_name, engine,
              " ".join(command), log_path)
     with open(log_path, "w") as stream:
-        # Its own session: a Ctrl-C or a signal to our process group must not stop it before requests finish.
-        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
+        # Its own session: a Ctrl-C or a signal to our process group must not stop it before requests finish; and
+        # SIGTERM when we die, however we die (SIGKILL, OOM), so it is never left behind holding the GPU.
+        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=_stop_with_parent)
     try:
         wait_until_ready(process, port, log_path)
         app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine))
@@ -141,6 +143,14 @@ def serve(settings: ServeSettings) -> int:
         return 0
     finally:
         _stop(process)
+
+
+def _stop_with_parent() -> None:
+    """In the engine's process before exec: Linux sends it SIGTERM when its parent, vlmgrpo serve, ends."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _exit_on_signal(number, frame) -> None:
