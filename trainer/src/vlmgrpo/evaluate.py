@@ -59,14 +59,13 @@ def _prompt_text(processor, sample: Sample, template: str, vision: bool) -> str:
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings) -> Iterator[str]:
+def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings, processor,
+             vision: bool) -> Iterator[str]:
     """One completion per sample, in order: batches left-padded, greedy unless the config sets do_sample."""
     import torch
 
-    from .model import is_vision_language, load_model, load_processing_class
+    from .model import load_model
 
-    vision = is_vision_language(config.model.model_name_or_path)
-    processor = load_processing_class(config.model, vision)
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     model = load_model(dataclasses.replace(config.model, use_peft=False), vision).eval()
@@ -86,24 +85,20 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings)
         log.info("eval: %d/%d rows generated", min(start + settings.batch_size, len(samples)), len(samples))
 
 
-def _answer_space(config: TrainConfig):
-    from .model import answer_box_space, load_config, load_processor, resize_function
-
-    processor = load_processor(config.model)
-    model_type = load_config(config.model.model_name_or_path).model_type
-    return answer_box_space(config.reward.answer_box_space, model_type), resize_function(processor)
-
-
 def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> dict:
+    from .model import answer_space_and_resize, is_vision_language, load_processing_class
     from .score import read_completions
 
     samples = first_rows(data.samples, settings.max_samples)
+    vision = is_vision_language(config.model.model_name_or_path)
+    processor = load_processing_class(config.model, vision)  # once: for the prompts and for the answer space
     if settings.completions:
         given = read_completions(settings.completions, samples)
         samples, texts = [samples[index] for _, _, index in given], [text for _, text, _ in given]
     else:
-        texts = list(generate(config, samples, settings))
-    space, resize = _answer_space(config)
+        texts = list(generate(config, samples, settings, processor, vision))
+    space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path,
+                                            processor)
     predictions = [judge(sample, text, space, resize) for sample, text in zip(samples, texts)]
     described = {"model": config.model.model_name_or_path, "adapter": config.model.adapter_name_or_path,
                  "answer_box_space": space, "max_samples_per_file": settings.max_samples,

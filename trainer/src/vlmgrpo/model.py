@@ -279,6 +279,11 @@ def answer_box_space(requested: str, model_type: str) -> str:
     return ABSOLUTE
 
 
+def answer_space_and_resize(requested: str, model_name: str, processor) -> tuple[str, Optional[callable]]:
+    """The space a model answers boxes in (from its config.json, no weights) and its processor's resize."""
+    return answer_box_space(requested, load_config(model_name).model_type), resize_function(processor)
+
+
 def resize_function(processor) -> Optional[callable]:
     """(width, height) of an original image -> (width, height) the Qwen-VL image processor feeds the model."""
     image_processor = getattr(processor, "image_processor", None)
