@@ -11,7 +11,6 @@ import urllib.error
 import urllib.request
 import uuid
 
-import docker.errors
 import pytest
 import requests
 
@@ -19,42 +18,6 @@ from imagegen.engine.registry.http import Credentials, RegistryError, credential
 from imagegen.engine.registry.oci import attach_artifact, referrers
 from imagegen.stages.publish import push_image
 from tests.docker_env import unique_name
-
-
-@pytest.fixture
-def tiny_image(build_client, throwaway_tag, tmp_path):
-    """Builds a distinct FROM-scratch image (one file with unique content) per call."""
-
-    def build(name: str, labels: dict | None = None) -> str:
-        context = tmp_path / name
-        context.mkdir()
-        (context / "payload").write_text(f"{name} {uuid.uuid4().hex}\n")
-        (context / "Dockerfile").write_text("FROM scratch\nCOPY payload /payload\n")
-        outcome = build_client.build(context, None, [throwaway_tag(name)], {}, labels or {}, {}, lambda _: None)
-        assert outcome.ok, outcome.log_tail
-        return outcome.image_id
-
-    return build
-
-
-def remove_local_refs(docker_client, prefix: str) -> None:
-    """Drop the local tags (and REPO@DIGEST references a pull by digest leaves) under `prefix`."""
-    for image in docker_client.images.list():
-        # The images are the test's own (unique payloads), so removing them whole is safe.
-        refs = image.tags + image.attrs.get("RepoDigests", [])
-        if any(ref.startswith((f"{prefix}:", f"{prefix}@")) for ref in refs):
-            try:
-                docker_client.images.remove(image.id, force=True)
-            except docker.errors.ImageNotFound:
-                pass
-
-
-@pytest.fixture
-def repository(registry, docker_client):
-    """A repository name of its own; drops the local registry-prefixed tags afterwards."""
-    name = unique_name("imagegen-test/push")
-    yield name
-    remove_local_refs(docker_client, f"{registry}/{name}")
 
 
 def test_push_version_and_alias_then_pull_back_by_digest(registry, repository, tiny_image, docker_client):
@@ -186,13 +149,6 @@ def test_errors_inside_the_push_stream_are_raised(auth_registry, tiny_image, doc
 
 
 # --- a private registry (htpasswd) ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def private_repository(auth_registry, docker_client):
-    name = unique_name("imagegen-test/private")
-    yield name
-    remove_local_refs(docker_client, f"{auth_registry.host}/{name}")
 
 
 def test_private_registry_with_credentials_pushes_and_answers_tag_checks(auth_registry, private_repository,

@@ -134,7 +134,7 @@ def test_images(image_ref: str | None, images: list[LockedImage], checking: Chec
 
 def push_images(images: list[LockedImage], registry: str, skip_tests: bool, force: bool, test_report: Path,
                 report_path: Path, echo: Echo, inventory_program: str, credentials: Credentials | None = None,
-                index_only: bool = False) -> int:
+                index_only: bool = False, compression: str = "gzip") -> int:
     """Push each image (each platform's), then the index of each image of several platforms; with
     index_only, only the indexes, of platform images pushed before (by one job per platform)."""
     if index_only:
@@ -153,7 +153,8 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
         image_id = containers.image_facts(image.ref(), client=client)["id"]
         sbom_file = sbom.path_for(report_path.parent, image.key)
         sbom.write(sbom_file, sbom.of_image(image_id, inventory_program, client=client))
-        results.append(publish.push_if_tested(image, image_id, tests, registry, force, credentials, sbom_file))
+        results.append(publish.push_if_tested(image, image_id, tests, registry, force, credentials, sbom_file,
+                                              compression))
         echo(_push_line(results[-1]))
     results += _push_indexes(images, results, registry, force, credentials, echo)
     reports.write_json(report_path, "push", results)
@@ -225,6 +226,8 @@ def _push_line(result: PushResult) -> str:
     if result.status == "pushed":
         tags = ", ".join(result.pushed_tags + [f"{t} (already published)" for t in result.already_published])
         line = f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
+        if result.pushed_tags and result.platform != platforms.INDEX:
+            line += f" ({result.compression} layers)"
         if result.sbom_digest:
             line += f"; SBOM {result.sbom_digest} refers to it, found by {result.sbom_found_by}"
         return line + (f"; SBOM not attached: {result.sbom_error}" if result.sbom_error else "")

@@ -17,7 +17,7 @@ import docker
 from imagegen.core import platforms
 from imagegen.core.errors import UserError
 from imagegen.engine.containers import docker_client
-from imagegen.engine.registry import oci
+from imagegen.engine.registry import oci, skopeo
 from imagegen.engine.registry.http import Credentials, RegistryClient, RegistryError, credentials_for
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import INPUTS_LABEL
@@ -35,7 +35,7 @@ class PushOutcome:
 
 def push_image(image_id_or_ref: str, registry: str, repository: str, version_tags: list[str], alias_tags: list[str],
                force: bool, *, client: docker.DockerClient | None = None,
-               credentials: Credentials | None = None) -> PushOutcome:
+               credentials: Credentials | None = None, compression: str = "gzip") -> PushOutcome:
     """Push a local image under version tags (immutable unless force) and alias tags.
 
     registry is a host (`127.0.0.1:5000`) or a host and namespace (`ghcr.io/acme`). A version tag that already
@@ -44,6 +44,8 @@ def push_image(image_id_or_ref: str, registry: str, repository: str, version_tag
     never hold different bits. When a version tag is refused nothing is pushed, aliases included: an alias
     must not move to an image that did not get its version published.
     """
+    if compression == "zstd":
+        skopeo.require_skopeo()
     client = client or docker_client()
     image = oci.local_image(client, image_id_or_ref)
     inputs = (image.labels or {}).get(INPUTS_LABEL)
@@ -66,7 +68,12 @@ def push_image(image_id_or_ref: str, registry: str, repository: str, version_tag
         outcome.digest = remote.manifest(repository, source, "HEAD").digest
         return _move_aliases(remote, repository, source, aliases, outcome)
     for tag in to_push + aliases:
-        outcome.digest = oci.push_tag(client, image, remote, repository, tag)
+        if compression == "zstd" and outcome.pushed_tags:  # the layers are up: the other tags point at them
+            remote.copy_tag(repository, outcome.pushed_tags[0], tag)
+        elif compression == "zstd":
+            outcome.digest = skopeo.copy_as_zstd(image.id, remote, repository, tag)
+        else:
+            outcome.digest = oci.push_tag(client, image, remote, repository, tag)
         outcome.pushed_tags.append(tag)
     return outcome
 
@@ -165,14 +172,15 @@ def platform_tags(image: LockedImage) -> tuple[list[str], list[str]]:
 
 
 def push(image: LockedImage, image_id: str, registry: str, force: bool,
-         credentials: Credentials | None = None, sbom_file: Path | None = None) -> PushResult:
+         credentials: Credentials | None = None, sbom_file: Path | None = None,
+         compression: str = "gzip") -> PushResult:
     repository = repository_name(image)
     result = PushResult(image=image.name, registry=registry, repository=repository, status="pushed",
-                        platform=image.platform)
+                        platform=image.platform, compression=compression)
     version_tags, alias_tags = platform_tags(image)
     try:
         outcome = push_image(image_id, registry, repository, version_tags, alias_tags, force,
-                                             credentials=credentials)
+                             credentials=credentials, compression=compression)
     except UserError as error:
         result.status, result.reason = "failed", str(error)
         return result
@@ -194,12 +202,12 @@ def _attach_sbom(result: PushResult, sbom_file: Path, credentials: Credentials |
 
 def push_if_tested(image: LockedImage, image_id: str, tests: dict[str, TestResult] | None, registry: str,
                    force: bool, credentials: Credentials | None = None,
-                   sbom_file: Path | None = None) -> PushResult:
+                   sbom_file: Path | None = None, compression: str = "gzip") -> PushResult:
     """Push the image when its tests passed on this exact image id; tests=None skips the gate."""
     reason = None if tests is None else untested_reason(image, image_id, tests)
     if reason:
         return not_pushed(image, registry, reason)
-    return push(image, image_id, registry, force, credentials, sbom_file)
+    return push(image, image_id, registry, force, credentials, sbom_file, compression)
 
 
 def not_pushed(image: LockedImage, registry: str, reason: str, platform: str | None = None) -> PushResult:
