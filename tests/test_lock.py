@@ -55,14 +55,35 @@ def test_a_lock_round_trips_and_says_how_it_is_refreshed():
 def test_install_steps_put_torch_first_and_install_each_package_once():
     lock = locked_named("cu130-torch2.11").lock
     steps = lockfile.install_steps(lock, deepspeed=True, flash_attn_source_build=True)
-    assert [step.name for step in steps] == ["installer", "torch", "build-tools", "flash-attn", "deepspeed", "stack"]
+    assert [step.name for step in steps] == ["installer", "cuda-libraries", "torch", "build-tools", "flash-attn",
+                                             "deepspeed", "stack"]
     lines = [line for step in steps for line in (*step.wheels, *step.sources) if not line.startswith("flash-attn")]
     assert sorted(line.split("==")[0] for line in lines) == sorted(p.name for p in lock.packages)
     assert [line.split("==")[0] for line in steps[0].wheels] == ["uv"] and steps[0].tool == "pip"
     assert all(step.tool == "uv" for step in steps[1:])
-    assert any(line.startswith("torch==2.11.0 ") for line in steps[1].wheels)
-    assert [line.split("==")[0] for line in steps[4].sources] == ["deepspeed"]
-    assert steps[3].sources == ("flash-attn==2.8.3 --hash=sha256:" + lock.flash_attn.sha256,)
+    assert {line.split("==")[0] for line in steps[1].wheels} == {p.name for p in lock.packages
+                                                                 if p.name.startswith("nvidia-")}
+    assert any(line.startswith("torch==2.11.0 ") for line in steps[2].wheels)
+    assert [line.split("==")[0] for line in steps[5].sources] == ["deepspeed"]
+    assert steps[4].sources == ("flash-attn==2.8.3 --hash=sha256:" + lock.flash_attn.sha256,)
+
+
+def test_another_torch_on_the_same_cuda_libraries_installs_the_same_cuda_library_step():
+    """The step's requirement file is all its cache key adds to its parent's: equal files, one shared layer."""
+    lock = locked_named("cpu").lock
+
+    def other_torch(package):
+        if package.name in ("torch", "torchvision", "triton"):
+            return lockfile.LockedPackage(package.name, package.version + ".post1", ("sha256:" + "1" * 64,),
+                                          package.index, package.required_by)
+        return package
+
+    other = lockfile.Lock(lock.image, lock.platform, lock.inputs, lock.base, tuple(map(other_torch, lock.packages)))
+    ours, theirs = (lockfile.install_steps(each, deepspeed=False, flash_attn_source_build=False)
+                    for each in (lock, other))
+    assert ours[1].name == theirs[1].name == "cuda-libraries" and len(ours[1].wheels) > 5
+    assert ours[1].files() == theirs[1].files()
+    assert ours[2].files() != theirs[2].files()  # torch's own step differs
 
 
 def test_packages_from_the_torch_index_install_from_that_index_alone():
@@ -72,9 +93,9 @@ def test_packages_from_the_torch_index_install_from_that_index_alone():
                           tuple(p if p.name not in ("torch", "triton") else lockfile.LockedPackage(
                               p.name, p.version, p.hashes, index, p.required_by) for p in lock.packages))
     steps = lockfile.install_steps(moved, deepspeed=False, flash_attn_source_build=False)
-    assert steps[1].name == "torch-torch-index" and steps[1].index_url == index
-    assert sorted(line.split("==")[0] for line in steps[1].wheels) == ["torch", "triton"]
-    assert all(step.index_url is None for step in steps[2:])
+    assert steps[2].name == "torch-torch-index" and steps[2].index_url == index
+    assert sorted(line.split("==")[0] for line in steps[2].wheels) == ["torch", "triton"]
+    assert all(step.index_url is None for step in steps[3:])
 
 
 def test_a_changed_input_makes_the_lock_stale_with_what_changed(tmp_path):

@@ -12,7 +12,17 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=bind,source=requirements/installer.txt,target=/tmp/requirements/installer.txt \
     pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt
 
-# torch brings its own cuDNN 9.5.1.17 and NCCL 2.26.2 as wheels; those are what it uses.
+# The CUDA libraries torch's wheels load (nvidia-*), a layer of their own below torch: an image with another
+# torch but the same versions of these, on the same base and Python, shares this layer.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/cuda-libraries.txt,target=/tmp/requirements/cuda-libraries.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cuda-libraries.txt
+
+# torch, on the cuDNN 9.5.1.17 and NCCL 2.26.2 wheels it pins (above, or in this step); those are what it uses.
 RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
