@@ -11,19 +11,20 @@ from pathlib import Path
 
 from imagegen.core import atomic
 
-from . import arm64, cache, data_scale, examples, lock_install, machine, overhead, render_time, size
+from . import arm64, cache, cold_start, data_scale, examples, lock_install, machine, operations, overhead, render_time, size
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
-            "arm64": arm64, "examples": examples, "data": data_scale}
+            "arm64": arm64, "examples": examples, "data": data_scale, "operations": operations,
+            "cold": cold_start}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run these sections and keep the others' last results (default: all; cache, size, "
-                        "lock and arm64 build images, minutes each)")
+                        "lock, arm64 and cold build or push images, minutes each)")
     parser.add_argument("--steps", type=int, default=200, help="training steps per trainer-overhead run")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md")
     return parser.parse_args(argv)
@@ -35,7 +36,7 @@ def run_section(name: str, work: Path, steps: int) -> str:
     print(f"bench: {name} ...", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
     module = SECTIONS[name]
-    text = module.section(directory, steps) if module is overhead else module.section(directory)
+    text = module.section(directory, steps) if module in (overhead, operations) else module.section(directory)
     # The machine may be shared: the load says how much else was running.
     return text + f"\n\n_Load average (1 min) at the start of this section: {load:.2f}; at its end: {os.getloadavg()[0]:.2f}._"
 

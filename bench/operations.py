@@ -1,0 +1,137 @@
+"""Section 9: what running for days costs: the restart after a killed worker, and serving metrics and health."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+from .common import REPO, VLMGRPO, table
+from .overhead import Timed, make_inputs
+
+STEP = re.compile(r"step (\d+)/")
+SCRAPE_INTERVAL_S = 1.0  # Prometheus' default is 60 s, common settings 15-30 s: 1 s is the harshest case
+RESTART_SAVE_STEPS = 5
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Scraper(threading.Thread):
+    """Asks /metrics every SCRAPE_INTERVAL_S as Prometheus would, and counts the answers."""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.url, self.answers, self.stop = f"http://127.0.0.1:{port}/metrics", 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(SCRAPE_INTERVAL_S):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as answer:
+                    self.answers += b"vlmgrpo_step" in answer.read()
+            except OSError:
+                pass  # not serving yet (the model is loading) or already gone
+
+
+def metrics_cost(work: Path, config: Path) -> tuple[list[tuple], float, int]:
+    plain = Timed("without --metrics-port", [*VLMGRPO, "train", "--config", str(config), "--output",
+                                             str(work / "out-plain")], STEP.pattern, work / "plain.log")
+    port = free_port()
+    scraper = Scraper(port)
+    scraper.start()
+    served = Timed(f"with --metrics-port, scraped every {SCRAPE_INTERVAL_S:g} s",
+                   [*VLMGRPO, "train", "--config", str(config), "--output", str(work / "out-metrics"),
+                    "--metrics-port", str(port)], STEP.pattern, work / "metrics.log")
+    scraper.stop.set()
+    skip = 5
+    rows = [(timed.name, f"{timed.startup_s:.2f}", f"{timed.steady_step_s(skip) * 1000:.1f}",
+             f"{timed.median_step_s(skip) * 1000:.1f}", f"{timed.ended - timed.started:.1f}")
+            for timed in (plain, served)]
+    return rows, served.median_step_s(skip) / plain.median_step_s(skip) - 1, scraper.answers
+
+
+def worker_of(launcher: subprocess.Popen) -> psutil.Process:
+    """The training process under vlmgrpo -> torchrun (the one to kill: a rank's process, not the launcher)."""
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        if "vlmgrpo" in " ".join(child.cmdline()) and "torch.distributed.run" not in child.cmdline():
+            return child
+    raise RuntimeError("no worker process under the launcher")
+
+
+def restart_overhead(work: Path, config: Path, kill_after: int) -> dict:
+    """Kills the worker once step `kill_after` is logged; times the kill to each later step line."""
+    argv = [*VLMGRPO, "train", "--config", str(config), "--output", str(work / "out-restart"), "--max-restarts",
+            "1", "--set", f"save_steps={RESTART_SAVE_STEPS}"]
+    seen: dict[int, float] = {}
+    killed_at = None
+    with open(work / "restart.log", "w") as stderr:
+        launcher = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        for line in launcher.stdout:
+            match = STEP.match(line)
+            if not match:
+                continue
+            step, now = int(match.group(1)), time.monotonic()
+            if killed_at is None and step == kill_after:
+                worker_of(launcher).send_signal(signal.SIGKILL)
+                killed_at = now
+            elif killed_at is not None and step not in seen:
+                seen[step] = now - killed_at
+    if launcher.wait() != 0:
+        raise RuntimeError(f"the restarted run failed ({launcher.returncode}); log {work / 'restart.log'}")
+    resumed_from = max(s for s in range(RESTART_SAVE_STEPS, kill_after + 1, RESTART_SAVE_STEPS))
+    first_after = min(seen)
+    return {"kill_after": kill_after, "resumed_from": resumed_from, "first_step": first_after,
+            "to_first_step_s": seen[first_after], "to_killed_step_again_s": seen.get(kill_after + 1)}
+
+
+def section(work: Path, steps: int) -> str:
+    steps = max(steps, 30)
+    make_inputs(work, steps)
+    config = work / "vlmgrpo.yaml"
+    rows, cost, answers = metrics_cost(work, config)
+    kill_after = RESTART_SAVE_STEPS * 2 + 2
+    restart = restart_overhead(work, config, kill_after)
+    steady_ms = float(rows[0][3])
+    lost_steps = kill_after - restart["resumed_from"]
+    return "\n".join([
+        "## 9. Running for days: a restart, and metrics",
+        "",
+        f"The trainer-overhead section's tiny run (`max_steps={steps}`, same settings), `vlmgrpo train` on the host "
+        "venv, each a whole process from its start. Metrics: the same run without and with `--metrics-port`, a "
+        f"client asking `/metrics` every {SCRAPE_INTERVAL_S:g} s as Prometheus would (it got {answers} answers "
+        "with the step in them); steady state from step 6.",
+        "",
+        table(("run", "start-up s", "ms per step (steady mean)", "ms per step (median)", "total s"), rows),
+        "",
+        f"- Metrics and health served and scraped: {cost:+.1%} on the median step time.",
+        "",
+        f"Restart: `--max-restarts 1`, a checkpoint every {RESTART_SAVE_STEPS} steps, the worker process killed "
+        f"(SIGKILL) as soon as step {kill_after} is logged; torchrun restarts it, it resumes from "
+        f"checkpoint-{restart['resumed_from']} and finishes the run.",
+        "",
+        table(("from the kill to", "s"), [
+            (f"the first step logged after it (step {restart['first_step']})", f"{restart['to_first_step_s']:.1f}"),
+            (f"a step beyond the killed one (step {kill_after + 1})",
+             f"{restart['to_killed_step_again_s']:.1f}" if restart["to_killed_step_again_s"] else "-"),
+        ]),
+        "",
+        f"- The restart costs {restart['to_first_step_s']:.1f} s to the first new step (a new process: imports, "
+        f"model and checkpoint load) plus {lost_steps} step(s) done again ({lost_steps * steady_ms / 1000:.1f} s "
+        f"at the steady {steady_ms:.0f} ms); a checkpoint every {RESTART_SAVE_STEPS} steps bounds the redone work.",
+    ])
+
+
+if __name__ == "__main__":  # a quick look without the rest of bench: python -m bench.operations DIR
+    import sys
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    print(section(target, int(sys.argv[2]) if len(sys.argv) > 2 else 40))
