@@ -42,11 +42,19 @@ def run_section(name: str, work: Path, steps: int) -> str:
 
 
 def earlier_sections(results: Path) -> dict[str, str]:
-    """The sections of an earlier RESULTS.md by their "## N." heading, each with its own machine line."""
+    """The sections of an earlier RESULTS.md by their "## N." heading, each with its own machine line; a section
+    whose heading has no number (GPU verification, written by hand from trainer/scripts/verify_gpu.py's result)
+    under its whole heading."""
     if not results.exists():
         return {}
     parts = ("\n" + results.read_text()).split("\n## ")[1:]
-    return {part.split(".", 1)[0]: "## " + part.strip() for part in parts}
+    return {section_key(part): "## " + part.strip() for part in parts}
+
+
+def section_key(part: str) -> str:
+    heading = part.split("\n", 1)[0]
+    number = heading.split(".", 1)[0]
+    return number if number.isdigit() else heading
 
 
 def main(argv: list[str]) -> None:
@@ -65,6 +73,8 @@ def main(argv: list[str]) -> None:
 
 def write_results(results: Path, ran: dict[str, str], kept: dict[str, str], seconds: float) -> None:
     sections = [ran.get(name) or kept.get(str(place)) for place, name in enumerate(SECTIONS, 1)]
+    # Sections no benchmark writes are kept as they are, after the measured ones.
+    sections += [text for key, text in kept.items() if not key.isdigit()]
     header = ["# Benchmarks", "",
               "Written by `.venv/bin/python -m bench [--only SECTION ...]`: one run of each measurement, numbers "
               "as measured; each section says when, on what and at which revision it ran. Last run: "

@@ -145,19 +145,22 @@ def facts():
 @facts.command("check")
 @click.option("--strict", is_flag=True, help="Exit 1 also while any fact is not checked (an index that does not "
               "answer): what the scheduled locks workflow runs, where every index answers.")
+@click.option("--base-registry", metavar="HOST[:PORT]", help="Ask this registry (a mirror) whether each base tag "
+              "exists, as HOST/REPOSITORY:TAG, instead of the registry the base's name points to (Docker Hub).")
 @workspace_options
 @reports_user_errors
-def facts_check(workspace, strict):
+def facts_check(workspace, strict, base_registry):
     """Compare every fact of the matrix with what the index says, and print each disagreement.
 
     Reads the wheel metadata of every torch release and CUDA build the matrix lists (cuDNN and
     NCCL pins, CUDA runtime, Python range, C++ ABI, torchvision's torch), and of the stack's
     packages (Requires-Python, the torch they require, what their extras require of the other
     pins of each image), the CUDA that PyPI's torch carries into an image without a CUDA base,
-    each lock's pins against its torch wheel, and lists flash-attn's GitHub release assets. An
-    index that does not answer is reported as not checked, with the source the matrix gives for
-    that fact. Exits 1 when the matrix or a lock disagrees with the index (with --strict, also
-    while a fact is not checked), 0 otherwise.
+    each lock's pins against its torch wheel, and lists flash-attn's GitHub release assets; asks
+    each base tag's registry (HTTP API v2) whether the tag exists. An index or registry that does
+    not answer is reported as not checked, with the source the matrix gives for that fact. Exits
+    1 when the matrix or a lock disagrees with the index or a registry (with --strict, also while
+    a fact is not checked), 0 otherwise.
     """
     from imagegen.locking import facts as facts_module
     from imagegen.matrix import model as matrix_module
@@ -165,12 +168,12 @@ def facts_check(workspace, strict):
     matrix = matrix_module.read(workspace.matrix)
     paths = [workspace.lock_path(image.name) for image in matrix.images]
     locks = {str(path): path.read_text(encoding="utf-8") for path in paths if path.is_file()}
-    report = facts_module.check(matrix, locks)
+    report = facts_module.check(matrix, locks, base_registry)
     for problem in report.disagreements:
         click.echo(f"error: {problem}", err=True)
     for what, why in report.not_checked.items():
         click.echo(f"not checked: {what}: {why}", err=True)
-    click.echo(f"{workspace.matrix}: {report.checked} facts checked against the index, "
+    click.echo(f"{workspace.matrix}: {report.checked} facts checked against the indexes and registries, "
                f"{len(report.disagreements)} disagree, {len(report.not_checked)} not checked"
                f" ({len(report.unsourced)} of them without a source)"
                + (": --strict fails while any is not checked" if strict and report.not_checked else ""))

@@ -51,6 +51,11 @@ class Checker:
             self.report.disagreements.append(self.matrix.problem(
                 path, f"the index says {evidence} requires {requirement}, the image pins {pinned}", "facts"))
 
+    def disagrees(self, path: tuple, message: str) -> None:
+        """A fact checked and found wrong, in the check's own words (a base tag the registry does not have)."""
+        self.report.checked += 1
+        self.report.disagreements.append(self.matrix.problem(path, message, "facts"))
+
     def unchecked(self, what: str, why: str, source: str | None = None, at: tuple | None = None) -> None:
         """A fact the index did not confirm: where the matrix has it from, or that it does not say."""
         if at is None:

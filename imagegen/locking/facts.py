@@ -6,8 +6,8 @@ the cuDNN, NCCL and CUDA runtime its wheel metadata pins, its C++ ABI (PyTorch b
 manylinux_2_28 wheels with the C++11 ABI and the older manylinux1/2014 and linux wheels without it),
 and the torch its torchvision requires. For every package release under `packages`: Requires-Python
 and the torch it requires. For flash-attn releases: the wheels on its GitHub release. For every
-image and lock: `facts_images`. An index that does not answer is reported once as not checked, with
-the source the matrix gives for what it could not confirm; nothing is guessed.
+image and lock: `facts_images`; for every base tag: `facts_bases`. An index that does not answer is
+reported once as not checked, with the source the matrix gives for what it could not confirm; nothing is guessed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
-from imagegen.locking import facts_images, index, wheelnames
+from imagegen.locking import facts_bases, facts_images, index, wheelnames
 from imagegen.locking.factcheck import Checker, Report
 from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
 from imagegen.matrix.plan import PYPI, TORCH_INDEX
@@ -34,9 +34,9 @@ FLASH_ATTN_WHEEL = re.compile(r"^flash_attn-(?P<version>[^+]+)\+cu(?P<cu>\d+)tor
                               r"cxx11abi(?P<abi>TRUE|FALSE)-cp3(?P<py>\d+)-cp3\d+-linux_x86_64\.whl$")
 
 
-def check(matrix: Matrix, locks: dict[str, str] | None = None) -> Report:
-    """Every fact of the matrix, every image's pins against what its packages require, and each lock (its
-    file's path -> its text) against its torch wheel."""
+def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: str | None = None) -> Report:
+    """Every fact of the matrix, every image's pins against what its packages require, each lock (its
+    file's path -> its text) against its torch wheel, and each base tag against its registry (or base_registry)."""
     checker = Checker(matrix)
     for torch in matrix.torch.values():
         for cuda in torch.builds:
@@ -47,6 +47,7 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None) -> Report:
     for release in matrix.flash_attn.values():
         _check_flash_attn(checker, release)
     facts_images.check(checker, locks or {})
+    facts_bases.check(checker, base_registry)
     return checker.report
 
 

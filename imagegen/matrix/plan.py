@@ -100,6 +100,15 @@ def resolve(matrix: Matrix, trainer: Trainer) -> list[PlannedImage]:
     return [_plan(matrix, image, trainer, platform) for image in matrix.images for platform in image.platforms]
 
 
+def base_of(matrix: Matrix, image: ImageEntry) -> tuple[str, tuple]:
+    """The base an image's Dockerfile starts FROM, and where the matrix sets it (for problems that point there)."""
+    cuda = matrix.cuda.get(image.cuda) if image.cuda else None
+    if cuda:
+        kind = "devel" if image.flavor == "devel" else "runtime"
+        return (cuda.base_devel if kind == "devel" else cuda.base_runtime), ("cuda", image.cuda, "base", kind)
+    return image.base, ("images", image.index, "base")
+
+
 def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) -> PlannedImage:
     torch = matrix.torch[image.torch]
     torch_cuda = rules.torch_cuda(matrix, image)
@@ -114,7 +123,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         versions=versions(matrix, image),
         components=matrix.components,
         flavor=image.flavor if cuda else "custom",
-        base_image=(cuda.base_devel if image.flavor == "devel" else cuda.base_runtime) if cuda else image.base,
+        base_image=base_of(matrix, image)[0],
         os=os_name,
         cuda=cuda.version if cuda else None,
         base_cudnn=cuda.cudnn if cuda else None,

@@ -1,257 +1,189 @@
 #!/usr/bin/env python3
-"""Verify vlmgrpo on a GPU machine, outside Docker, with that machine's own torch; record what was measured.
+"""Measure vlmgrpo on one GPU, in under 10 minutes: GRPO steps with and without colocated vLLM, Qwen-VL's Conv3d.
 
-    python trainer/scripts/verify_gpu.py [--wheelhouse DIR ...] [--steps 20] [--out docs/gpu-verification.md]
+    python trainer/scripts/verify_gpu.py --out result.json            # on a lent GPU
+    python trainer/scripts/verify_gpu.py --cpu-smoke --out smoke.json # the same code paths, tiny, on the CPU
 
-1. checks that the interpreter (--python, default this one) has a torch that sees a GPU;
-2. installs the trainer from this checkout with pip, taking missing wheels from --wheelhouse directories only
-   (--no-index) when any are given; torch is not a trainer dependency, so pip leaves the machine's torch alone;
-3. runs `vlmgrpo selftest --require-gpu` (GPU visible, bf16 matmul, NCCL all-reduce, flash-attn against SDPA,
-   DeepSpeed ops, and two GRPO steps);
-4. makes a tiny Qwen2.5-VL locally and trains it for --steps GRPO steps in bf16, timing every step;
-5. writes date, hardware, versions, steps/s, peak GPU memory and every check's result to --out (temp file, then
-   rename), and exits 0 when every check passed, 1 when one failed, 2 when it cannot run (no GPU, bad arguments).
+Parts (each measured, skipped with its reason, or failed with its error; one failing does not stop the others):
+- conv3d: Qwen2.5-VL's vision patch embedding (3 channels, temporal patch 2, patch 14, --conv-embed-dim) over
+  --conv-patches patches in bf16, forward and forward+backward, with torch.backends.cudnn.enabled True and False
+  (torch 2.9 with cuDNN < 9.15 ran it very slowly: pytorch/pytorch#166122);
+- grpo: --steps GRPO steps through vlmgrpo's own trainer (its model loading, attention choice, data checks,
+  rewards, trainer class) on a tiny random Qwen2.5-VL made here (or --model PATH) and a generated grounding set:
+  seconds per step, rollout tokens/s and torch.cuda.max_memory_allocated;
+- grpo_vllm: the same with TRL's colocated vLLM, only where vLLM imports (else "skipped: vLLM not installed").
 
-Only the standard library is used here: the trainer may not be installed yet when it starts.
+Prints a short table on stderr and the JSON result on stdout (and to --out). Exit 0 when nothing failed, including
+on a machine without a CUDA GPU ("no CUDA GPU: nothing measured", with the reason); 1 when a part failed; 2 on bad
+arguments. Imports only torch, transformers, accelerate, peft, TRL and vlmgrpo from this checkout; no network.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional
 
-TRAINER = Path(__file__).resolve().parents[1]
-REPORT = TRAINER.parent / "docs" / "gpu-verification.md"
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-TIMEOUT_S = 3600
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_measures as measures  # noqa: E402  (beside this script, which is run as a file, not a package)
 
-# What the script asks torch about the machine, run in the target interpreter.
-PROBE = """
-import json, torch
-count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": [
-    {"name": torch.cuda.get_device_name(i), "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
-     "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))} for i in range(count)],
-    "bf16": bool(count and torch.cuda.is_bf16_supported())}))
-"""
+# Sizes of a GPU run and of --cpu-smoke: the smoke run takes the same code paths with tiny sizes.
+GPU_SIZES = {"steps": 10, "num_generations": 4, "batch_size": 8, "completion_length": 128,
+             "conv_patches": 8 * 2304, "conv_embed_dim": 1280, "conv_repeats": 20}  # 8 images of 672x672 pixels
+SMOKE_SIZES = {"steps": 2, "num_generations": 2, "batch_size": 2, "completion_length": 8,
+               "conv_patches": 64, "conv_embed_dim": 32, "conv_repeats": 2}
 
 
-class CannotRun(Exception):
-    """The verification cannot start: no GPU, no torch, bad arguments. Exit 2 with this message."""
+class BadArguments(Exception):
+    """An option out of range: exit 2 with this one line."""
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--python", default=sys.executable,
-                        help="interpreter whose torch is verified (default: the one running this script)")
-    parser.add_argument("--wheelhouse", action="append", default=[], metavar="DIR",
-                        help="directory of wheels for missing dependencies; repeatable; with any, pip uses no index")
-    parser.add_argument("--no-install", action="store_true", help="use the vlmgrpo already installed")
-    parser.add_argument("--steps", type=int, default=20, help="GRPO steps of the bf16 run (default 20)")
-    parser.add_argument("--completion-length", type=int, default=64,
-                        help="max_completion_length of the bf16 run (default 64)")
-    parser.add_argument("--out", type=Path, default=REPORT, help=f"report to write (default {REPORT})")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the tiny model and run go (default: temp)")
+    parser.add_argument("--out", type=Path, help="also write the JSON result here")
+    parser.add_argument("--model", help="a Qwen2-VL / Qwen2.5-VL directory to train instead of a tiny random one")
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: tests the script, measures "
+                        "nothing worth recording")
+    parser.add_argument("--work-dir", type=Path, help="where the tiny model, data and runs go (default: temporary)")
+    for name, value in GPU_SIZES.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
+                            help=f"default {value} on a GPU, {SMOKE_SIZES[name]} with --cpu-smoke")
     args = parser.parse_args(argv)
-    if args.completion_length < 1:
-        raise CannotRun(f"--completion-length {args.completion_length}: at least 1 token")
-    if args.steps < 2:
-        raise CannotRun(f"--steps {args.steps}: at least 2 (the first step's time is warm-up, not measured)")
-    for directory in args.wheelhouse:
-        if not Path(directory).is_dir():
-            raise CannotRun(f"--wheelhouse {directory}: no such directory")
-    if not args.out.parent.is_dir():
-        raise CannotRun(f"--out {args.out}: the directory {args.out.parent} does not exist")
+    sizes = SMOKE_SIZES if args.cpu_smoke else GPU_SIZES
+    for name, value in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+        elif getattr(args, name) < 1:
+            raise BadArguments(f"--{name.replace('_', '-')} {getattr(args, name)}: at least 1")
+    if args.batch_size % args.num_generations:
+        raise BadArguments(f"--batch-size {args.batch_size}: a multiple of --num-generations {args.num_generations} "
+                           "(TRL samples whole groups)")
+    if args.out and not args.out.parent.is_dir():
+        raise BadArguments(f"--out {args.out}: the directory {args.out.parent} does not exist")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        raise BadArguments(f"--model {args.model}: no config.json there (a local model directory; nothing is "
+                           "downloaded)")
     return args
 
 
-def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, **kwargs)
+def no_gpu_reason() -> Optional[str]:
+    """Why no CUDA GPU can be measured here, or None when one can."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a build without CUDA"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device"
+    return None
 
 
-def probe_machine(python: str) -> dict:
-    try:
-        result = run([python, "-c", PROBE])
-    except OSError as exc:
-        raise CannotRun(f"--python {python}: cannot run it ({exc.strerror})") from None
-    if result.returncode:
-        raise CannotRun(f"{python} cannot import torch: {result.stderr.strip().splitlines()[-1:]}; install the "
-                        "machine's torch build first (this script never installs torch)")
-    machine = json.loads(result.stdout.strip().splitlines()[-1])
-    if not machine["gpus"]:
-        raise CannotRun(f"no GPU visible to torch {machine['torch']} in {python}: this script verifies a GPU machine")
-    return machine
+def machine() -> dict:
+    import torch
+    import transformers
+    import trl
+
+    gpu = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
+               "capability": f"{props.major}.{props.minor}", "count": torch.cuda.device_count()}
+    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": measures.cudnn_version(),
+            "transformers": transformers.__version__, "trl": trl.__version__, "vllm": measures.vllm_status()[1],
+            "gpu": gpu}
 
 
-def install_command(python: str, wheelhouses: list[str]) -> list[str]:
-    """pip install the trainer; with wheelhouses, from them alone. torch is no dependency, so it stays as it is."""
-    sources = ["--no-index", *[f"--find-links={d}" for d in wheelhouses]] if wheelhouses else []
-    return [python, "-m", "pip", "install", "--quiet", *sources, str(TRAINER)]
+def make_data(args: argparse.Namespace, work: Path) -> dict:
+    """A tiny random Qwen2.5-VL and a generated grounding set (vlmgrpo's own maker); --model replaces the model."""
+    from vlmgrpo.tiny import make_images_and_rows, make_tiny
+
+    if args.model:
+        data_file = make_images_and_rows(work / "data", rows=4 * args.batch_size)
+        return {"model": args.model, "data": str(data_file), "image_root": str(data_file.parent / "images")}
+    return make_tiny(work / "tiny", rows=4 * args.batch_size)
 
 
-def selftest(python: str) -> list[dict]:
-    result = run([python, "-m", "vlmgrpo", "selftest", "--require-gpu"])
-    try:
-        return json.loads(result.stdout)["checks"]
-    except (ValueError, KeyError):
-        return [check("selftest", FAIL, f"exit {result.returncode}: {result.stderr.strip()[-500:]}")]
+def measure_all(args: argparse.Namespace, device: str, work: Path) -> dict:
+    settings = measures.RunSettings(device=device, steps=args.steps, num_generations=args.num_generations,
+                                    batch_size=args.batch_size, completion_length=args.completion_length)
+    parts = {"conv3d": measures.measure_part(lambda: measures.conv3d_timing(
+        device, args.conv_patches, args.conv_embed_dim, args.conv_repeats))}
+    made = measures.measure_part(lambda: {"status": "measured", **make_data(args, work)})
+    if made["status"] != "measured":
+        failed = {**made, "error": f"making the model and data: {made['error']}"}
+        return {**parts, "grpo": failed, "grpo_vllm": failed}
+    parts["grpo"] = measures.measure_part(lambda: measures.grpo_run(made, settings, work / "grpo", use_vllm=False))
+    # Last: colocated vLLM keeps part of the GPU's memory for the rest of the process.
+    parts["grpo_vllm"] = measures.vllm_part(made, settings, work / "grpo_vllm")
+    return parts
 
 
-def check(name: str, status: str, detail: str) -> dict:
-    return {"name": name, "status": status, "detail": detail}
+def verify(args: argparse.Namespace) -> dict:
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "mode": "cpu-smoke" if args.cpu_smoke else "gpu"}
+    reason = None if args.cpu_smoke else no_gpu_reason()
+    if reason:
+        return {**result, "status": "nothing measured", "reason": reason, "parts": {}}
+    measures.import_trainer()
+    result["machine"] = machine()
+    result["sizes"] = {name: getattr(args, name) for name in GPU_SIZES}
+    with tempfile.TemporaryDirectory(prefix="verify-gpu-") as scratch:
+        work = args.work_dir or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        result["parts"] = measure_all(args, "cpu" if args.cpu_smoke else "cuda", work)
+    failed = [name for name, part in result["parts"].items() if part["status"] == "failed"]
+    result["status"] = f"failed: {', '.join(failed)}" if failed else "measured"
+    return result
 
 
-def train_command(python: str, tiny: dict, output: Path, steps: int, completion_length: int) -> list[str]:
-    return [python, "-m", "vlmgrpo", "train", "--model", tiny["model"], "--data", tiny["data"], "--image-root",
-            tiny["image_root"], "--output", str(output), "--max-steps", str(steps), "--save-steps", str(steps),
-            "--num-generations", "4", "--batch-size", "8", "--max-completion-length", str(completion_length),
-            "--set", "bf16=true", "--set", "dtype=bfloat16", "--set", "gradient_accumulation_steps=1",
-            "--set", "report_to=none"]
-
-
-def measure(rows: list[dict], steps: int, seconds: float) -> dict:
-    """From metrics.jsonl: steps/s over the steps after the first (warm-up), the peak GPU memory of any step."""
-    train_rows = [row for row in rows if "reward" in row]
-    times = [row["step_time"] for row in train_rows[1:] if row.get("step_time")]
-    peaks = [row["gpu_memory_peak_gib"] for row in train_rows if row.get("gpu_memory_peak_gib") is not None]
-    return {
-        "steps": len(train_rows),
-        "steps_expected": steps,
-        "steps_per_second": round(1 / statistics.mean(times), 3) if times else None,
-        "seconds_per_step": round(statistics.mean(times), 3) if times else None,
-        "peak_memory_gib": max(peaks) if peaks else None,
-        "wall_seconds": round(seconds, 1),
-        "final_loss": train_rows[-1].get("loss") if train_rows else None,
-    }
-
-
-def train_checks(measured: dict, exit_code: int, output: Path) -> list[dict]:
-    steps = f"{measured['steps']} of {measured['steps_expected']} steps logged"
-    return [
-        check("train.bf16_grpo.exit", PASS if exit_code == 0 else FAIL, f"exit code {exit_code}"),
-        check("train.bf16_grpo.steps", PASS if measured["steps"] == measured["steps_expected"] else FAIL, steps),
-        check("train.bf16_grpo.loss_finite", PASS if isinstance(measured["final_loss"], (int, float)) else FAIL,
-              f"last loss {measured['final_loss']}"),
-        check("train.bf16_grpo.model_saved", PASS if (output / "model.safetensors").is_file() else FAIL,
-              str(output / "model.safetensors")),
-    ]
-
-
-def tiny_grpo(python: str, work: Path, steps: int, completion_length: int) -> tuple[dict, list[dict]]:
-    made = run([python, "-m", "vlmgrpo", "make-tiny", "--out", str(work / "tiny"), "--rows", "64"])
-    if made.returncode:
-        return {}, [check("train.make_tiny", FAIL, made.stderr.strip()[-500:])]
-    tiny = json.loads(made.stdout.strip().splitlines()[-1])
-    output = work / "run"
-    started = time.monotonic()
-    result = run(train_command(python, tiny, output, steps, completion_length))
-    seconds = time.monotonic() - started
-    metrics = output / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-    measured = measure(rows, steps, seconds)
-    checks = train_checks(measured, result.returncode, output)
-    if result.returncode:
-        checks[0]["detail"] += f": {result.stderr.strip()[-500:]}"
-    return measured, checks
-
-
-def render_report(results: dict) -> str:
-    """The markdown of docs/gpu-verification.md from one run's results."""
-    machine, measured, checks = results["machine"], results["measured"], results["checks"]
-    gpus = ", ".join(f"{g['name']} ({g['memory_gib']} GiB, sm {g['capability']})" for g in machine["gpus"])
-    failed = [c for c in checks if c["status"] == FAIL]
-    versions = ", ".join(f"{key} {value}" for key, value in results["versions"].items() if value)
-
-    def cell(text) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
-
-    lines = [
-        "# GPU verification",
-        "",
-        "Written by `trainer/scripts/verify_gpu.py` (run it on a GPU machine; it rewrites this file).",
-        "",
-        f"- Date: {results['date']}",
-        f"- Hardware: {len(machine['gpus'])} x {gpus}; host {results['host']}",
-        f"- torch {machine['torch']} (CUDA {machine['cuda']}), bf16 {'supported' if machine['bf16'] else 'not supported'}",
-        f"- Versions: {versions}",
-        f"- Result: {'all checks passed' if not failed else f'{len(failed)} check(s) failed'} "
-        f"({sum(c['status'] == PASS for c in checks)} passed, {len(failed)} failed, "
-        f"{sum(c['status'] == SKIP for c in checks)} skipped)",
-        "",
-        f"## {measured.get('steps_expected', '?')}-step bf16 GRPO run on a tiny Qwen2.5-VL made locally",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| steps/s (steps 2 onward) | {measured.get('steps_per_second')} |",
-        f"| seconds per step | {measured.get('seconds_per_step')} |",
-        f"| peak GPU memory (torch.cuda.max_memory_allocated) | {measured.get('peak_memory_gib')} GiB |",
-        f"| wall time, start-up included | {measured.get('wall_seconds')} s |",
-        "",
-        "## Checks",
-        "",
-        "| check | result | detail |",
-        "|---|---|---|",
-        *[f"| {c['name']} | {c['status']} | {cell(c['detail'])[:300]} |" for c in checks],
-        "",
-    ]
+def table(result: dict) -> str:
+    """The figures worth a glance, one line per part."""
+    if not result["parts"]:
+        return f"no CUDA GPU: nothing measured ({result['reason']})"
+    lines = [f"{'part':<10} {'status':<9} figures"]
+    for name, part in result["parts"].items():
+        if part["status"] == "skipped":
+            figures = f"skipped: {part['reason']}"
+        elif part["status"] == "failed":
+            figures = part["error"]
+        elif name == "conv3d":
+            figures = (f"forward {part['cudnn_on_forward_ms']} ms cuDNN on / {part['cudnn_off_forward_ms']} ms off; "
+                       f"fwd+bwd {part['cudnn_on_forward_backward_ms']} / {part['cudnn_off_forward_backward_ms']} ms")
+        else:
+            figures = (f"{part['step_seconds_mean']} s/step, {part['rollout_tokens_per_second']} rollout tokens/s, "
+                       f"peak {part['peak_memory_allocated_gib']} GiB allocated")
+        lines.append(f"{name:<10} {part['status']:<9} {figures}")
     return "\n".join(lines)
 
 
-def write_report(path: Path, text: str) -> None:
+def write_json(path: Path, result: dict) -> None:
+    """Whole or not at all: a temporary file beside it, then renamed."""
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as stream:
-        stream.write(text)
+        json.dump(result, stream, indent=2)
+        stream.write("\n")
     os.replace(stream.name, path)
-
-
-def versions(python: str) -> dict:
-    result = run([python, "-m", "vlmgrpo", "info"])
-    try:
-        return json.loads(result.stdout)["versions"]
-    except (ValueError, KeyError):
-        return {}
-
-
-def verify(args: argparse.Namespace) -> int:
-    machine = probe_machine(args.python)
-    if not args.no_install:
-        installed = run(install_command(args.python, args.wheelhouse))
-        if installed.returncode:
-            raise CannotRun(f"installing the trainer failed: {installed.stderr.strip()[-800:]}")
-    checks = selftest(args.python)
-    with tempfile.TemporaryDirectory(prefix="vlmgrpo-gpu-") as scratch:
-        work = args.work_dir or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        measured, train = tiny_grpo(args.python, work, args.steps, args.completion_length)
-    results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "host": f"{platform.node()}, {os.cpu_count()} CPUs",
-        "machine": machine,
-        "versions": versions(args.python),
-        "measured": measured,
-        "checks": checks + train,
-    }
-    write_report(args.out, render_report(results))
-    failed = [c["name"] for c in results["checks"] if c["status"] == FAIL]
-    print(f"wrote {args.out}: " + (f"failed: {', '.join(failed)}" if failed else "all checks passed"))
-    return 1 if failed else 0
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     try:
-        return verify(parse_args(argv))
-    except CannotRun as problem:
+        args = parse_args(argv)
+    except BadArguments as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs: stdout carries the JSON alone
+        result = verify(args)
+    print(table(result), file=sys.stderr)
+    print(json.dumps(result))
+    if args.out:
+        write_json(args.out, result)
+    return 1 if result["status"].startswith("failed") else 0
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
-
 from .errors import ConfigError
 
 _UNIONS = (Union, types.UnionType)
@@ -48,7 +46,11 @@ def as_written(hint):
 
 
 @functools.lru_cache(maxsize=None)
-def _adapter(hint) -> TypeAdapter:
+def _adapter(hint):
+    # pydantic is imported here, not at the top: the data and model code reach this module through config.py, and
+    # trainer/scripts/verify_gpu.py runs that code on GPU machines that carry only torch, transformers and TRL.
+    from pydantic import ConfigDict, TypeAdapter
+
     return TypeAdapter(as_written(hint), config=ConfigDict(strict=True))
 
 
@@ -69,6 +71,8 @@ def describe(hint) -> str:
 
 
 def check_value(source: str, key: str, value, hint) -> None:
+    from pydantic import ValidationError
+
     try:
         _adapter(hint).validate_python(value)
     except ValidationError:
