@@ -11,7 +11,8 @@ from pathlib import Path
 
 from imagegen.core import atomic
 
-from . import arm64, cache, cold_start, data_scale, examples, lock_install, machine, operations, overhead, render_time, size
+from . import (arm64, cache, cold_start, data_scale, examples, lock_install, machine, operations, overhead,
+               render_time, size)
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
