@@ -194,7 +194,10 @@ def facts_matrix(tmp_path, edit) -> str:
 def test_facts_check_is_clean_on_the_real_facts_pypi_serves(tmp_path):
     result = imagegen("facts", "check", "--matrix", facts_matrix(tmp_path, lambda d: None))
     assert result.returncode == 0, result.stderr
-    assert "0 disagree, 0 not checked" in result.stdout
+    # The base tag's registry (Docker Hub) is all that may be out of reach: where it answers, nothing is unchecked.
+    not_checked = [line for line in result.stderr.splitlines() if line.startswith("not checked:")]
+    assert all("debian:bookworm-slim" in line for line in not_checked), not_checked
+    assert f"0 disagree, {len(not_checked)} not checked" in result.stdout
 
 
 @pytest.mark.network
