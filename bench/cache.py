@@ -49,19 +49,27 @@ def changed_trainer(inputs: Path) -> Path:
     return copy
 
 
-def changed_matrix(inputs: Path) -> Path:
+def changed_matrix(inputs: Path) -> tuple[Path, Path]:
     """A copy of matrix.yaml with one pinned ML package moved one release back (its facts added), and
-    the cpu image locked again for it, as a user would: `imagegen lock` reads the index."""
+    the cpu image locked again for it, as a user would: `imagegen lock` reads the index. The trainer's
+    bound on that package starts at the release the matrix pins, so a copy of the trainer (beside it) allows
+    the older one too. Returns (matrix, trainer)."""
     changed = inputs / "changed"
     shutil.copytree(inputs / "locks", changed / "locks")
+    trainer = changed / "trainer"
+    shutil.copytree(inputs / "trainer", trainer)
+    project = (trainer / "pyproject.toml").read_text()
+    bound = f'"{PACKAGE_CHANGE[0].replace(": ", ">=")},'
+    assert project.count(bound) == 1, f"trainer/pyproject.toml: expected one {bound}"
+    (trainer / "pyproject.toml").write_text(project.replace(bound, f'"{PACKAGE_CHANGE[1].replace(": ", ">=")},'))
     text = (inputs / "matrix.yaml").read_text()
     old, new = PACKAGE_CHANGE
     assert text.count(old) == 1, f"matrix.yaml: expected one '{old}'"
     facts = PACKAGE_FACTS
     assert text.count(facts[0]) == 1, f"matrix.yaml: expected one '{facts[0]}'"
     (changed / "matrix.yaml").write_text(text.replace(old, new).replace(facts[0], facts[0] + facts[1]))
-    run([*IMAGEGEN, "lock", "--matrix", str(changed / "matrix.yaml"), "--image", "cpu"])
-    return changed / "matrix.yaml"
+    run([*IMAGEGEN, "lock", "--matrix", str(changed / "matrix.yaml"), "--trainer", str(trainer), "--image", "cpu"])
+    return changed / "matrix.yaml", trainer
 
 
 def measure(work: Path) -> list[CpuBuild]:
@@ -71,7 +79,7 @@ def measure(work: Path) -> list[CpuBuild]:
     builds = [build_cpu("cold", work, *options(inputs)), build_cpu("no change", work, *options(inputs))]
     builds.append(build_cpu("trainer code changed", work, *options(inputs, trainer=changed_trainer(inputs))))
     builds.append(build_cpu(f"{PACKAGE_CHANGE[0]} -> {PACKAGE_CHANGE[1].split()[1]}", work,
-                            *options(inputs, matrix=changed_matrix(inputs))))
+                            *options(inputs, *changed_matrix(inputs))))
     restored = build_cpu("restore", work)  # the cpu tags back on the working tree's image
     ours = {layer["ref"] for layer in restored.report["layers"]}
     remove_images(sorted({layer["ref"] for build in builds for layer in build.report["layers"]} - ours))

@@ -143,7 +143,7 @@ def stack_change(host: str, work: Path, ours: dict) -> dict:
     pushed beside ours: which of its layers are the very blobs ours has, and which step made the first that
     is not."""
     inputs = snapshot_inputs(work)
-    variant = build_cpu("peft variant", work, *options(inputs, matrix=changed_matrix(inputs)))
+    variant = build_cpu("peft variant", work, *options(inputs, *changed_matrix(inputs)))
     restored = build_cpu("restore", work)  # the cpu tags back on the working tree's image
     pushed = push(host, variant.report["image_id"], "bench/cpu-peft", work)
     theirs = pushed["layers"]
