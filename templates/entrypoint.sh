@@ -1,5 +1,5 @@
 #!/bin/sh
-# imagegen entrypoint: `train`, `sft`, `merge`, `score`, `eval`, `serve`, `info`, `selftest` and
+# imagegen entrypoint: `train`, `sft`, `merge`, `score`, `eval`, `serve`, `vllm-serve`, `info`, `selftest` and
 # `make-tiny` run the vlmgrpo trainer; any other command (bash, python ...) runs as given.
 #
 # Nothing is set up here that the commands need: pyxis/enroot and Apptainer's `exec` skip an
@@ -7,6 +7,6 @@
 # NVIDIA driver. Other commands get the same HOME and caches through `python -m vlmgrpo.environment`.
 set -e
 case "${1:-}" in
-    train|sft|merge|score|eval|serve|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
+    train|sft|merge|score|eval|serve|vllm-serve|info|selftest|make-tiny) exec vlmgrpo "$@" ;;
 esac
 exec python -m vlmgrpo.environment "$@"

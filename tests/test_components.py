@@ -8,7 +8,7 @@ from imagegen.reports import listing
 from imagegen.stages.checks import inside_versions
 from imagegen.workspace import Workspace
 
-from tests.helpers import FIXTURE_TRAINER, image_named, locked_matrix
+from tests.helpers import FIXTURE_TRAINER, edited, image_named, locked_matrix, problems_of
 
 LIGER = {"name": "liger-kernel", "version": "0.8.5", "index": "https://pypi.org/simple", "required_by": [],
          "hashes": ["sha256:" + "4" * 64]}
@@ -70,3 +70,25 @@ def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):
     assert checks["inside.liger_kernel"].status == "fail"
     assert checks["inside.liger_kernel"].detail == "inside 0.8.4, label 0.8.5"
     assert checks["inside.torch"].status == "pass"
+
+
+def test_a_component_in_name_names_the_images_that_have_it_and_only_those():
+    """vLLM's row says in_name: an image with it ends -vllm<X.Y> (the tag pattern the trainer's messages give)."""
+    def with_named_liger(name):
+        def edit(data):
+            add_liger(data)
+            data["components"]["liger_kernel"]["in_name"] = True
+            image_named(data, "cpu")["name"] = name
+            data["latest"] = name if data.get("latest") == "cpu" else data.get("latest")
+        return edit
+
+    assert [p for p in problems_of(edited(with_named_liger("cpu-liger_kernel0.8"))) if p.rule == "component-in-name"] \
+        == []
+    (problem,) = [p for p in problems_of(edited(with_named_liger("cpu"))) if p.rule == "component-in-name"]
+    assert problem.message.endswith("; name it ...-liger_kernel0.8")
+
+    def misnamed(data):
+        with_named_liger("cpu-liger_kernel0.8")(data)
+        image_named(data, "cu124-torch2.6")["name"] = "cu124-torch2.6-liger_kernel0.8"  # without it
+    (problem,) = [p for p in problems_of(edited(misnamed)) if p.rule == "component-in-name"]
+    assert problem.key.endswith(".name") and "liger_kernel none" in problem.message

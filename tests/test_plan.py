@@ -133,6 +133,16 @@ def test_selection_combines_with_and():
     assert len({p.name for p in choose(planned(), Selection(python="3.12"))}) == 4
 
 
+def test_with_a_component_picks_the_images_that_have_it():
+    """`imagegen matrix --with vllm` lists the images with vLLM: a component's version is set, not none."""
+    names = {p.name for p in planned()}
+    with_deepspeed = {p.name for p in choose(planned(), Selection(components=("deepspeed",)))}
+    assert with_deepspeed == {p.name for p in planned() if p.version("deepspeed")} and "cpu" in names - with_deepspeed
+    with pytest.raises(UserError) as caught:
+        choose(planned(), Selection(components=("vlm",)))
+    assert str(caught.value).startswith("--with vlm: not a component; components: python, torch, ")
+
+
 def test_no_match_lists_what_exists():
     with pytest.raises(UserError) as caught:
         choose(planned(), Selection(cuda="9.9"))

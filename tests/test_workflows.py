@@ -112,7 +112,7 @@ def test_launch_yaml_files_parse():
 
 def test_launch_scripts_are_valid_bash():
     scripts = sorted(LAUNCH.glob("*.sh"))
-    assert [path.name for path in scripts] == ["multi-node.sh", "single-host-8gpu.sh"]
+    assert [path.name for path in scripts] == ["multi-node.sh", "single-host-8gpu.sh", "vllm-server.sh"]
     for path in scripts:
         result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, f"{path}: {result.stderr}"

@@ -21,11 +21,13 @@ if TYPE_CHECKING:  # the registry's client imports docker-py and oras: only the 
 
 
 def selection_options(command):
-    """--cuda, --torch, --python, --image and --all, combined with AND, handed over as `selection`."""
+    """--cuda, --torch, --python, --with, --image and --all, combined with AND, handed over as `selection`."""
     options = [
         click.option("--cuda", metavar="X.Y", help="Images on this CUDA; 12.4 matches 12.4.x."),
         click.option("--torch", "torch_version", metavar="X.Y", help="Images with this torch; 2.5 matches 2.5.x."),
         click.option("--python", metavar="X.Y", help="Images with this Python."),
+        click.option("--with", "components", metavar="COMPONENT", multiple=True, help="Images that have this "
+                     "component (a key of matrix.yaml's components, e.g. vllm; repeatable)."),
         click.option("--image", "images", metavar="NAME", multiple=True, help="The image of this name (repeatable)."),
         click.option("--all", "all_images", is_flag=True, help="Every image of the matrix."),
         click.option("--platform", type=click.Choice(PLATFORMS), help="Only this platform of images built for "
@@ -33,9 +35,9 @@ def selection_options(command):
     ]
 
     @functools.wraps(command)
-    def wrapper(*args, cuda, torch_version, python, images, all_images, platform, **kwargs):
+    def wrapper(*args, cuda, torch_version, python, components, images, all_images, platform, **kwargs):
         selection = Selection(cuda=cuda, torch=torch_version, python=python, images=tuple(images), all=all_images,
-                              platform=platform)
+                              components=tuple(components), platform=platform)
         return command(*args, selection=selection, **kwargs)
 
     for option in reversed(options):

@@ -37,6 +37,9 @@ class Component:
     required: bool = False  # every image pins it; the others may be `none`
     artifact: bool = False  # no index resolves it (flash-attn's wheels): a wheel URL or a source build
     column: bool = True  # a column of `imagegen matrix` and the report, and named in the image's description
+    # The images that have it, and only they, are named ...-<key><major.minor> (cu130-torch2.13-vllm0.31): a tag
+    # pattern users (and the trainer's messages) can find them by.
+    in_name: bool = False
 
     @property
     def pinned(self) -> bool:
@@ -92,7 +95,8 @@ def table(rows: Mapping[str, Mapping]) -> Components:
                                       distribution=row.get("distribution"), source=row.get("from", IMAGE),
                                       image_key=row.get("image_key", row.get("from", IMAGE) == IMAGE),
                                       lock_family=row.get("lock_family"), required=row.get("required", False),
-                                      artifact=row.get("artifact", False), column=row.get("column", True))
+                                      artifact=row.get("artifact", False), column=row.get("column", True),
+                                      in_name=row.get("in_name", False))
                             for key, row in rows.items()))
 
 

@@ -137,6 +137,7 @@ def _check_image(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     problems += _check_max_size(matrix, image)
     problems += _check_platforms(matrix, image)
     problems += _check_lock_source(matrix, image)
+    problems += _check_named_components(matrix, image)
     return problems
 
 
@@ -323,6 +324,19 @@ def _check_trainer_fits(matrix: Matrix, image: ImageEntry, requirements: tuple[R
         if version and not requirement.specifier.contains(version, prereleases=True):
             problems.append(matrix.problem(_at(image, component.key), f"the trainer requires {requirement}, "
                                            f"the image pins {version}", "trainer-requirements"))
+    return problems
+
+
+def _check_named_components(matrix: Matrix, image: ImageEntry) -> list[Problem]:
+    """A component marked in_name is in the names of the images that have it, and only theirs (-vllm0.31)."""
+    problems = []
+    for component in (c for c in matrix.components if c.in_name):
+        version = image.versions.get(component.key)
+        wanted = f"-{component.key}{_minor(version)}" if version else None
+        if (wanted and not image.name.endswith(wanted)) or (not wanted and f"-{component.key}" in image.name):
+            problems.append(matrix.problem(_at(image, "name"), f"{component.key} {version or 'none'}: an image with "
+                                           f"{component.key} is named ...-{component.key}<X.Y> and only such an "
+                                           f"image{f'; name it ...{wanted}' if wanted else ''}", "component-in-name"))
     return problems
 
 

@@ -59,6 +59,7 @@ class ComponentRow(Strict):
     required: BOOL = None
     artifact: BOOL = None
     column: BOOL = None
+    in_name: BOOL = None
 
 
 class SourceBuild(Strict):

@@ -1,4 +1,4 @@
-"""Pick planned images: --cuda, --torch, --python, --image and --all, combined with AND; --platform narrows
+"""Pick planned images: --cuda, --torch, --python, --with, --image and --all, combined with AND; --platform narrows
 them to one platform of images built for several."""
 
 from __future__ import annotations
@@ -16,15 +16,18 @@ class Selection:
     python: str | None = None
     images: tuple[str, ...] = ()
     all: bool = False
+    # components the image must have (a version, not none): `--with vllm` is the images with vLLM
+    components: tuple[str, ...] = ()
     platform: str | None = None  # narrows the others: one platform of images built for several
 
     @property
     def empty(self) -> bool:
-        return not (self.cuda or self.torch or self.python or self.images or self.all)
+        return not (self.cuda or self.torch or self.python or self.components or self.images or self.all)
 
     def describe(self) -> str:
         parts = [f"--{key} {value}" for key, value in
                  (("cuda", self.cuda), ("torch", self.torch), ("python", self.python)) if value]
+        parts += [f"--with {key}" for key in self.components]
         parts += [f"--image {name}" for name in self.images]
         parts += [f"--platform {self.platform}"] if self.platform else []
         return " ".join(parts) or "--all"
@@ -43,6 +46,10 @@ def choose(plans: list[PlannedImage], selection: Selection) -> list[PlannedImage
     unknown = [name for name in selection.images if name not in names]
     if unknown:
         raise UserError(f"no image named {', '.join(unknown)}; images: {', '.join(names)}")
+    keys = plans[0].components.keys if plans else ()
+    strange = [key for key in selection.components if key not in keys]
+    if strange:
+        raise UserError(f"--with {', '.join(strange)}: not a component; components: {', '.join(keys)}")
     chosen = [plan for plan in plans if _matches(plan, selection)]
     if not chosen:
         raise UserError(f"no image matches {selection.describe()}; " + _what_exists(plans, selection))
@@ -53,6 +60,7 @@ def _matches(plan: PlannedImage, selection: Selection) -> bool:
     return ((selection.cuda is None or version_matches(selection.cuda, plan.cuda))
             and (selection.torch is None or version_matches(selection.torch, plan.version("torch")))
             and (selection.python is None or version_matches(selection.python, plan.version("python")))
+            and all(plan.version(key) for key in selection.components)
             and (not selection.images or plan.name in selection.images)
             and (selection.platform is None or plan.platform == selection.platform))
 

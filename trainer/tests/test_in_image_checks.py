@@ -10,13 +10,14 @@ from vlmgrpo import checks
 from vlmgrpo.selftest import run_selftest
 
 REPORT_ORDER = ["version", "user.nonroot", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "net.infiniband",
+                "vllm.import", "vllm.torch", "vllm.nvcc",
                 "gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn", "gpu.deepspeed_ops",
                 "train.tiny_grpo"]
 
 
 def test_every_check_module_has_the_interface_and_the_report_keeps_its_names_and_order(tmp_path):
     modules = checks.discover()
-    assert len(modules) == 13
+    assert len(modules) == 14
     for module in modules:
         assert isinstance(module.NAMES, tuple) and module.NAMES, module.__name__
         assert isinstance(module.ORDER, int) and isinstance(module.NEEDS_GPU, bool) and callable(module.run)

@@ -1,4 +1,4 @@
-"""Command line: vlmgrpo train | sft | merge | score | eval | info | selftest | make-tiny."""
+"""Command line: vlmgrpo train | sft | merge | score | eval | serve | vllm-serve | info | selftest | make-tiny."""
 
 from __future__ import annotations
 
@@ -110,7 +110,9 @@ def with_options(*groups):
 
 def recipe_options(recipe: Recipe) -> list:
     """The options only this command has (GRPO's --num-generations, ...)."""
-    return [click.option(option.flag, type=option.type, help=option.help or None) for option in recipe.options]
+    # A bool option is a flag (--use-vllm), unset (None) unless given, so the config file's value stands.
+    return [click.option(option.flag, is_flag=True, default=None, help=option.help or None) if option.type is bool
+            else click.option(option.flag, type=option.type, help=option.help or None) for option in recipe.options]
 
 
 def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
@@ -255,6 +257,20 @@ def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
     from .tiny import make_tiny
 
     click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))
+
+
+@main.command("vllm-serve", add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def vllm_serve(args: tuple[str, ...]) -> None:
+    """TRL's vLLM server for `vllm_mode: server` (`trl vllm-serve ARGS`, e.g. --model M --tensor-parallel-size 1
+    --port 8000); every argument goes to it as given (its --help lists them). Images named -vllm<X.Y> have vLLM."""
+    from .rollouts import exec_vllm_serve
+
+    try:
+        exec_vllm_serve(list(args))
+    except UserError as error:
+        fail(error)
 
 
 main.add_command(eval_command)

@@ -55,10 +55,14 @@ RANGES: dict[str, tuple[float, bool, str]] = {
     "health_stall_factor": (0, True, "times the median step time"),
     "health_stall_min_s": (0, False, "seconds"),
     "health_startup_s": (0, False, "seconds"),
+    "vllm_gpu_memory_utilization": (0, True, "the fraction of each GPU's memory vLLM takes"),
+    "vllm_tensor_parallel_size": (1, False, "GPUs per vLLM engine"),
+    "vllm_server_port": (1, False, "a TCP port"),
 }
 # key -> (highest allowed, whether the highest is excluded)
 UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True),
-                                        "master_port": (65535, False), "metrics_port": (65535, False)}
+                                        "master_port": (65535, False), "metrics_port": (65535, False),
+                                        "vllm_gpu_memory_utilization": (1, False), "vllm_server_port": (65535, False)}
 
 
 def _bounds_problem(key: str, value) -> str | None:

@@ -123,7 +123,11 @@ class GrpoRecipe(Recipe):
     defaults = RECIPE_DEFAULTS
     metrics = GRPO_METRICS
     options = (Option("--num-generations", int, "Completions sampled per prompt (a group)."),
-               Option("--max-completion-length", int, "Tokens per completion at most."))
+               Option("--max-completion-length", int, "Tokens per completion at most."),
+               Option("--use-vllm", bool, "Generate the completions with vLLM (TRL's use_vllm; images named "
+                      "-vllm<X.Y> have it)."),
+               Option("--vllm-mode", str, "colocate (vLLM in each training process) or server (a `vlmgrpo "
+                      "vllm-serve` started beside; vllm_server_host/port)."))
 
     @property
     def sections(self) -> tuple[type, ...]:
@@ -135,9 +139,11 @@ class GrpoRecipe(Recipe):
         """Config values, paths, the model kind, batch shape, every row: all before any weights load."""
         from .errors import ConfigError
         from .launch import check_batch, world_size
-        from .model import is_vision_language
+        from .model import cuda_available, is_vision_language
         from .preflight import check_model_kind, check_run, load_checked_data
+        from .rollouts import check_vllm
 
+        check_vllm(config, cuda_available)  # first: an image without vLLM cannot run this config at all
         check_run(config)
         check_batch(config, world_size(config.run))
         data = load_checked_data(config)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import ConfigError, LaunchError
+from .rollouts import VLLM_IMAGES
 
 log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
@@ -43,8 +44,8 @@ class ServeSettings:
 
 def choose_engine(requested: str, vllm_installed: bool, gpu: bool) -> str:
     if requested == "vllm" and not vllm_installed:
-        raise ConfigError("--engine vllm: vLLM is not installed in this environment; use an image with vLLM "
-                          "(`imagegen matrix` lists them) or --engine transformers")
+        raise ConfigError(f"--engine vllm: vLLM is not installed in this image; {VLLM_IMAGES}; or use --engine "
+                          "transformers")
     if requested == "vllm" and not gpu:
         raise ConfigError("--engine vllm: no GPU is visible (vLLM serves on GPUs); run with --gpus, or use "
                           "--engine transformers")

@@ -1,0 +1,77 @@
+# imagegen framework layer: torch 2.13.0 built for CUDA 13.0 with the ML stack,
+# installed from the image's lock (locks/cu130-torch2.13-vllm0.31.json).
+# Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
+FROM imagegen-layer/base:899afaf0552e35d8
+
+# uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
+# hadolint ignore=DL3042
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/installer.txt,target=/tmp/requirements/installer.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt
+
+# The CUDA libraries torch's wheels load (nvidia-*), a layer of their own below torch: an image with another
+# torch but the same versions of these, on the same base and Python, shares this layer.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/cuda-libraries.txt,target=/tmp/requirements/cuda-libraries.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cuda-libraries.txt
+
+# torch, on the cuDNN 9.20.0.48 and NCCL 2.29.7 wheels it pins (above, or in this step); those are what it uses.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt
+
+# Tools that compile the sources below against the installed torch.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/build-tools.txt,target=/tmp/requirements/build-tools.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
+
+# No prebuilt flash-attn wheel fits this torch/CUDA/Python: compile it. MAX_JOBS bounds the RAM.
+ARG MAX_JOBS=4
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/flash-attn.txt,target=/tmp/requirements/flash-attn.txt \
+    --mount=type=bind,source=requirements/flash-attn-sources.txt,target=/tmp/requirements/flash-attn-sources.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/flash-attn.txt \
+    && MAX_JOBS="$MAX_JOBS" TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0;10.0;12.0+PTX" FLASH_ATTENTION_FORCE_BUILD=TRUE uv pip install --link-mode=copy --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/flash-attn-sources.txt
+
+# DeepSpeed; its ops compile just in time on first use (DS_BUILD_OPS=0).
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/deepspeed.txt,target=/tmp/requirements/deepspeed.txt \
+    --mount=type=bind,source=requirements/deepspeed-sources.txt,target=/tmp/requirements/deepspeed-sources.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/deepspeed.txt \
+    && DS_BUILD_OPS=0 uv pip install --link-mode=copy --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/deepspeed-sources.txt
+
+# The rest of the stack and the trainer's dependencies.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
+
+# What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
+COPY expected.json /etc/imagegen/expected.json
+COPY requirements.lock /etc/imagegen/requirements.lock

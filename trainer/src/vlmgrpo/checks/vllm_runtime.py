@@ -1,0 +1,115 @@
+"""vllm.*: in an image with vLLM (GRPO's rollouts, `use_vllm`), what it needs at run time, before any GPU work.
+
+vllm.import  `import vllm` works and the version it reports is the image's (expected.json, the io.imagegen.vllm label)
+vllm.torch   the torch installed is the one vLLM's wheel pins (vllm 0.31.0 requires torch==2.13.0): a torch another
+             install replaced loads vLLM's compiled ops against the wrong ABI
+vllm.nvcc    a CUDA compiler is there: FlashInfer, which vLLM pins, compiles kernels when first used (JIT) with nvcc,
+             found as torch's cpp_extension finds CUDA_HOME (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda)
+
+An image without vLLM (expected.json says none, or no file and none installed) skips all three with that reason.
+Needs no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from importlib import metadata
+from typing import Callable, Mapping, Optional
+
+from . import FAIL, PASS, SKIP, Context, expected_version, result
+
+NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
+ORDER = 57
+NEEDS_GPU = False
+DEFAULT_CUDA_HOME = "/usr/local/cuda"
+NVCC_TIMEOUT_S = 30
+
+
+def installed(name: str) -> Optional[str]:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def torch_pin(requires: list[str]) -> Optional[str]:
+    """The torch requirement of vLLM's wheel (e.g. "==2.13.0"), from its Requires-Dist lines; None without one."""
+    from packaging.requirements import Requirement
+
+    for line in requires:
+        requirement = Requirement(line)
+        if requirement.name == "torch" and (requirement.marker is None or requirement.marker.evaluate({"extra": ""})):
+            return str(requirement.specifier) or None
+    return None
+
+
+def torch_check(requires: list[str], torch_version: Optional[str]) -> tuple[str, str]:
+    from packaging.specifiers import SpecifierSet
+
+    pin = torch_pin(requires)
+    if pin is None:
+        return SKIP, "vllm's metadata requires no particular torch"
+    if torch_version is None:
+        return FAIL, f"vllm requires torch{pin}; torch is not installed"
+    public = torch_version.split("+")[0]  # a local build (2.13.0+cu130) is the release it names
+    fits = SpecifierSet(pin).contains(public, prereleases=True)
+    return (PASS if fits else FAIL), f"vllm requires torch{pin}, the image has torch {torch_version}"
+
+
+def find_nvcc(env: Mapping[str, str], which: Callable[[str], Optional[str]] = shutil.which,
+              exists: Callable[[str], bool] = os.path.exists) -> tuple[Optional[str], str]:
+    """nvcc where torch's cpp_extension (and so FlashInfer's JIT) looks: CUDA_HOME/CUDA_PATH, PATH, /usr/local/cuda."""
+    for variable in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(variable):
+            path = os.path.join(env[variable], "bin", "nvcc")
+            return (path if exists(path) else None), f"{variable}={env[variable]}"
+    on_path = which("nvcc")
+    if on_path:
+        return on_path, "PATH"
+    path = os.path.join(DEFAULT_CUDA_HOME, "bin", "nvcc")
+    return (path if exists(path) else None), f"no CUDA_HOME, no nvcc on PATH, {DEFAULT_CUDA_HOME}"
+
+
+def nvcc_check() -> tuple[str, str]:
+    path, where = find_nvcc(os.environ)
+    if path is None:
+        return FAIL, (f"no nvcc ({where}): FlashInfer cannot compile its kernels at run time; vLLM images need a "
+                      "CUDA devel base")
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+    release = next((line.strip() for line in done.stdout.splitlines() if "release" in line), done.stdout.strip())
+    return (PASS if done.returncode == 0 else FAIL), f"{path} (from {where}): {release or done.stderr.strip()}"
+
+
+def import_check(wanted: Optional[str]) -> tuple[str, str]:
+    try:
+        import vllm
+    except Exception as exc:  # an import error inside vLLM (a missing .so, a wrong ABI) is the finding
+        return FAIL, f"import vllm: {type(exc).__name__}: {exc}"[:1000]
+    version = getattr(vllm, "__version__", None)
+    if wanted is None:
+        return PASS, f"vllm {version} imports"
+    return (PASS if str(version) == str(wanted) else FAIL), f"vllm {version} imports, expected {wanted}"
+
+
+def absent_reason(context: Context) -> Optional[str]:
+    """Why the vllm checks do not apply here, or None when the image has (or should have) vLLM."""
+    wanted = expected_version(context.expected, "vllm")
+    if wanted:
+        return None
+    if context.expected is not None and installed("vllm") is None:
+        return "no vLLM in this image (expected.json: vllm none)"
+    if context.expected is None and installed("vllm") is None:
+        return "vllm not installed"
+    return None  # installed though expected absent: version.vllm fails it; still check that it works
+
+
+def run(context: Context) -> list[dict[str, str]]:
+    why = absent_reason(context)
+    if why:
+        return [result(name, SKIP, why) for name in NAMES]
+    requires = (metadata.requires("vllm") or []) if installed("vllm") else []
+    return [result("vllm.import", *import_check(expected_version(context.expected, "vllm"))),
+            result("vllm.torch", *torch_check(requires, installed("torch"))),
+            result("vllm.nvcc", *nvcc_check())]
