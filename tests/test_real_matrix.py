@@ -43,3 +43,16 @@ def test_facts_no_index_confirms_name_their_source_and_volta_keeps_a_cuda_12_ima
     plan = Workspace().load()
     volta = [planned.name for planned in plan.images if "7.0" in planned.cuda_archs and planned.key in plan.locked]
     assert "cu128-torch2.8" in volta
+
+
+def test_no_cuda_base_carries_a_cudnn_that_torchs_wheel_duplicates():
+    """torch loads the cuDNN of its nvidia-cudnn wheel; a base's own (-cudnn-devel- tags) would be a second copy."""
+    plan = Workspace().load()
+    cuda_images = [image for image in plan.images if image.cuda_minor]
+    assert cuda_images
+    for image in cuda_images:
+        assert "cudnn" not in image.base_image.split(":", 1)[1], image.base_image
+        assert image.base_cudnn is None
+    for locked in plan.locked.values():
+        if locked.plan.cuda_minor:
+            assert locked.labels["io.imagegen.base.cudnn"] == "none", locked.key

@@ -27,7 +27,7 @@ class CudaFacts:
     minor: str  # "12.4"
     version: str  # "12.4.1"
     os: str
-    cudnn: int
+    cudnn: int | None  # of the base image: None when it carries none (torch's nvidia-cudnn wheel is what torch loads)
     base_devel: str
     base_runtime: str
     driver_shipped: str
@@ -192,7 +192,7 @@ def _build(located: yamlsource.Located) -> Matrix:
 def _cuda(minor: str, c: dict) -> CudaFacts:
     platforms = tuple(c.get("platforms", DEFAULT_PLATFORMS))
     archs = c["archs"] if isinstance(c["archs"], dict) else {platform: c["archs"] for platform in platforms}
-    return CudaFacts(minor, c["version"], c["os"], c["cudnn"], c["base"]["devel"], c["base"]["runtime"],
+    return CudaFacts(minor, c["version"], c["os"], c.get("cudnn"), c["base"]["devel"], c["base"]["runtime"],
                      c["driver"]["shipped"], c["driver"]["minimum"], platforms,
                      {platform: tuple(listed) for platform, listed in archs.items()})
 

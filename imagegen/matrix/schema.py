@@ -95,7 +95,7 @@ class ArchsPerPlatform(Strict):
 class CudaFacts(Strict):
     version: VERSION
     os: STR
-    cudnn: INT
+    cudnn: INT = None  # the base image's cuDNN major; absent when the base carries none (torch's wheels do)
     base: BaseImages
     driver: Driver
     platforms: PLATFORM_LIST = None

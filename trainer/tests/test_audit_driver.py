@@ -64,6 +64,21 @@ def test_cuda_libraries_twice_are_listed_with_their_bytes(tmp_path, monkeypatch)
     assert cuda_duplicates.duplicates_check([str(tmp_path / "none")])[0] == "skip"
 
 
+def test_cudnn_in_the_base_beside_torchs_wheel_fails_saying_which_base_to_use(tmp_path, monkeypatch):
+    base, wheel = tmp_path / "usr" / "lib", tmp_path / "nvidia" / "cudnn" / "lib"
+    for directory, size in ((base, 4_000_000), (wheel, 5_000_000)):
+        directory.mkdir(parents=True)
+        (directory / "libcudnn_ops.so.9").write_bytes(b"\0" * size)
+        (directory / "libcublas.so.12").write_bytes(b"\0" * 1_000_000)
+    monkeypatch.setattr(cuda_duplicates, "wheel_library_dirs", lambda: [str(wheel)])
+    status, detail = cuda_duplicates.duplicates_check([str(base)])
+    assert status == "fail"
+    assert detail.startswith("libcudnn_ops both in the base image and in torch's wheels, which torch loads: 4 MB of "
+                             "the base's are never used; build on the base's tag without cuDNN")
+    (base / "libcudnn_ops.so.9").unlink()  # the toolkit's cuBLAS beside torch's: the price of nvcc, listed
+    assert cuda_duplicates.duplicates_check([str(base)])[0] == "pass"
+
+
 def test_selftest_reports_the_audits(tmp_path):
     expected = tmp_path / "expected.json"
     expected.write_text(json.dumps({"cuda_archs": []}))

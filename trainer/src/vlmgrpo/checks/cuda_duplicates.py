@@ -1,5 +1,9 @@
 """audit.cuda_duplicates: which CUDA libraries the image carries twice, in the base image and in torch's nvidia-*
-wheels, with their sizes (information: it passes either way). Needs no GPU."""
+wheels, with their sizes. cuDNN twice fails: nothing in an image compiles against it, so the base's copy is only
+weight (the bases are the -devel-/-runtime- tags, not -cudnn-). The toolkit's libraries beside torch's (cuBLAS,
+cuFFT...) and the NCCL nvidia/cuda's -devel- and -runtime- tags install are listed and pass: they come with the
+base nvcc is on, which flash-attn and DeepSpeed's ops compile with.
+Needs no GPU."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import os
 import re
 from typing import Iterable
 
-from . import PASS, SKIP, Context, result
+from . import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("audit.cuda_duplicates",)
 ORDER = 50
@@ -35,6 +39,10 @@ CUDA_LIBRARIES = ("libcudart", "libcublas", "libcufft", "libcurand", "libcusolve
                   "libnvshmem", "libnvperf", "libnvtx")
 
 
+# What torch's wheels bring, nothing in an image compiles against, and a base can leave out (its tag without cuDNN).
+NEVER_TWICE = ("libcudnn",)
+
+
 def _is_cuda_library(name: str) -> bool:
     return name.startswith(CUDA_LIBRARIES)
 
@@ -60,6 +68,12 @@ def duplicates_check(base_dirs: Iterable[str] = BASE_CUDA_DIRS) -> tuple[str, st
                      f"{_mb(sum(wheels.values()))}"
     listed = "; ".join(f"{name} {_mb(base[name])} in the base + {_mb(wheels[name])} in a wheel" for name in twice)
     total = sum(min(base[name], wheels[name]) for name in twice)
+    needless = [name for name in twice if name.startswith(NEVER_TWICE)]
+    if needless:
+        return FAIL, (f"{', '.join(needless)} both in the base image and in torch's wheels, which torch loads: "
+                      f"{_mb(sum(base[name] for name in needless))} of the base's are never used; build on the "
+                      f"base's tag without cuDNN (nvidia/cuda:X-devel-..., not -cudnn-devel-). "
+                      f"All twice: {listed}")[:2000]
     return PASS, f"{len(twice)} CUDA libraries twice, at least {_mb(total)} duplicated: {listed}"[:2000]
 
 
