@@ -11,14 +11,14 @@ from pathlib import Path
 
 from imagegen.core import atomic
 
-from . import (arm64, cache, cold_start, data_scale, examples, lock_install, machine, operations, overhead,
-               render_time, size)
+from . import (arm64, cache, cold_start, data_scale, examples, lock_install, lock_time, machine, operations,
+               overhead, render_time, size)
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
             "arm64": arm64, "examples": examples, "data": data_scale, "operations": operations,
-            "cold": cold_start}
+            "cold": cold_start, "locks": lock_time}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:
