@@ -46,6 +46,8 @@ def inputs(work: Path) -> Path:
               "max_completion_length": 32, "max_steps": 1, "save_steps": 1000, "logging_steps": 1,
               "report_to": "none", "output_dir": "/out/run"}
     (data / "one_step.yaml").write_text(yaml.safe_dump(config))
+    # The image runs as its own user (uid 1000), the naive one as root: both read /data, neither owns it.
+    subprocess.run(["chmod", "-R", "a+rX", str(data)], check=True)
     return data
 
 
@@ -78,6 +80,7 @@ def first_step(target: str, data: Path, work: Path, env: dict) -> tuple[float, f
     """`docker run IMAGE train` of one step: seconds to the step's line and to the container's exit."""
     out = work / f"out-{abs(hash(target))}"
     out.mkdir()
+    out.chmod(0o777)  # written by the image's user
     started = time.monotonic()
     process = subprocess.Popen([DOCKER, "run", "--rm", "--network", "none", "-v", f"{data}:/data:ro", "-v",
                                 f"{out}:/out", target, "train", "--config", "/data/one_step.yaml"],
