@@ -11,19 +11,19 @@ from pathlib import Path
 
 from imagegen.core import atomic
 
-from . import arm64, cache, data_scale, examples, lock_install, machine, overhead, render_time, size
+from . import arm64, cache, data_scale, examples, lock_install, machine, overhead, render_time, size, slurm
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
-            "arm64": arm64, "examples": examples, "data": data_scale}
+            "arm64": arm64, "examples": examples, "data": data_scale, "slurm": slurm}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run these sections and keep the others' last results (default: all; cache, size, "
-                        "lock and arm64 build images, minutes each)")
+                        "lock and arm64 build images, minutes each; slurm starts a Slurm cluster in containers)")
     parser.add_argument("--steps", type=int, default=200, help="training steps per trainer-overhead run")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md")
     return parser.parse_args(argv)
