@@ -12,12 +12,12 @@ from pathlib import Path
 from imagegen.core import atomic
 
 from . import (arm64, cache, cold_start, data_scale, examples, lock_install, lock_time, machine, operations,
-               overhead, render_time, size)
+               overhead, render_time, size, slurm)
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
-            "arm64": arm64, "examples": examples, "data": data_scale, "operations": operations,
+            "arm64": arm64, "examples": examples, "data": data_scale, "slurm": slurm, "operations": operations,
             "cold": cold_start, "locks": lock_time}
 
 
@@ -25,7 +25,8 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run these sections and keep the others' last results (default: all; cache, size, "
-                        "lock, arm64 and cold build or push images, minutes each)")
+                        "lock, arm64 and cold build or push images, minutes each; slurm starts a Slurm cluster in "
+                        "containers)")
     parser.add_argument("--steps", type=int, default=200, help="training steps per trainer-overhead run")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md")
     return parser.parse_args(argv)

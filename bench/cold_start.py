@@ -1,4 +1,4 @@
-"""Section 10: cold start, from a registry to the end of the first training step on an engine that holds nothing.
+"""Section 11: cold start, from a registry to the end of the first training step on an engine that holds nothing.
 
 Each image is pushed to Debian's docker-registry on loopback, then pulled by a second dockerd whose data root is
 empty (no image, no layer, no build cache: a fresh node), and run there. The network is loopback, so on a real
@@ -203,7 +203,7 @@ def section(work: Path) -> str:
     gzip_bytes, zstd_bytes = (sum(size for _, size in found["pushed"][name]["layers"]) for name in (CPU, "cpu, zstd"))
     squash_s, squash_size = found["squash"]
     return "\n".join([
-        "## 10. Cold start: from a registry to the first step on an empty engine",
+        "## 11. Cold start: from a registry to the first step on an empty engine",
         "",
         __doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + " Download: `skopeo copy` of the image to a "
         "directory (the bytes, no unpacking); pull: `docker pull` (download and unpack); start: `docker run "

@@ -1,4 +1,4 @@
-"""Section 11: what locking each image costs (uv resolving from the package index, every platform of the image),
+"""Section 12: what locking each image costs (uv resolving from the package index, every platform of the image),
 and the size of every image this machine builds."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def section(work: Path) -> str:
     total = sum(float(row[1]) for row in rows)
     sizes = built_images()
     return "\n".join([
-        "## 11. Locking each image, and the size of each image built here",
+        "## 12. Locking each image, and the size of each image built here",
         "",
         "`imagegen lock --image NAME` on a copy of the matrix, its locks and the trainer, one image after the "
         "other, each a whole command (uv resolving every platform of the image from PyPI through this machine's "

@@ -1,4 +1,4 @@
-"""Section 9: what running for days costs: the restart after a killed worker, and serving metrics and health."""
+"""Section 10: what running for days costs: the restart after a killed worker, and serving metrics and health."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def section(work: Path, steps: int) -> str:
     steady_ms = float(rows[0][3])
     lost_steps = kill_after - restart["resumed_from"]
     return "\n".join([
-        "## 9. Running for days: a restart, and metrics",
+        "## 10. Running for days: a restart, and metrics",
         "",
         f"The trainer-overhead section's tiny run (`max_steps={steps}`, same settings), `vlmgrpo train` on the host "
         "venv, each a whole process from its start. Metrics: the same run without and with `--metrics-port`, a "

@@ -1,0 +1,105 @@
+"""Slurm, real: Debian's slurm-wlm and munge in containers of an image built FROM the image under test (one
+slurmctld, two slurmd nodes on a user-defined network, a shared directory at /shared on all three;
+tests/slurm_cluster.py). `sbatch examples/launch/slurm/train.sbatch` trains one job over gloo on both nodes;
+`scancel --signal=TERM` leaves one checkpoint and ends it; `scontrol requeue` continues it at the next step; a
+time limit with `--signal=TERM@120` leaves one more checkpoint and ends it again."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Callable
+
+import pytest
+
+from tests.docker_env import TEST_REPOSITORY, docker_cli
+from tests.slurm_cluster import (CONFIG, ENDED, EXAMPLES, JOB_USER, JOBS, SlurmCluster, build_image, checkpoints,
+                                 steps)
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+WARNING_S = 120  # --signal=TERM@120: the warning the test's time limit gives
+
+
+@pytest.fixture(scope="module")
+def slurm_image(image_under_test):
+    tag = f"{TEST_REPOSITORY}/slurm:{uuid.uuid4().hex[:10]}"
+    build_image(image_under_test["ref"], tag)
+    yield tag
+    docker_cli("rmi", tag, check=False)  # the build cache keeps the layer (16 MB) for the next run
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_image, tmp_path_factory):
+    cluster = SlurmCluster(slurm_image, tmp_path_factory.mktemp("slurm-shared"))
+    try:
+        cluster.start()
+        cluster.prepare_training()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_srun_gives_vlmgrpo_the_step_nodes_and_its_rank(cluster):
+    result = cluster.exec("srun", "--nodes=2", "--ntasks-per-node=1", "--label", "vlmgrpo", "train", "--config",
+                          CONFIG, "--print-config", user=JOB_USER, timeout=600)
+    lines = result.stdout.splitlines()
+    for rank in (0, 1):
+        expected = [f"{rank}: # launcher: Slurm",
+                    f"{rank}: nnodes: 2  # from environment variable SLURM_STEP_NUM_NODES",
+                    f"{rank}: node_rank: {rank}  # from environment variable SLURM_NODEID",
+                    f"{rank}: master_addr: node1  # from environment variable SLURM_STEP_NODELIST (first of node[1-2])"]
+        assert set(expected) <= set(lines), result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def stop_and_check(cluster: SlurmCluster, job: str, output, stop: Callable[[], object]) -> int:
+    """Calls stop, waits for the job to end; asserts that the ranks wrote exactly one checkpoint holding both
+    ranks' state and that the job exited 143 (SIGTERM, after the checkpoint); the checkpoint's step."""
+    before = checkpoints(output)
+    stop()
+    fields = cluster.wait_for_job(job, ENDED, timeout=300)
+    evidence = cluster.evidence(job)
+    assert fields["ExitCode"] == "143:0", evidence  # srun's status, the script's last command
+    new = checkpoints(output) - before
+    assert len(new) == 1, (sorted(new), evidence)
+    checkpoint = output / new.pop()
+    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}, evidence
+    step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    assert steps(output) == list(range(1, step + 1)), evidence
+    return step
+
+
+def shorten_time_limit(cluster: SlurmCluster, job: str) -> None:
+    """A time limit about 1-2 minutes away, within the --signal warning: slurmctld's next time-limit pass (every
+    30 s) signals the steps, as it would WARNING_S seconds before any time limit. A user may lower a limit."""
+    hours, minutes, seconds = map(int, cluster.job(job)["RunTime"].split(":"))  # under a day here
+    limit = hours * 60 + minutes + 2
+    assert limit * 60 - (hours * 3600 + minutes * 60 + seconds) < WARNING_S
+    cluster.exec("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}", user=JOB_USER)
+
+
+def test_one_job_on_two_nodes_stops_with_a_checkpoint_and_resumes_after_requeue(cluster):
+    output = cluster.host_path(f"{JOBS}/run")
+    job = cluster.sbatch(f"{EXAMPLES}/train.sbatch", "--max-steps", "500", "--save-steps", "1000", "--batch-size", "2",
+                         options=(f"--signal=TERM@{WARNING_S}",),
+                         env={"CONFIG": CONFIG, "OUT": f"{JOBS}/run", "GPUS_PER_NODE": "1"})
+    cluster.wait_for_step(job, output, 1)
+    log = cluster.job_log(job)
+    assert cluster.job(job)["NodeList"] == "node[1-2]", cluster.evidence(job)
+    for rank in (0, 1):  # each node's vlmgrpo started torchrun as one node of two, rank 0's host the master
+        assert f"--nnodes=2 --node-rank={rank} --master-addr=node1" in log, cluster.evidence(job)
+
+    first = stop_and_check(cluster, job, output,
+                           lambda: cluster.exec("scancel", "--signal=TERM", job, user=JOB_USER))
+
+    cluster.exec("scontrol", "requeue", job, user=JOB_USER)  # the ended job, from the top of its script
+    cluster.wait_for_step(job, output, first + 1)
+    assert cluster.job(job)["Restarts"] == "1"
+    log = cluster.job_log(job)
+    assert re.search(rf"restored \d+ weight tensors from {JOBS}/run/checkpoint-{first}$", log, re.MULTILINE), \
+        cluster.evidence(job)
+    assert re.search(rf"^step {first + 1}/500 ", log, re.MULTILINE), cluster.evidence(job)
+
+    shorten_time_limit(cluster, job)
+    second = stop_and_check(cluster, job, output, lambda: shorten_time_limit(cluster, job))
+    assert second > first
