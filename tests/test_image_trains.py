@@ -1,7 +1,8 @@
 """End to end, as a user runs the published image: `docker run ... IMAGE train` (and `sft`) with
-the data and output mounted from the host, an arbitrary uid, `docker stop` and a resume, and two
-containers on one network as two hosts of one run."""
+the data and output mounted from the host, an arbitrary uid, `docker stop` and a resume, two
+containers on one network as two hosts of one run, and two as the pods a Kubernetes operator starts."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -236,3 +237,53 @@ def test_two_containers_train_as_two_hosts_and_stop_together(image_under_test, h
         assert stopped_steps[1] > stopped_steps[0]
     finally:
         docker("network", "rm", network, check=False)
+
+
+def _operators() -> dict:
+    """trainer/tests/operators.py, read by file: the trainer's tests have a conftest of their own."""
+    spec = importlib.util.spec_from_file_location("imagegen_operators", REPO / "trainer" / "tests" / "operators.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.OPERATORS
+
+
+OPERATORS = _operators()
+
+
+@pytest.mark.parametrize("operator", list(OPERATORS))
+def test_two_pods_of_the_image_with_exactly_an_operators_variables_train_as_one_job(operator, image_under_test,
+                                                                                   host_dirs):
+    """Two containers on one network as the job's two pods, each with exactly the variables the operator injects
+    (the master's address a name, as the operators give a service name) and no launch flag: `--print-config` names
+    the operator and each value's variable, and the two train one step as one gloo job."""
+    variables, sources = OPERATORS[operator]
+    network, names = unique_name("imagegen-pods"), [unique_name("imagegen-pod0"), unique_name("imagegen-pod1")]
+    output = "/out/" + operator.lower().replace(" ", "-")
+
+    def pod(rank: int, name: str | None, *command: str) -> list[str]:
+        args = run_args(image_under_test["id"], host_dirs, name=name, network=network)
+        injected = variables(rank, names[0], 29500)
+        args[-1:-1] = [flag for key, value in injected.items() for flag in ("-e", f"{key}={value}")]
+        return [*args, "train", "--config", "/data/rec_tiny.yaml", "--output", output, "--max-steps", "1",
+                "--save-steps", "1", "--batch-size", "2", *command]
+
+    docker("network", "create", network)
+    try:
+        printed = docker(*pod(1, None, "--print-config")).stdout
+        assert printed.splitlines()[0] == f"# launcher: {operator}", printed
+        lines = {line.split(":")[0]: line for line in printed.splitlines() if not line.startswith("#")}
+        for key, variable in sources.items():
+            assert f"  # from environment variable {variable}" in lines[key], (key, lines[key])
+        for rank, name in enumerate(names):
+            docker(*pod(rank, name))
+        codes = [docker("wait", name, timeout=600).stdout.strip() for name in names]
+        logs = [docker("logs", name, check=False) for name in names]
+        assert codes == ["0", "0"], [log.stdout[-2000:] + log.stderr[-3000:] for log in logs]
+    finally:
+        for name in names:
+            docker("rm", "-f", name, check=False)
+        docker("network", "rm", network, check=False)
+    run = host_dirs["out"] / output.removeprefix("/out/")
+    assert [row["step"] for row in metrics(run / "metrics.jsonl") if "loss" in row] == [1]
+    checkpoint = run / "checkpoint-1"
+    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}

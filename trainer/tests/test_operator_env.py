@@ -1,4 +1,5 @@
-"""What each Kubernetes operator injects, reproduced with two processes on this host as the job's two pods: exactly
+"""What each Kubernetes operator injects (operators.py), reproduced with two processes on this host as the job's two
+pods (tests/test_image_trains.py does it with two containers of the image): exactly
 Kubeflow Trainer v2's variables, then exactly a PyTorchJob's (see vlmgrpo/launch_env.py for where each operator sets
 them), and no launch flag: the two train one step as one job over gloo, and `--print-config` names each value's
 variable. The addresses are 127.0.0.1, where the operators give a service name (`<job>-node-0-0.<job>`,
@@ -12,28 +13,8 @@ import pytest
 import yaml
 
 from conftest import ENV, in_process, read_jsonl, train_args
+from operators import OPERATORS
 from test_train import free_port
-
-
-def trainer_v2(rank: int, port: int) -> dict:
-    """kubeflow/trainer torch.go EnforceMLPolicy: numNodes 2, numProcPerNode 1."""
-    return {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": "127.0.0.1",
-            "PET_MASTER_PORT": str(port)}
-
-
-def pytorchjob(rank: int, port: int) -> dict:
-    """training-operator envvar.go setPodEnv and master.go: one Master (rank 0) and one Worker (rank 1)."""
-    return {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": "2",
-            "RANK": str(rank)}
-
-
-OPERATORS = {
-    "Kubeflow Trainer v2": (trainer_v2, {"nnodes": "PET_NNODES", "node_rank": "PET_NODE_RANK",
-                                         "master_addr": "PET_MASTER_ADDR", "master_port": "PET_MASTER_PORT",
-                                         "nproc_per_node": "PET_NPROC_PER_NODE"}),
-    "PyTorchJob": (pytorchjob, {"nnodes": "WORLD_SIZE", "node_rank": "RANK", "master_addr": "MASTER_ADDR",
-                                "master_port": "MASTER_PORT"}),
-}
 
 
 def pod_environment(variables: dict) -> dict:
@@ -51,7 +32,7 @@ def test_two_pods_with_exactly_the_operators_variables_train_as_one_job(operator
     port = free_port()
     output = tmp_path / "out"
     args = train_args(tiny, output, "--max-steps", "1", "--save-steps", "1", "--batch-size", "2")
-    printed = in_process(*args, "--print-config", check=True, env=pod_environment(variables(1, port))).stdout
+    printed = in_process(*args, "--print-config", check=True, env=pod_environment(variables(1, "127.0.0.1", port))).stdout
     assert printed.splitlines()[0] == f"# launcher: {operator}"
     lines = {line.split(":")[0]: line for line in printed.splitlines() if not line.startswith("#")}
     for key, variable in sources.items():
@@ -61,7 +42,7 @@ def test_two_pods_with_exactly_the_operators_variables_train_as_one_job(operator
     with tempfile.TemporaryFile(mode="w+") as log0, tempfile.TemporaryFile(mode="w+") as log1:
         for rank, log in enumerate((log0, log1)):
             pods.append(subprocess.Popen([sys.executable, "-m", "vlmgrpo", *map(str, args)], stdout=log,
-                                         stderr=subprocess.STDOUT, text=True, env=pod_environment(variables(rank, port))))
+                                         stderr=subprocess.STDOUT, text=True, env=pod_environment(variables(rank, "127.0.0.1", port))))
         codes = [pod.wait(timeout=300) for pod in pods]
         logs = []
         for log in (log0, log1):
