@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import signal
 import statistics
-import socket
 import subprocess
 import threading
 import time
@@ -13,18 +12,13 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from .cold_engine import free_port
 from .common import REPO, VLMGRPO, table
 from .overhead import Timed, make_inputs
 
 STEP = re.compile(r"step (\d+)/")
 SCRAPE_INTERVAL_S = 1.0  # Prometheus' default is 60 s, common settings 15-30 s: 1 s is the harshest case
 RESTART_SAVE_STEPS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Scraper(threading.Thread):
