@@ -45,6 +45,17 @@ def test_a_tag_rebuilt_from_the_inside_passes():
     assert tag_matches_inside.tag_matches_inside(facts(runtime), INSIDE).status == "pass"
 
 
+def test_a_tag_names_each_in_name_component_the_image_holds():
+    """expected.json's in_name (vllm) puts -vllm<version> after the Python: absent from the tag of an image that holds
+    it, the tag lies."""
+    inside = {**INSIDE, "vllm": "0.31.0"}
+    with_vllm = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-vllm0.31.0-3f2a9c1d4e5b"
+    assert tag_matches_inside.tag_matches_inside(facts(with_vllm), inside, ["vllm"]).status == "pass"
+    check = tag_matches_inside.tag_matches_inside(facts(TAG), inside, ["vllm"])
+    assert check.status == "fail" and "holds 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-vllm0.31.0" in check.detail
+    assert tag_matches_inside.tag_matches_inside(facts(TAG), INSIDE, ["vllm"]).status == "pass"  # none: not named
+
+
 def test_a_platform_images_local_tag_carries_its_arch_after_the_version_tag():
     assert tag_matches_inside.tag_matches_inside(facts(TAG, [TAG + "-arm64", "cpu-arm64"]), INSIDE).status == "pass"
 
@@ -90,6 +101,26 @@ def test_every_shared_library_must_be_built_for_the_images_platform():
     mixed = inside_elf_machine.libraries_are_for("linux/arm64", {"183": ["/opt/venv/a.so"], "62": ["/opt/venv/x86.so"]})
     assert mixed.status == "fail" and "1 of 2" in mixed.detail and "/opt/venv/x86.so" in mixed.detail
     assert inside_elf_machine.libraries_are_for("linux/amd64", {}).status == "fail"  # none found is no proof
+
+
+def test_a_library_for_another_machine_in_its_target_folder_is_a_cross_compilation_file_not_a_mix_up():
+    """nvidia-cutlass-dsl's x86_64 wheel ships lib/stubs/aarch64-unknown-linux-gnu/*.so (seen in the vLLM image)."""
+    stub = "/opt/venv/site-packages/nvidia_cutlass_dsl/cu13/lib/stubs/aarch64-unknown-linux-gnu/libcute_dsl_runtime.so"
+    check = inside_elf_machine.libraries_are_for("linux/amd64", {"62": ["/opt/venv/a.so"], "183": [stub]})
+    assert check.status == "pass", check.detail
+    assert check.detail == ("all 1 shared libraries in the environment are linux/amd64 but 1 in folders for another "
+                            "target, as their wheels ship them")
+    # the same file elsewhere, or an x86_64 library in an aarch64 folder, is still a mix-up
+    for machines in ({"62": ["/a.so"], "183": ["/opt/venv/torch/lib/libcute_dsl_runtime.so"]},
+                     {"183": ["/a.so"], "62": ["/opt/venv/stubs/aarch64-unknown-linux-gnu/x.so"]}):
+        platform = "linux/amd64" if "62" in machines and machines["62"] == ["/a.so"] else "linux/arm64"
+        assert inside_elf_machine.libraries_are_for(platform, machines).status == "fail", machines
+
+
+def test_an_alias_that_holds_torch_in_its_name_is_not_read_as_a_version_tag():
+    """Image names such as cu124-torch2.6 or debian12-torch2.13-vllm0.31 are aliases, not version tags."""
+    check = tag_matches_inside.tag_matches_inside(facts(TAG, [TAG, "cu124-torch2.6", "debian12-torch2.13"]), INSIDE)
+    assert check.status == "pass", check.detail
 
 
 def test_every_check_is_a_module_found_by_discovery_in_order():

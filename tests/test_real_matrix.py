@@ -56,3 +56,13 @@ def test_no_cuda_base_carries_a_cudnn_that_torchs_wheel_duplicates():
     for locked in plan.locked.values():
         if locked.plan.cuda_minor:
             assert locked.labels["io.imagegen.base.cudnn"] == "none", locked.key
+
+
+def test_the_version_tag_of_an_image_with_vllm_names_it_and_no_other_does():
+    """vLLM is marked in_name: an image's tag says it carries vLLM (and which), so a tag pattern finds them."""
+    plan = Workspace().load()
+    tags = {image.name: image.version_tag for image in plan.locked.values()}
+    with_vllm = {name for name, tag in tags.items() if "-vllm" in tag}
+    assert with_vllm == {name for name in tags if name.endswith("-vllm0.31")} and with_vllm
+    for name in with_vllm:
+        assert "-py3.1" in tags[name] and "-vllm0.31.0-" in tags[name], tags[name]

@@ -71,6 +71,11 @@ class Components:
         return tuple(c.key for c in self.rows if c.image_key)
 
     @property
+    def in_name(self) -> tuple[str, ...]:
+        """The keys an image's name and version tag carry with their version where it has them (-vllm...)."""
+        return tuple(c.key for c in self.rows if c.in_name)
+
+    @property
     def pinned(self) -> tuple[Component, ...]:
         return tuple(c for c in self.rows if c.pinned)
 

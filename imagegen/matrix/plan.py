@@ -86,6 +86,14 @@ class PlannedImage:
     def flash_attn_source_build(self) -> bool:
         return "flash_attn" in self.source_builds
 
+    @property
+    def compiles_kernels(self) -> tuple[str, ...]:
+        """What compiles CUDA kernels with nvcc, which needs a host C++ compiler: flash-attn built from source (at
+        build time), DeepSpeed's ops and vLLM's FlashInfer (when first used, just in time)."""
+        return tuple(what for what, present in (("flash-attn", self.flash_attn_source_build),
+                                                ("DeepSpeed", bool(self.version("deepspeed"))),
+                                                ("vLLM's FlashInfer", bool(self.version("vllm")))) if present)
+
     def as_dict(self) -> dict:
         """The plan as plain data (the component table left out: it is the matrix's)."""
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "components"}

@@ -24,6 +24,7 @@ WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty
 EXECUTABLES = {"entrypoint.sh"}
 # What `vlmgrpo selftest` and `imagegen test` check the image against; the image's IMAGEGEN_EXPECTED names it.
 EXPECTED_PATH = "/etc/imagegen/expected.json"
+WHEEL_NVCC = "nvidia-cuda-nvcc"  # CUDA 13's compiler as a wheel (CUDA 12's is nvidia-cuda-nvcc-cu12)
 TRAINER_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy_cache"}
 
 
@@ -102,14 +103,30 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     """The image's layers, base first, each FROM the one before."""
     base_image = options.base_image(plan.platform) or lock.base.pinned_ref
     shared = {"image": plan, "versions": versions, "expected_path": EXPECTED_PATH}
-    base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image)
+    cuda_home = wheel_cuda_home(plan, lock)
+    has_nvcc = (plan.cuda is not None and plan.flavor == "devel") or cuda_home is not None
+    base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
+                  compilers=plan.compiles_kernels if has_nvcc else ())
     steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
     framework = _layer(plan, "framework", base.ref, env, _framework_files(plan, versions, steps), **shared,
-                       steps=steps, step_environment=_step_environment(plan))
+                       steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
+                       nvcc=lock.package(WHEEL_NVCC))
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
     trainer_context["entrypoint.sh"] = (Path(env.loader.searchpath[0]) / "entrypoint.sh").read_bytes()
     trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)
     return [base, framework, trainer]
+
+
+def wheel_cuda_home(plan: PlannedImage, lock: Lock) -> str | None:
+    """Without a CUDA base, the CUDA toolkit a wheel of the lock brings: CUDA 13's nvidia-cuda-nvcc puts nvcc, its
+    headers and libraries under one site-packages/nvidia/cu<major> folder, a CUDA_HOME for torch's cpp_extension and
+    FlashInfer. None with a CUDA base (its toolkit is /usr/local/cuda) or without that wheel (CUDA 12's are split
+    into one folder per part, which makes no CUDA_HOME)."""
+    nvcc = lock.package(WHEEL_NVCC)
+    if plan.cuda is not None or nvcc is None:
+        return None
+    python = ".".join(plan.version("python").split(".")[:2])
+    return f"/opt/venv/lib/python{python}/site-packages/nvidia/cu{nvcc.version.split('.')[0]}"
 
 
 def _layer(plan: PlannedImage, layer: str, parent: str, env: jinja2.Environment, files: dict[str, bytes],
@@ -136,6 +153,7 @@ def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
         "distributions": plan.components.distributions,
         "families": plan.components.families,
         "labels": {c.key: c.label for c in plan.components},  # io.imagegen.<label> says each key's version
+        "in_name": list(plan.components.in_name),  # the components its version tag names (tags.version_prefix)
         "gpu_count": None,
         "cuda_archs": list(plan.cuda_archs),
         "min_driver": plan.min_driver,

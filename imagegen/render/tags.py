@@ -2,7 +2,9 @@
 a tag cannot lie and one tag means one set of inputs.
 
 Version tag (immutable once pushed):
-    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-runtime | -<os>]-<inputs digest>
+    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-<key><version>...][-runtime | -<os>]
+    -<inputs digest>, where each -<key><version> is a component of the table marked in_name that the image has
+    (-vllm0.31.0)
     e.g. 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b; an image on the runtime flavour of its CUDA base
     adds -runtime, one on a base of its own (cpu) its OS: 0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12-...
     An image of several platforms has one version tag; each platform's image goes under it with -<arch>.
@@ -17,7 +19,7 @@ Moving aliases (updated on every publish):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from packaging.version import Version
 
@@ -29,17 +31,19 @@ DIGEST_CHARS = 12  # of the inputs digest in the tag; the label carries all of i
 Versions = Mapping[str, "str | None"]
 
 
-def version_prefix(trainer: str | None, versions: Versions) -> str:
+def version_prefix(trainer: str | None, versions: Versions, named: Iterable[str] = ()) -> str:
     """The part of the version tag that names what is inside; `imagegen test` rebuilds it from the
-    versions the image reports, so both sides use this one function."""
+    versions the image reports, so both sides use this one function. named: the keys of the components
+    marked in_name (expected.json's "in_name"), each added with its version where the image has it."""
     torch = (versions.get("torch") or "").split("+")[0]
     python = ".".join((versions.get("python") or "").split(".")[:2])
+    components = "".join(f"-{key}{str(versions[key]).split('+')[0]}" for key in named if versions.get(key))
     return (f"{trainer}-torch{torch}-cu{(versions.get('torch_cuda') or '').replace('.', '')}"
-            f"-cudnn{(versions.get('cudnn') or '').split('.')[0]}-py{python}")
+            f"-cudnn{(versions.get('cudnn') or '').split('.')[0]}-py{python}{components}")
 
 
 def version_tag(plan: PlannedImage, versions: Versions, inputs_digest: str) -> str:
-    tag = version_prefix(plan.trainer_version, versions)
+    tag = version_prefix(plan.trainer_version, versions, plan.components.in_name)
     if plan.flavor == "runtime":
         tag += "-runtime"
     elif plan.flavor == "custom":

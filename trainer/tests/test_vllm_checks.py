@@ -41,7 +41,7 @@ def test_an_image_without_vllm_skips_every_vllm_check_with_the_reason(monkeypatc
 
 def test_an_image_that_should_have_vllm_fails_when_it_does_not_import(monkeypatch):
     monkeypatch.setattr(vllm_runtime, "installed", lambda name: None if name == "vllm" else "2.13.0")
-    monkeypatch.setattr(vllm_runtime, "nvcc_check", lambda: (PASS, "nvcc"))
+    monkeypatch.setattr(vllm_runtime, "nvcc_check", lambda *_: (PASS, "nvcc"))
     monkeypatch.setitem(__import__("sys").modules, "vllm", None)  # `import vllm` raises ImportError
     results = {r["name"]: r for r in vllm_runtime.run(Context(expected={"versions": {"vllm": "0.31.0"}}))}
     assert results["vllm.import"]["status"] == FAIL
@@ -56,3 +56,24 @@ def test_the_version_vllm_reports_is_compared_with_the_images(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "vllm", FakeVllm)
     assert vllm_runtime.import_check("0.31.0") == (FAIL, "vllm 0.30.0 imports, expected 0.31.0")
     assert vllm_runtime.import_check("0.30.0")[0] == PASS
+
+
+def fake_nvcc(folder, compile_exit: int, message: str = ""):
+    """An nvcc that reports its release and compiles (exit 0) or fails as nvcc does without a host compiler."""
+    (folder / "bin").mkdir(parents=True)
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n"
+                    'if [ "$1" = --version ]; then echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; fi\n'
+                    f'echo "{message}" >&2; exit {compile_exit}\n')
+    nvcc.chmod(0o755)
+    return {"CUDA_HOME": str(folder)}
+
+
+def test_nvcc_passes_only_when_it_compiles_a_kernel(tmp_path):
+    works = vllm_runtime.nvcc_check(fake_nvcc(tmp_path / "good", 0))
+    assert works == (PASS, f"{tmp_path}/good/bin/nvcc (from CUDA_HOME={tmp_path}/good): Cuda compilation tools, "
+                           "release 13.0, V13.0.88; compiles a kernel")
+    status, detail = vllm_runtime.nvcc_check(fake_nvcc(tmp_path / "bad", 1, "sh: 1: g++: not found"))
+    assert status == FAIL and detail.endswith("release 13.0, V13.0.88) cannot compile a kernel: sh: 1: g++: not found")
+    status, detail = vllm_runtime.nvcc_check({"CUDA_HOME": str(tmp_path / "none")})
+    assert status == FAIL and "CUDA_HOME at the folder of the nvidia-cuda-nvcc wheel" in detail

@@ -1,23 +1,28 @@
 """Every version tag of the image is rebuilt from what the image holds and ends in the digest of the inputs
 its label records: any difference means the tag lies."""
 
+import re
+
 from imagegen.core import platforms
 from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, version_prefix
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME, ORDER = "tag.matches_inside", 60
+# A version tag starts with the trainer's version, then -torch; an alias is an image's name, which may hold -torch
+# too (cu124-torch2.6) but starts with a letter.
+VERSION_TAG = re.compile(r"\d[\w.+]*-torch")
 
 
-def tag_matches_inside(facts: dict, versions: dict) -> Check:
-    derived = version_prefix(versions.get("vlmgrpo"), versions)
+def tag_matches_inside(facts: dict, versions: dict, in_name: list[str] = ()) -> Check:
+    derived = version_prefix(versions.get("vlmgrpo"), versions, in_name)
     label = facts["labels"].get("org.opencontainers.image.version")
     if not label:
         return Check(NAME, FAIL, "no org.opencontainers.image.version label: not an imagegen image, or its labels "
                                  f"were stripped; the image holds {derived}")
     version_tags = [label]
     version_tags += [platforms.without_arch(ref.rsplit(":", 1)[1]) for ref in facts["tags"]
-                     if "-torch" in ref.rsplit(":", 1)[1]]
+                     if VERSION_TAG.match(ref.rsplit(":", 1)[1])]
     lying = [tag for tag in version_tags if not tag.startswith(derived + "-")]
     if lying:
         return Check(NAME, FAIL, f"tag {lying[0]} but the image holds {derived}")
@@ -30,4 +35,5 @@ def tag_matches_inside(facts: dict, versions: dict) -> Check:
 
 
 def run(context: Context) -> list[Check]:
-    return context.with_inventory(NAME, lambda found: [tag_matches_inside(context.facts, found["versions"])])
+    return context.with_inventory(NAME, lambda found: [tag_matches_inside(
+        context.facts, found["versions"], (found.get("expected") or {}).get("in_name", []))])

@@ -39,6 +39,15 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
         ibverbs-providers \
         ibverbs-utils
 
+# What compiles CUDA kernels here: flash-attn, DeepSpeed. nvcc compiles only the device code and hands the
+# host code to a C++ compiler, so g++ is here (vLLM's own Dockerfile installs one for its kernels' JIT too).
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+    && apt-get install -y --no-install-recommends \
+        g++
+
 # uid 1000 is the usual first user on a host; Ubuntu 24.04 images already give it to "ubuntu".
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
     && useradd --create-home --uid 1000 --shell /bin/bash trainer

@@ -3,8 +3,9 @@
 vllm.import  `import vllm` works and the version it reports is the image's (expected.json, the io.imagegen.vllm label)
 vllm.torch   the torch installed is the one vLLM's wheel pins (vllm 0.31.0 requires torch==2.13.0): a torch another
              install replaced loads vLLM's compiled ops against the wrong ABI
-vllm.nvcc    a CUDA compiler is there: FlashInfer, which vLLM pins, compiles kernels when first used (JIT) with nvcc,
-             found as torch's cpp_extension finds CUDA_HOME (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda)
+vllm.nvcc    a CUDA compiler works: FlashInfer, which vLLM pins, compiles kernels when first used (JIT) with nvcc,
+             found as torch's cpp_extension finds CUDA_HOME (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda);
+             it compiles a small kernel, which also needs the toolkit's headers and a host C++ compiler
 
 An image without vLLM (expected.json says none, or no file and none installed) skips all three with that reason.
 Needs no GPU.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from importlib import metadata
 from typing import Callable, Mapping, Optional
 
@@ -25,6 +27,8 @@ ORDER = 57
 NEEDS_GPU = False
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
 NVCC_TIMEOUT_S = 30
+COMPILE_TIMEOUT_S = 120  # one small kernel: about 3 s here
+PROBE_KERNEL = "__global__ void imagegen_probe(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
 def installed(name: str) -> Optional[str]:
@@ -72,14 +76,27 @@ def find_nvcc(env: Mapping[str, str], which: Callable[[str], Optional[str]] = sh
     return (path if exists(path) else None), f"no CUDA_HOME, no nvcc on PATH, {DEFAULT_CUDA_HOME}"
 
 
-def nvcc_check() -> tuple[str, str]:
-    path, where = find_nvcc(os.environ)
+def nvcc_check(env: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """nvcc is found where FlashInfer looks and compiles a kernel (no GPU needed): the toolkit's headers and the host
+    C++ compiler nvcc hands the host code to are there too."""
+    path, where = find_nvcc(env)
     if path is None:
-        return FAIL, (f"no nvcc ({where}): FlashInfer cannot compile its kernels at run time; vLLM images need a "
-                      "CUDA devel base")
+        return FAIL, (f"no nvcc ({where}): FlashInfer cannot compile its kernels at run time; vLLM images need a CUDA "
+                      "toolkit (a devel base, or CUDA_HOME at the folder of the nvidia-cuda-nvcc wheel)")
     done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
     release = next((line.strip() for line in done.stdout.splitlines() if "release" in line), done.stdout.strip())
-    return (PASS if done.returncode == 0 else FAIL), f"{path} (from {where}): {release or done.stderr.strip()}"
+    if done.returncode != 0:
+        return FAIL, f"{path} (from {where}) --version: {done.stderr.strip()[-500:]}"
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "probe.cu")
+        with open(source, "w") as stream:
+            stream.write(PROBE_KERNEL)
+        compiled = subprocess.run([path, "-c", source, "-o", os.path.join(folder, "probe.o")], capture_output=True,
+                                  text=True, timeout=COMPILE_TIMEOUT_S, env={**os.environ, **env})
+    if compiled.returncode != 0:
+        why = (compiled.stderr.strip() or compiled.stdout.strip()).splitlines()
+        return FAIL, f"{path} ({release}) cannot compile a kernel: {why[-1] if why else 'exit %d' % compiled.returncode}"
+    return PASS, f"{path} (from {where}): {release}; compiles a kernel"
 
 
 def import_check(wanted: Optional[str]) -> tuple[str, str]:
