@@ -12,7 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from .cold_engine import free_port
+
+from imagegen.engine.registry.loopback import free_port
+
 from .common import REPO, VLMGRPO, table
 from .overhead import Timed, make_inputs
 
