@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from imagegen.engine.registry import loopback
+
 START_TIMEOUT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_until(ready, what: str, process: subprocess.Popen, log: Path) -> None:
@@ -35,34 +29,15 @@ def wait_until(ready, what: str, process: subprocess.Popen, log: Path) -> None:
 
 @contextmanager
 def loopback_registry(work: Path) -> Iterator[str]:
-    """Debian's docker-registry (distribution 2.8) on a free loopback port; yields host:port."""
-    port, storage = free_port(), work / "registry-storage"
-    storage.mkdir(parents=True)
-    config = work / "registry.yml"
-    config.write_text("version: 0.1\nlog:\n  level: warn\n"
-                      f"storage:\n  filesystem:\n    rootdirectory: {storage}\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
-    log = work / "registry.log"
-    with open(log, "w") as stream:
-        process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=stream, stderr=subprocess.STDOUT)
-
-    def answers() -> bool:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).close()
-            return True
-        except OSError:
-            return False
-    try:
-        wait_until(answers, "docker-registry", process, log)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    """Debian's docker-registry (distribution 2.8) on a free loopback port, as the tests serve it; yields host:port."""
+    work.mkdir(parents=True, exist_ok=True)
+    with loopback.serve(work, timeout_s=START_TIMEOUT_S) as host:  # RegistryNotServing is a RuntimeError
+        yield host
 
 
 def registry_bytes(work: Path) -> int:
     """Bytes of every blob the loopback registry stores (layers, configs, manifests), each once."""
-    blobs = work / "registry-storage" / "docker" / "registry" / "v2" / "blobs"
+    blobs = work / loopback.STORAGE / "docker" / "registry" / "v2" / "blobs"
     return sum(path.stat().st_size for path in blobs.rglob("data"))
 
 

@@ -11,8 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import psutil
-from .cold_engine import free_port
+from imagegen.engine.registry.loopback import free_port
+
 from .common import REPO, VLMGRPO, table
 from .overhead import Timed, make_inputs
 
@@ -60,16 +60,10 @@ def metrics_cost(work: Path, config: Path) -> tuple[list[tuple], float, int]:
     return rows, served / plain - 1, answers
 
 
-def worker_of(launcher: subprocess.Popen) -> psutil.Process:
-    """The training process under vlmgrpo -> torchrun (the one to kill: a rank's process, not the launcher)."""
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        if "vlmgrpo" in " ".join(child.cmdline()) and "torch.distributed.run" not in child.cmdline():
-            return child
-    raise RuntimeError("no worker process under the launcher")
-
-
 def restart_overhead(work: Path, config: Path, kill_after: int) -> dict:
     """Kills the worker once step `kill_after` is logged; times the kill to each later step line."""
+    from vlmgrpo.launch import worker_of  # as the trainer's restart test finds it; vlmgrpo loads trl, so only here
+
     argv = [*VLMGRPO, "train", "--config", str(config), "--output", str(work / "out-restart"), "--max-restarts",
             "1", "--set", f"save_steps={RESTART_SAVE_STEPS}"]
     seen: dict[int, float] = {}
@@ -82,7 +76,7 @@ def restart_overhead(work: Path, config: Path, kill_after: int) -> dict:
                 continue
             step, now = int(match.group(1)), time.monotonic()
             if killed_at is None and step == kill_after:
-                worker_of(launcher).send_signal(signal.SIGKILL)
+                worker_of(launcher.pid).send_signal(signal.SIGKILL)
                 killed_at = now
             elif killed_at is not None and step not in seen:
                 seen[step] = now - killed_at

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,12 +27,12 @@ import pytest
 from imagegen.engine import containers
 from imagegen.engine.containers import ContainerError
 from imagegen.engine.buildkit import BuildClient, BuildClientError, find_build_client
+from imagegen.engine.registry import loopback
 
 BASE_IMAGE = "local/debian:bookworm"
 TEST_REPOSITORY = "imagegen-test"
 REQUIRE_DOCKER_VAR = "IMAGEGEN_REQUIRE_DOCKER"
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
-REGISTRY_START_TIMEOUT_S = 20
 
 
 def unavailable(reason: str) -> None:
@@ -83,23 +79,6 @@ def ensure_local_base_image(client: docker.DockerClient, ref: str = BASE_IMAGE) 
     return ref
 
 
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def registry_config(port: int, storage: Path, htpasswd: Path | None = None) -> str:
-    auth = f"auth:\n  htpasswd:\n    realm: imagegen-test\n    path: {htpasswd}\n" if htpasswd else ""
-    return (
-        "version: 0.1\n"
-        "log:\n  level: warn\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n  secret: imagegen-test\n"
-        + auth
-    )
-
-
 @dataclass(frozen=True)
 class AuthRegistry:
     """A registry that asks for a user name and password (htpasswd, bcrypt)."""
@@ -107,21 +86,6 @@ class AuthRegistry:
     host: str
     username: str
     password: str = field(repr=False)
-
-
-def wait_for_registry(host: str, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + REGISTRY_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"docker-registry exited: {log_path.read_text()[-2000:]}", pytrace=False)
-        try:
-            with urllib.request.urlopen(f"http://{host}/v2/", timeout=2):
-                return
-        except urllib.error.HTTPError:
-            return  # an answer (401 from a registry with htpasswd auth): it is up
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.2)
-    pytest.fail(f"docker-registry did not answer on {host}: {log_path.read_text()[-2000:]}", pytrace=False)
 
 
 def pytest_report_header(config) -> str | None:
@@ -184,30 +148,19 @@ def tags_under(client: docker.DockerClient, host: str) -> list[str]:
 
 @contextmanager
 def serve_registry(workdir: Path, htpasswd: Path | None = None) -> Iterator[str]:
-    """Debian's docker-registry on a free 127.0.0.1 port; yields "127.0.0.1:PORT"."""
+    """Debian's docker-registry on a free 127.0.0.1 port (imagegen.engine.registry.loopback); yields
+    "127.0.0.1:PORT"."""
     binary = shutil.which("docker-registry")
     if binary is None:
         unavailable("docker-registry is not installed (run .ci/setup-docker)")
-    port = free_loopback_port()
-    config = workdir / "config.yml"
-    config.write_text(registry_config(port, workdir / "storage", htpasswd))
-    log_path = workdir / "registry.log"
-    host = f"127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for_registry(host, process, log_path)
-        with local_tags_made_under(host):
+        with loopback.serve(workdir, htpasswd, binary) as host, local_tags_made_under(host):
             yield host
+    except loopback.RegistryNotServing as error:
+        pytest.fail(str(error), pytrace=False)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
         # Pushed images are gigabytes; pytest keeps its last temp dirs, so drop the blobs now.
-        shutil.rmtree(workdir / "storage", ignore_errors=True)
+        shutil.rmtree(workdir / loopback.STORAGE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -125,3 +125,56 @@ def test_matrix_table_and_json_say_each_images_state():
     assert [(image["name"], image["state"]) for image in listed] == [("cu128-torch2.8", "locked")]
     unlocked = imagegen("matrix", *FIXTURE, "--image", "cu121-torch2.5").stdout.splitlines()[1]
     assert unlocked.endswith("(needs the PyTorch index)")
+
+
+def test_build_and_push_offer_one_compression_option():
+    def compression_help(command: str) -> str:
+        text = imagegen(command, "--help").stdout
+        start = text.index("--compression [")
+        return " ".join(text[start:text.index("\n  --", start)].split())
+
+    assert compression_help("build") == compression_help("push")
+    assert "[gzip|zstd]" in compression_help("build") and "[default: gzip]" in compression_help("build")
+
+
+def build_run(monkeypatch, *args):
+    """The pipeline.Run that `imagegen build ARGS` hands the pipeline (which is not run)."""
+    from imagegen.cli import stages
+    from imagegen.stages import pipeline
+
+    handed = []
+    monkeypatch.setattr(stages, "program", lambda workspace: "")  # the fixture's trainer has no inventory program
+    monkeypatch.setattr(pipeline, "build_test_push", lambda run, echo: handed.append(run) or 0)
+    result = imagegen("build", *FIXTURE, "--image", "cpu", *args)
+    assert result.returncode == 0, result.stderr
+    (run,) = handed
+    return run
+
+
+def test_build_push_passes_its_compression_to_the_pipeline(monkeypatch):
+    run = build_run(monkeypatch, "--push", "--registry", "127.0.0.1:9", "--compression", "zstd")
+    assert (run.registry, run.compression, run.test) == ("127.0.0.1:9", "zstd", True)
+    assert build_run(monkeypatch, "--push", "--registry", "127.0.0.1:9").compression == "gzip"
+
+
+def test_compression_without_a_push_is_one_clear_error():
+    for value in ("zstd", "gzip"):  # the default given on purpose is as much a mistake
+        result = imagegen("build", *FIXTURE, "--image", "cpu", "--compression", value, real_process=value == "zstd")
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert result.stderr == (f"error: --compression {value} is of the layers --push sends: add --push --registry "
+                                 "HOST[/NAMESPACE], or leave --compression out\n")
+
+
+def test_push_index_with_a_compression_is_one_clear_error():
+    result = imagegen("push", *FIXTURE, "--image", "cpu", "--registry", "127.0.0.1:9", "--index", "--compression",
+                      "zstd")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --index pushes no layers") and line.endswith("leave --compression zstd out")
+
+
+def test_an_unknown_compression_is_refused_by_both_commands():
+    for command in ("build", "push"):
+        result = imagegen(command, *FIXTURE, "--image", "cpu", "--push" if command == "build" else "--skip-tests",
+                          "--registry", "127.0.0.1:9", "--compression", "xz")
+        assert result.returncode == 2 and "'xz' is not one of 'gzip', 'zstd'" in result.stderr

@@ -6,6 +6,7 @@ import base64
 import http.server
 import json
 import os
+import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -14,6 +15,7 @@ import uuid
 import pytest
 import requests
 
+from imagegen.engine.registry import loopback
 from imagegen.engine.registry.http import Credentials, RegistryError, credentials_for, remote_digest
 from imagegen.engine.registry.oci import attach_artifact, referrers
 from imagegen.stages.publish import push_image
@@ -32,6 +34,23 @@ def test_push_version_and_alias_then_pull_back_by_digest(registry, repository, t
     assert remote_digest(registry, repository, "latest") == outcome.digest
     pulled = docker_client.images.pull(f"{registry}/{repository}@{outcome.digest}")
     assert pulled.id == image_id
+
+
+@pytest.mark.docker  # a registry, not the engine: the bench serves it the same way, without pytest's fixtures
+def test_the_loopback_registry_answers_then_stops(tmp_path):
+    if shutil.which("docker-registry") is None:
+        pytest.skip("docker-registry is not installed (run .ci/setup-docker)")
+    with loopback.serve(tmp_path) as host:
+        with urllib.request.urlopen(f"http://{host}/v2/", timeout=5) as answer:
+            assert answer.status == 200
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://{host}/v2/", timeout=5)
+
+
+def test_a_loopback_registry_that_exits_says_so_at_once(tmp_path):
+    with pytest.raises(loopback.RegistryNotServing, match=r"docker-registry exited \(1\)"):
+        with loopback.serve(tmp_path, binary="false", timeout_s=60):
+            pytest.fail("served")
 
 
 def test_remote_digest_of_an_absent_tag_is_none(registry, repository):

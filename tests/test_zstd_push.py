@@ -1,5 +1,6 @@
 """`imagegen push --compression zstd`: the layers go up as zstd through skopeo, to a real registry (Debian's
-docker-registry on loopback), and podman (which takes zstd, unlike Docker 20.10) pulls the very image back."""
+docker-registry on loopback), and podman (which takes zstd, unlike Docker 20.10) pulls the very image back.
+`imagegen build --push --compression zstd` takes the same path (publish.push_image), checked here without an engine."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import urllib.request
 import pytest
 
 from imagegen.engine.registry.http import Credentials, RegistryError, remote_digest
+from imagegen.render.contexts import RenderOptions
 from imagegen.render.tags import INPUTS_LABEL
+from imagegen.stages import pipeline, publish
 from imagegen.stages.publish import push_image
+from imagegen.stages.results import TestResult as ImageTestResult
+
+from tests.helpers import locked_images
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 needs_skopeo = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed "
@@ -85,3 +91,41 @@ def test_without_skopeo_a_zstd_push_says_what_to_install_before_asking_the_engin
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # reaching for the engine would fail otherwise
     with pytest.raises(RegistryError, match="apt-get install skopeo .* --compression gzip"):
         push_image("sha256:" + "0" * 64, "127.0.0.1:9", "imagegen-test/x", ["1"], [], False, compression="zstd")
+
+
+def build_run(tmp_path, compression: str) -> pipeline.Run:
+    """`imagegen build --image cpu --push --registry 127.0.0.1:9 --compression COMPRESSION` as the pipeline gets it."""
+    (cpu,) = [image for image in locked_images() if image.key == "cpu"]
+    return pipeline.Run(images=[cpu], render_options=RenderOptions(), source_dir=tmp_path, pip=None,
+                        docker_binary=None, builder=None, context_dir=tmp_path / "contexts", no_cache=False,
+                        keep_going=False, test=True, checking=pipeline.Checking(""), registry="127.0.0.1:9",
+                        force=False, report_path=tmp_path / "build.json", compression=compression)
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip"])
+def test_build_pushes_each_tested_image_with_its_compression_and_says_which(compression, tmp_path, monkeypatch):
+    run = build_run(tmp_path, compression)
+    (image,) = run.images
+    asked = []
+
+    def pushed(image_id, registry, repository, version_tags, alias_tags, force, **kwargs):
+        asked.append(kwargs["compression"])
+        return publish.PushOutcome("sha256:" + "d" * 64, pushed_tags=version_tags)
+
+    monkeypatch.setattr(publish, "push_image", pushed)
+    monkeypatch.setattr(publish, "_attach_sbom", lambda *args: None)
+    said = []
+    tested = ImageTestResult(image.name, image.ref(), "passed", image_id="sha256:" + "1" * 64, platform=image.platform)
+
+    result = pipeline._push_tested(image, tested.image_id, tested, run, said.append)
+
+    assert asked == [compression] and (result.status, result.compression) == ("pushed", compression)
+    (line,) = said
+    assert line.startswith("pushed cpu to 127.0.0.1:9/") and line.endswith(f" ({compression} layers)")
+
+
+def test_build_with_a_zstd_push_and_no_skopeo_stops_before_it_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(pipeline, "find_build_client", lambda *args: pytest.fail("asked for a build client"))
+    with pytest.raises(RegistryError, match="apt-get install skopeo"):
+        pipeline.build_test_push(build_run(tmp_path, "zstd"), echo=lambda line: None)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from imagegen.core.errors import MatrixError, UserError
+from imagegen.engine.registry import COMPRESSIONS
 from imagegen.matrix.schema import PLATFORMS
 from imagegen.matrix.select import Selection, choose
 from imagegen.render.contexts import RenderOptions
@@ -151,6 +152,21 @@ def registry_options(command):
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def compression_option(command):
+    """--compression of `push` and `build --push`: one option, handed over as `compression`."""
+    return click.option(
+        "--compression", type=click.Choice(COMPRESSIONS), default="gzip", show_default=True,
+        help="Of the layers pushed. zstd (through skopeo) is smaller and unpacks faster, and Docker 23.0+, "
+        "containerd 1.5+ and podman pull it; Docker 20.10 cannot, so gzip stays the default.")(command)
+
+
+def given(parameter: str) -> bool:
+    """Whether the user passed this option (by its parameter name) on the command line, rather than its default
+    standing: `--compression gzip` without --push is as much a mistake as `--compression zstd`."""
+    return click.get_current_context().get_parameter_source(parameter) not in (
+        None, click.ParameterSource.DEFAULT, click.ParameterSource.DEFAULT_MAP)
 
 
 def registry_credentials(user: str | None, password_stdin: bool) -> Credentials | None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from imagegen.cli.options import (build_options, load_selected, registry_credentials, registry_options,
-                                  report_option, reports_user_errors, selection_options, test_options,
-                                  workspace_options)
+from imagegen.cli.options import (build_options, compression_option, given, load_selected, registry_credentials,
+                                  registry_options, report_option, reports_user_errors, selection_options,
+                                  test_options, workspace_options)
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
@@ -36,6 +36,7 @@ def program(workspace) -> str:
 @test_options
 @click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
 @click.option("--registry", metavar="HOST[/NAMESPACE]", help="Where --push publishes.")
+@compression_option
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
 @registry_options
 @report_option("build")
@@ -43,7 +44,8 @@ def program(workspace) -> str:
 @reports_user_errors
 def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
           docker_binary, builder, context_dir, no_cache, keep_going, progress_mode, run_tests, require_gpu,
-          skip_train, run_push, registry, force, registry_user, registry_password_stdin, report_path, workspace):
+          skip_train, run_push, registry, compression, force, registry_user, registry_password_stdin, report_path,
+          workspace):
     """Build the selected images with BuildKit, layer by layer, then summarise.
 
     Each image is three layers (base, framework, trainer), each FROM the one before; a
@@ -55,9 +57,13 @@ def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extr
       imagegen build --cuda 12.4
       imagegen build --image cpu --base-image local/debian:bookworm --wheelhouse wheels/
       imagegen build --cuda 12.4 --push --registry ghcr.io/acme
+      imagegen build --cuda 12.4 --push --registry ghcr.io/acme --compression zstd
     """
     if selection.empty:
         raise UserError("choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    if given("compression") and not run_push:
+        raise UserError(f"--compression {compression} is of the layers --push sends: add --push --registry "
+                        "HOST[/NAMESPACE], or leave --compression out")
     if run_push and not registry:
         raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
     credentials = registry_credentials(registry_user, registry_password_stdin)
@@ -72,7 +78,7 @@ def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extr
         keep_going=keep_going,
         test=run_tests or run_push, checking=pipeline.Checking(program(workspace), require_gpu, skip_train),
         registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials,
-        progress=progress_mode)
+        progress=progress_mode, compression=compression)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
 
 
@@ -108,9 +114,7 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
               show_default=True, help="The test results that allow a push.")
 @click.option("--index", "index_only", is_flag=True, help="Only list each image's platform images, pushed "
               "before by one job per platform, in a multi-platform index under its tags.")
-@click.option("--compression", type=click.Choice(["gzip", "zstd"]), default="gzip", show_default=True,
-              help="Of the layers pushed. zstd (through skopeo) is smaller and unpacks faster, and Docker 23.0+, "
-              "containerd 1.5+ and podman pull it; Docker 20.10 cannot, so gzip stays the default.")
+@compression_option
 @registry_options
 @report_option("push")
 @workspace_options
@@ -127,6 +131,9 @@ def push(selection, registry, skip_tests, force, test_report, index_only, compre
     """
     if selection.empty:
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
+    if index_only and given("compression"):
+        raise UserError(f"--index pushes no layers, only an index of the platform images pushed before (with the "
+                        f"compression they were pushed with): leave --compression {compression} out")
     credentials = registry_credentials(registry_user, registry_password_stdin)
     images = load_selected(workspace, selection)
     from imagegen.stages import pipeline

@@ -16,6 +16,7 @@ from imagegen.engine.buildkit import find_build_client
 from imagegen.core.errors import UserError
 from imagegen.core.text import aligned
 from imagegen.render.locked import LockedImage
+from imagegen.engine.registry import skopeo
 from imagegen.engine.registry.http import Credentials
 from imagegen.stages.results import BuildResult, PushResult, TestResult
 
@@ -49,6 +50,7 @@ class Run:
     report_path: Path
     credentials: Credentials | None = None
     progress: str = "auto"  # "auto" | "tty" | "plain": see progress.view_for
+    compression: str = "gzip"  # of the pushed layers: one of registry.COMPRESSIONS, as `imagegen push` takes it
 
 
 def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
@@ -61,6 +63,8 @@ def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls
 
 def build_test_push(run: Run, echo: Echo) -> int:
     """Build each image, then test and push it as asked; 0 when every image made it."""
+    if run.registry and run.compression == "zstd":
+        skopeo.require_skopeo()  # before the build: a push that cannot happen should not cost one
     client = find_build_client(run.docker_binary, run.builder)
     echo(f"build client: {client.why}")
     _check_local_bases(run.images, run.render_options)
@@ -185,7 +189,7 @@ def _add_sbom(result: BuildResult, image: LockedImage, reports_dir: Path, progra
 
 def _push_tested(image: LockedImage, image_id: str, test: TestResult, run: Run, echo: Echo) -> PushResult:
     result = publish.push_if_tested(image, image_id, {image.key: test}, run.registry, run.force, run.credentials,
-                                    sbom.path_for(run.report_path.parent, image.key))
+                                    sbom.path_for(run.report_path.parent, image.key), run.compression)
     echo(_push_line(result))
     return result
 

@@ -6,13 +6,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import psutil
 import pytest
 
 from conftest import ENV, read_jsonl, train_args
 from vlmgrpo.checkpoint import latest_checkpoint
-from vlmgrpo.launch import needs_launch, torchrun_command
+from vlmgrpo.launch import needs_launch, torchrun_command, worker_of
 from vlmgrpo.sections import RunConfig
 from vlmgrpo.storage import is_out_of_space
 
@@ -40,12 +41,24 @@ def test_a_failed_write_counts_only_when_the_disk_is_full(tmp_path):
     assert not is_out_of_space(ValueError("a bad value"), str(tmp_path), need=1 << 60)
 
 
-def _worker_of(launcher: subprocess.Popen) -> psutil.Process:
-    """The training process: vlmgrpo -> torchrun -> vlmgrpo worker."""
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        if "vlmgrpo" in child.cmdline() and "torch.distributed.run" not in child.cmdline():
-            return child
-    raise AssertionError("no worker process")
+def test_the_worker_is_found_under_torchrun_not_torchrun_itself():
+    """The tree torchrun_command makes, of stand-ins: vlmgrpo -> `-m torch.distributed.run ... -m vlmgrpo` ->
+    `-m vlmgrpo` worker, each a sleeping Python whose command line carries those arguments."""
+    sleeper = "import subprocess, sys, time; {spawn}time.sleep(60)"
+    worker = [sys.executable, "-c", sleeper.format(spawn=""), "-m", "vlmgrpo", "train"]
+    torchrun = [sys.executable, "-c", sleeper.format(spawn=f"subprocess.Popen({worker!r}); "), "-m",
+                "torch.distributed.run", "--max-restarts=1", "-m", "vlmgrpo", "train"]
+    launcher = subprocess.Popen([sys.executable, "-c", sleeper.format(spawn=f"subprocess.Popen({torchrun!r}); ")])
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(launcher.pid).children(recursive=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = worker_of(launcher.pid)
+        assert "torch.distributed.run" in found.parent().cmdline()  # torchrun's child, not torchrun
+    finally:
+        for process in [*psutil.Process(launcher.pid).children(recursive=True), psutil.Process(launcher.pid)]:
+            process.kill()
+        launcher.wait()
 
 
 @pytest.mark.slow
@@ -57,7 +70,7 @@ def test_a_killed_worker_restarts_from_its_checkpoint_and_the_run_ends_at_its_la
         launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=ENV)
         for line in launcher.stdout:
             if line.startswith("step 2/"):
-                _worker_of(launcher).send_signal(signal.SIGKILL)  # the worker, not the launcher or torchrun
+                worker_of(launcher.pid).send_signal(signal.SIGKILL)  # the worker, not the launcher or torchrun
                 break
         launcher.communicate(timeout=300)
         errors.seek(0)

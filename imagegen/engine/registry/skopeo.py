@@ -13,8 +13,6 @@ from pathlib import Path
 
 from imagegen.engine.registry.http import RegistryClient, RegistryError, is_loopback
 
-COMPRESSIONS = ("gzip", "zstd")
-
 
 def require_skopeo() -> None:
     """Before anything is asked of the engine or the registry."""

@@ -61,6 +61,20 @@ def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
     ]
 
 
+def worker_of(launcher_pid: int):
+    """The first training worker under a `vlmgrpo` process that launched through torchrun_command: vlmgrpo ->
+    torchrun (`-m torch.distributed.run ... -m vlmgrpo`) -> `-m vlmgrpo` workers. The one to kill to see a restart
+    (not the launcher or torchrun), for the restart test and the bench; a psutil.Process. psutil is accelerate's
+    dependency, and only these callers, from outside the run, need it."""
+    import psutil
+
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        command = child.cmdline()
+        if "vlmgrpo" in command and "torch.distributed.run" not in command:
+            return child
+    raise LookupError(f"no vlmgrpo worker under process {launcher_pid}")
+
+
 def run_torchrun(run: RunConfig, argv: list[str]) -> int:
     """Run torchrun as a child and pass SIGTERM/SIGINT on, so a preempted run exits with 128 + signal like a
     single-process one (torchrun itself would exit 1 with a traceback) after the workers have checkpointed.
