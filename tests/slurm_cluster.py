@@ -59,7 +59,7 @@ exec "$@"
 # preemption's REQUEUE mode does it), a plain scancel and the time limit itself send every process of the job
 # SIGTERM, srun in the batch script too, and SIGKILL KillWait seconds later (30 by default). srun takes SIGTERM as
 # an order to kill the step, which slurmctld refuses for a job no longer RUNNING, and waits KillWait + 2 s for the
-# tasks. So KillWait is the time the ranks have to finish their step and write the checkpoint: about 9 s here
+# tasks. So KillWait is the time the ranks have to finish their step and write the checkpoint: 7-9 s here
 # (requeue to the processes gone), longer on a busier machine or with a bigger model; 60 s leaves room, and costs
 # nothing when they exit sooner. cred_expire is how long a requeued job waits before it may start again (120 s by
 # default); the scheduler's loops run every 5 s instead of 60 and 30, so that a requeued job starts once it may
