@@ -55,10 +55,15 @@ mkdir -p /var/spool/slurmctld /var/spool/slurmd
 exec "$@"
 """
 # No cgroups in a container here (no systemd, no delegated hierarchy): processes are tracked through their
-# parent ids (proctrack/linuxproc) and tasks are not bound (task/none). KillWait gives a signalled step a
-# minute to finish its training step and checkpoint before SIGKILL. cred_expire is how long a requeued job
-# waits before it may start again (120 s by default); the scheduler's loops run every 5 s instead of 60 and 30, so
-# that a requeued job starts once it may rather than at the next minute. Nodes check in with this host's CPUs.
+# parent ids (proctrack/linuxproc) and tasks are not bound (task/none). KillWait: a requeue of a running job (as
+# preemption's REQUEUE mode does it), a plain scancel and the time limit itself send every process of the job
+# SIGTERM, srun in the batch script too, and SIGKILL KillWait seconds later (30 by default). srun takes SIGTERM as
+# an order to kill the step, which slurmctld refuses for a job no longer RUNNING, and waits KillWait + 2 s for the
+# tasks. So KillWait is the time the ranks have to finish their step and write the checkpoint: 7-9 s here
+# (requeue to the processes gone), longer on a busier machine or with a bigger model; 60 s leaves room, and costs
+# nothing when they exit sooner. cred_expire is how long a requeued job waits before it may start again (120 s by
+# default); the scheduler's loops run every 5 s instead of 60 and 30, so that a requeued job starts once it may
+# rather than at the next minute. Nodes check in with this host's CPUs.
 SLURM_CONF = """\
 ClusterName=imagegen-test
 SlurmctldHost={controller}

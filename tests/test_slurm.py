@@ -1,8 +1,11 @@
 """Slurm, real: Debian's slurm-wlm and munge in containers of an image built FROM the image under test (one
 slurmctld, two slurmd nodes on a user-defined network, a shared directory at /shared on all three;
 tests/slurm_cluster.py). `sbatch examples/launch/slurm/train.sbatch` trains one job over gloo on both nodes;
-`scancel --signal=TERM` leaves one checkpoint and ends it; `scontrol requeue` continues it at the next step; a
-time limit with `--signal=TERM@120` leaves one more checkpoint and ends it again."""
+`scancel --signal=TERM` leaves one checkpoint and ends it; `scontrol requeue` of the ended job continues it at the
+next step; `scontrol requeue` of the running job (preemption's way: SIGTERM to every process of the job, srun's
+too, and SIGKILL after KillWait) leaves one more checkpoint before KillWait runs out and starts the job again, which
+continues at the step after it; a time limit with `--signal=TERM@120` leaves one more checkpoint and ends it
+again. Each stop: both nodes' vlmgrpo stop on SIGTERM, one new checkpoint with both ranks' RNG state."""
 
 from __future__ import annotations
 
@@ -52,14 +55,21 @@ def test_srun_gives_vlmgrpo_the_step_nodes_and_its_rank(cluster):
         assert set(expected) <= set(lines), result.stdout[-3000:] + result.stderr[-3000:]
 
 
-def stop_and_check(cluster: SlurmCluster, job: str, output, stop: Callable[[], object]) -> int:
-    """Calls stop, waits for the job to end; asserts that the ranks wrote exactly one checkpoint holding both
-    ranks' state and that the job exited 143 (SIGTERM, after the checkpoint); the checkpoint's step."""
-    before = checkpoints(output)
+STOPPED = "stopped by SIGTERM: the workers wrote a checkpoint"  # each node's vlmgrpo, before it exits 143
+
+
+def stop_and_check(cluster: SlurmCluster, job: str, output, stop: Callable[[], object],
+                   until: set[str] = ENDED) -> int:
+    """Calls stop, waits for the job to reach a state in until (its processes gone on both nodes); asserts that
+    each node's vlmgrpo stopped on SIGTERM after the ranks wrote exactly one checkpoint holding both ranks' state;
+    the checkpoint's step."""
+    before, stops = checkpoints(output), cluster.job_log(job).count(STOPPED)
     stop()
-    fields = cluster.wait_for_job(job, ENDED, timeout=300)
+    fields = cluster.wait_for_job(job, until, timeout=300)
     evidence = cluster.evidence(job)
-    assert fields["ExitCode"] == "143:0", evidence  # srun's status, the script's last command
+    if until == ENDED:
+        assert fields["ExitCode"] == "143:0", evidence  # srun's status, the script's last command
+    assert cluster.job_log(job).count(STOPPED) == stops + 2, evidence
     new = checkpoints(output) - before
     assert len(new) == 1, (sorted(new), evidence)
     checkpoint = output / new.pop()
@@ -67,6 +77,17 @@ def stop_and_check(cluster: SlurmCluster, job: str, output, stop: Callable[[], o
     step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
     assert steps(output) == list(range(1, step + 1)), evidence
     return step
+
+
+def check_resumed(cluster: SlurmCluster, job: str, output, step: int, restarts: int) -> None:
+    """Waits for the step after `step`; asserts that this start of the script (restart `restarts`) restored the
+    checkpoint of `step` and went on from there."""
+    cluster.wait_for_step(job, output, step + 1)
+    assert cluster.job(job)["Restarts"] == str(restarts), cluster.evidence(job)
+    log = cluster.job_log(job)
+    assert re.search(rf"restored \d+ weight tensors from {JOBS}/run/checkpoint-{step}$", log, re.MULTILINE), \
+        cluster.evidence(job)
+    assert re.search(rf"^step {step + 1}/500 ", log, re.MULTILINE), cluster.evidence(job)
 
 
 def shorten_time_limit(cluster: SlurmCluster, job: str) -> None:
@@ -93,13 +114,15 @@ def test_one_job_on_two_nodes_stops_with_a_checkpoint_and_resumes_after_requeue(
                            lambda: cluster.exec("scancel", "--signal=TERM", job, user=JOB_USER))
 
     cluster.exec("scontrol", "requeue", job, user=JOB_USER)  # the ended job, from the top of its script
-    cluster.wait_for_step(job, output, first + 1)
-    assert cluster.job(job)["Restarts"] == "1"
-    log = cluster.job_log(job)
-    assert re.search(rf"restored \d+ weight tensors from {JOBS}/run/checkpoint-{first}$", log, re.MULTILINE), \
-        cluster.evidence(job)
-    assert re.search(rf"^step {first + 1}/500 ", log, re.MULTILINE), cluster.evidence(job)
+    check_resumed(cluster, job, output, first, restarts=1)
+
+    # The running job, as preemption with PreemptMode=REQUEUE does it: every process of the job gets SIGTERM, then
+    # SIGKILL after KillWait. PENDING once they are gone on both nodes (COMPLETING until then), then RUNNING again.
+    second = stop_and_check(cluster, job, output, lambda: cluster.exec("scontrol", "requeue", job, user=JOB_USER),
+                            until={"PENDING", "RUNNING"})
+    assert second > first
+    check_resumed(cluster, job, output, second, restarts=2)
 
     shorten_time_limit(cluster, job)
-    second = stop_and_check(cluster, job, output, lambda: shorten_time_limit(cluster, job))
-    assert second > first
+    third = stop_and_check(cluster, job, output, lambda: shorten_time_limit(cluster, job))
+    assert third > second
