@@ -237,6 +237,18 @@ def prune_unheld_records(client: docker.DockerClient, keep: set[str]) -> None:
         keep |= pruned
 
 
+def prune_cache_mount(client: docker.DockerClient, target: str) -> int:
+    """Empties the build cache's mount at TARGET (e.g. /root/.cache/uv): the bytes it held. The next build that
+    mounts it downloads again; no layer's cache depends on it."""
+    freed = 0
+    for record in build_cache_records(client):
+        if record["Type"] == "exec.cachemount" and f" {target} " in f" {record['Description']} " \
+                and not record["InUse"]:
+            done = client.api.prune_builds(filters={"id": [record["ID"]]})
+            freed += done.get("SpaceReclaimed") or 0
+    return freed
+
+
 @pytest.fixture
 def throwaway_tag(docker_client) -> Iterator[Callable[[str], str]]:
     """Makes unique local tags `imagegen-test/STEM:ID`; removes them after the test."""

@@ -8,11 +8,13 @@ line before any weights load, and `vllm-serve` is TRL's server. What needs a GPU
 from __future__ import annotations
 
 import json
+from typing import Iterator
 
 import pytest
 
 from tests.conftest import imagegen
-from tests.docker_env import docker_cli as docker
+from tests.docker_env import build_cache_made_inside, docker_cli, prune_cache_mount
+
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 IMAGE = "debian12-torch2.13-vllm0.31"
@@ -21,14 +23,23 @@ NO_GPU = ("error: command line: key 'use_vllm': vLLM generates on CUDA GPUs and 
 
 
 @pytest.fixture(scope="module")
-def vllm_image(local_base_image, tmp_path_factory) -> dict:
-    """The image built and tested as a user would: `imagegen build --test`; its report entry and the command's output."""
+def vllm_image(local_base_image, docker_client, tmp_path_factory) -> Iterator[dict]:
+    """The image built and tested as a user would: `imagegen build --test`; its report entry and the command's output.
+    Afterwards its images, the build cache they leave and uv's cache of its wheels (together about 18 GB) are
+    removed: CI runs on one engine, whose disk would otherwise keep them from run to run."""
     work = tmp_path_factory.mktemp("vllm-build")
-    result = imagegen("build", "--image", IMAGE, "--platform", "linux/amd64", "--base-image", local_base_image,
-                      "--test", "--context-dir", str(work / "contexts"), "--report", str(work / "build.json"))
-    report = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else {"images": [{}]}
-    (entry,) = report["images"]
-    return {"result": result, "entry": entry, "ref": entry.get("ref")}
+    with build_cache_made_inside(docker_client):
+        result = imagegen("build", "--image", IMAGE, "--platform", "linux/amd64", "--base-image", local_base_image,
+                          "--test", "--context-dir", str(work / "contexts"), "--report", str(work / "build.json"))
+        report = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else {}
+        (entry,) = report.get("images") or [{}]
+        try:
+            yield {"result": result, "entry": entry, "ref": entry.get("ref")}
+        finally:
+            for layer in reversed(entry.get("layers") or []):  # trainer, framework, base: each its own image
+                if layer.get("image_id"):
+                    docker_cli("rmi", "--force", layer["image_id"], check=False)
+            prune_cache_mount(docker_client, "/root/.cache/uv")
 
 
 def checks_of(output: str) -> dict[str, str]:
@@ -55,13 +66,13 @@ def test_the_vllm_line_builds_and_passes_its_in_image_checks(vllm_image):
 
 def test_use_vllm_with_a_real_vllm_and_no_gpu_is_one_line_before_anything_loads(vllm_image):
     """Checked first: the model and data named do not even exist, and the vLLM line is still the only one."""
-    done = docker("run", "--rm", vllm_image["ref"], "train", "--model", "/nowhere", "--data", "/nowhere.jsonl",
+    done = docker_cli("run", "--rm", vllm_image["ref"], "train", "--model", "/nowhere", "--data", "/nowhere.jsonl",
                   "--output", "/tmp/run", "--use-vllm", "--dry-run", check=False)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stderr.strip() == NO_GPU, done.stderr[-3000:]
 
 
 def test_vllm_serve_is_trls_server_on_the_real_vllm(vllm_image):
-    done = docker("run", "--rm", vllm_image["ref"], "vllm-serve", "--help", check=False)
+    done = docker_cli("run", "--rm", vllm_image["ref"], "vllm-serve", "--help", check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "--tensor_parallel_size" in done.stdout and "--gpu_memory_utilization" in done.stdout, done.stdout[-3000:]
