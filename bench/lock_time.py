@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from .cache import snapshot_inputs
-from .common import DOCKER, IMAGEGEN, gb, run, table
+from .common import BASE_IMAGE, DOCKER, IMAGEGEN, WHEELHOUSE, gb, run, table
 
 
 def lockable(inputs: Path) -> list[str]:
@@ -27,19 +27,28 @@ def lock_rows(inputs: Path, work: Path) -> list[tuple]:
     return rows
 
 
-def built_images() -> list[tuple]:
-    """Every image of the cpu line in the engine (the ones this machine builds), with its size."""
-    listed = subprocess.run([DOCKER, "images", "--format", "{{.Repository}}:{{.Tag}}\t{{.ID}}",
-                             "ghcr.io/imagegen/vlm-grpo"], capture_output=True, text=True, check=True).stdout
-    seen, rows = set(), []
-    for line in sorted(listed.splitlines()):
-        ref, image_id = line.split("\t")
-        if image_id in seen or not ref.endswith(("cpu", "cpu-arm64")):
-            continue
-        seen.add(image_id)
-        facts = json.loads(subprocess.run([DOCKER, "image", "inspect", image_id], capture_output=True, text=True,
-                                          check=True).stdout)[0]
-        rows.append((ref.rsplit(":", 1)[1], f"{facts['Os']}/{facts['Architecture']}", gb(facts["Size"]),
+def local_images(inputs: Path) -> list[str]:
+    """The matrix's images on a base of their own (Debian's), which this machine builds; the others need nvidia/cuda."""
+    from imagegen.workspace import Workspace
+
+    plan = Workspace(matrix=inputs / "matrix.yaml", trainer=inputs / "trainer").load()
+    return sorted({image.name for image in plan.images if image.cuda is None and image.key in plan.locked})
+
+
+def built_images(inputs: Path, work: Path) -> list[tuple]:
+    """Each image of local_images built for linux/amd64 (a whole `imagegen build`, from the engine's build cache
+    where it holds the layers), with its build time, size and layers."""
+    rows = []
+    for name in local_images(inputs):
+        report = work / f"build-{name}.json"
+        seconds = run([*IMAGEGEN, "build", "--matrix", str(inputs / "matrix.yaml"), "--trainer", str(inputs / "trainer"),
+                       "--image", name, "--platform", "linux/amd64", "--base-image", BASE_IMAGE,
+                       "--wheelhouse", str(WHEELHOUSE), "--context-dir", str(work / f"contexts-{name}"), "--report",
+                       str(report)], log=work / f"build-{name}.log")
+        (entry,) = json.loads(report.read_text())["images"]
+        facts = json.loads(subprocess.run([DOCKER, "image", "inspect", entry["image_id"]], capture_output=True,
+                                          text=True, check=True).stdout)[0]
+        rows.append((name, f"{facts['Os']}/{facts['Architecture']}", f"{seconds:.0f}", gb(facts["Size"]),
                      len(facts["RootFS"]["Layers"])))
     return rows
 
@@ -48,7 +57,7 @@ def section(work: Path) -> str:
     inputs = snapshot_inputs(work)
     rows = lock_rows(inputs, work)
     total = sum(float(row[1]) for row in rows)
-    sizes = built_images()
+    sizes = built_images(inputs, work)
     return "\n".join([
         "## 12. Locking each image, and the size of each image built here",
         "",
@@ -61,7 +70,8 @@ def section(work: Path) -> str:
         f"- {len(rows)} images in {total:.0f} s, {total / max(len(rows), 1):.1f} s per image.",
         "",
         "The images this machine builds (the CUDA images need nvidia/cuda bases, which it cannot pull; CI builds "
-        "them), as the engine holds them now:",
+        "them), each built by `imagegen build` for linux/amd64 from this engine's build cache where it held their "
+        "layers (a cold build downloads their wheels: `build s` says which):",
         "",
-        table(("tag", "platform", "size", "layers"), sizes) if sizes else "(none in the engine when this ran)",
+        table(("image", "platform", "build s", "size", "layers"), sizes),
     ])
