@@ -1,4 +1,4 @@
-"""Building the cpu image through `imagegen build`, as a user runs it."""
+"""Building an image of the matrix (the cpu image, mostly) through `imagegen build`, as a user runs it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from .common import BASE_IMAGE, DOCKER, IMAGEGEN, WHEELHOUSE, docker, run
 
 LAYER_REPOSITORY = "imagegen-layer/"
-CONTEXT_SENT = re.compile(r"^\[cpu (\w+)\] #\d+ transferring context: (\S+) (?:([\d.]+)s )?done$", re.MULTILINE)
+# BuildKit's plain progress, as `imagegen build` prefixes it with "[IMAGE LAYER]"
+CONTEXT_SENT = r"^\[{image} (\w+)\] #\d+ transferring context: (\S+) (?:([\d.]+)s )?done$"
 
 
 @dataclass(frozen=True)
@@ -27,20 +28,26 @@ class CpuBuild:
 
 def build_cpu(name: str, work: Path, *options: str, env: dict | None = None) -> CpuBuild:
     """`imagegen build --image cpu` with the local base and wheelhouse; options such as --trainer DIR."""
+    return build_image("cpu", name, work, *options, env=env)
+
+
+def build_image(image: str, name: str, work: Path, *options: str, env: dict | None = None) -> CpuBuild:
+    """`imagegen build --image IMAGE` for linux/amd64 with the local base and wheelhouse; options such as --matrix."""
     directory = work / name
     directory.mkdir(parents=True)
     report = directory / "build.json"
-    wall = run([*IMAGEGEN, "build", "--image", "cpu", "--platform", "linux/amd64", "--base-image", BASE_IMAGE,
+    wall = run([*IMAGEGEN, "build", "--image", image, "--platform", "linux/amd64", "--base-image", BASE_IMAGE,
                 "--wheelhouse", str(WHEELHOUSE),
                 "--report", str(report), "--context-dir", str(directory / "contexts"), *options],
                log=directory / "build.log", env=env)
     (entry,) = json.loads(report.read_text())["images"]
-    return CpuBuild(name, wall, entry, context_sends((directory / "build.log").read_text()))
+    return CpuBuild(name, wall, entry, context_sends((directory / "build.log").read_text(), image))
 
 
-def context_sends(log: str) -> list[tuple[str, str, float]]:
+def context_sends(log: str, image: str = "cpu") -> list[tuple[str, str, float]]:
     """What BuildKit's plain progress says it transferred of each layer's build context."""
-    return [(layer, size, float(seconds or 0)) for layer, size, seconds in CONTEXT_SENT.findall(log)
+    sent = re.compile(CONTEXT_SENT.format(image=re.escape(image)), re.MULTILINE)
+    return [(layer, size, float(seconds or 0)) for layer, size, seconds in sent.findall(log)
             if size != "2B"]  # the .dockerignore, sent with every build
 
 

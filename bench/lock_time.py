@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 from .cache import snapshot_inputs
-from .common import BASE_IMAGE, DOCKER, IMAGEGEN, WHEELHOUSE, gb, run, table
+from .common import DOCKER, IMAGEGEN, gb, run, table
+from .cpu_image import build_image
 
 
 def lockable(inputs: Path) -> list[str]:
@@ -40,15 +41,11 @@ def built_images(inputs: Path, work: Path) -> list[tuple]:
     where it holds the layers), with its build time, size and layers."""
     rows = []
     for name in local_images(inputs):
-        report = work / f"build-{name}.json"
-        seconds = run([*IMAGEGEN, "build", "--matrix", str(inputs / "matrix.yaml"), "--trainer", str(inputs / "trainer"),
-                       "--image", name, "--platform", "linux/amd64", "--base-image", BASE_IMAGE,
-                       "--wheelhouse", str(WHEELHOUSE), "--context-dir", str(work / f"contexts-{name}"), "--report",
-                       str(report)], log=work / f"build-{name}.log")
-        (entry,) = json.loads(report.read_text())["images"]
-        facts = json.loads(subprocess.run([DOCKER, "image", "inspect", entry["image_id"]], capture_output=True,
+        build = build_image(name, f"build-{name}", work, "--matrix", str(inputs / "matrix.yaml"), "--trainer",
+                            str(inputs / "trainer"))
+        facts = json.loads(subprocess.run([DOCKER, "image", "inspect", build.report["image_id"]], capture_output=True,
                                           text=True, check=True).stdout)[0]
-        rows.append((name, f"{facts['Os']}/{facts['Architecture']}", f"{seconds:.0f}", gb(facts["Size"]),
+        rows.append((name, f"{facts['Os']}/{facts['Architecture']}", f"{build.wall_s:.0f}", gb(facts["Size"]),
                      len(facts["RootFS"]["Layers"])))
     return rows
 
