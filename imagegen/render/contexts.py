@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from imagegen.core.errors import UserError
-from imagegen.locking.lockfile import InstallStep, Lock, install_steps
+from imagegen.locking.lockfile import InstallStep, Lock, LockedPackage, install_steps
 from imagegen.matrix.plan import PlannedImage
 
 LAYERS = ("base", "framework", "trainer")
@@ -103,26 +103,26 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     """The image's layers, base first, each FROM the one before."""
     base_image = options.base_image(plan.platform) or lock.base.pinned_ref
     shared = {"image": plan, "versions": versions, "expected_path": EXPECTED_PATH}
-    cuda_home = wheel_cuda_home(plan, lock)
+    nvcc = lock.package(WHEEL_NVCC)
+    cuda_home = wheel_cuda_home(plan, nvcc)
     has_nvcc = (plan.cuda is not None and plan.flavor == "devel") or cuda_home is not None
     base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
                   compilers=plan.compiles_kernels if has_nvcc else ())
     steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
     framework = _layer(plan, "framework", base.ref, env, _framework_files(plan, versions, steps), **shared,
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
-                       nvcc=lock.package(WHEEL_NVCC))
+                       nvcc=nvcc)
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
     trainer_context["entrypoint.sh"] = (Path(env.loader.searchpath[0]) / "entrypoint.sh").read_bytes()
     trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)
     return [base, framework, trainer]
 
 
-def wheel_cuda_home(plan: PlannedImage, lock: Lock) -> str | None:
-    """Without a CUDA base, the CUDA toolkit a wheel of the lock brings: CUDA 13's nvidia-cuda-nvcc puts nvcc, its
+def wheel_cuda_home(plan: PlannedImage, nvcc: LockedPackage | None) -> str | None:
+    """Without a CUDA base, the CUDA toolkit the lock's nvcc wheel brings: CUDA 13's nvidia-cuda-nvcc puts nvcc, its
     headers and libraries under one site-packages/nvidia/cu<major> folder, a CUDA_HOME for torch's cpp_extension and
     FlashInfer. None with a CUDA base (its toolkit is /usr/local/cuda) or without that wheel (CUDA 12's are split
     into one folder per part, which makes no CUDA_HOME)."""
-    nvcc = lock.package(WHEEL_NVCC)
     if plan.cuda is not None or nvcc is None:
         return None
     python = ".".join(plan.version("python").split(".")[:2])

@@ -12,7 +12,8 @@ TARGET_FOLDER = {"62": ("x86_64",), "183": ("aarch64", "sbsa")}  # how folders f
 
 
 def in_its_target_folder(path: str, machine: str) -> bool:
-    return any(part.startswith(TARGET_FOLDER.get(machine, ("\0",))) for part in path.split("/")[:-1])
+    prefixes = TARGET_FOLDER.get(machine)
+    return bool(prefixes) and any(part.startswith(prefixes) for part in path.split("/")[:-1])
 
 
 def libraries_are_for(platform: str, machines: dict[str, list[str]]) -> Check:

@@ -2,6 +2,7 @@
 its label records: any difference means the tag lies."""
 
 import re
+from typing import Iterable
 
 from imagegen.core import platforms
 from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, version_prefix
@@ -14,7 +15,7 @@ NAME, ORDER = "tag.matches_inside", 60
 VERSION_TAG = re.compile(r"\d[\w.+]*-torch")
 
 
-def tag_matches_inside(facts: dict, versions: dict, in_name: list[str] = ()) -> Check:
+def tag_matches_inside(facts: dict, versions: dict, in_name: Iterable[str] = ()) -> Check:
     derived = version_prefix(versions.get("vlmgrpo"), versions, in_name)
     label = facts["labels"].get("org.opencontainers.image.version")
     if not label:
