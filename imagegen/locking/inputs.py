@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from imagegen.core.errors import Problem
 from imagegen.locking.lockfile import BUILD_TOOLS, INSTALLER, Lock
-from imagegen.matrix import rules
+from imagegen.matrix import cuda_wheels, rules
 from imagegen.matrix.model import Matrix
 from imagegen.matrix.plan import PlannedImage, index_of
 
@@ -45,6 +45,8 @@ def resolution_requirements(plan: PlannedImage) -> tuple[str, ...]:
     wanted += [*plan.trainer_requirements, *plan.flash_attn_requires, INSTALLER]
     if plan.version("deepspeed") or plan.flash_attn_source_build:
         wanted += BUILD_TOOLS
+    if plan.cuda_source == "wheels" and plan.has_toolkit:
+        wanted.append(cuda_wheels.toolkit_requirement(plan.cuda_minor))
     return tuple(sorted(set(wanted), key=str.lower))
 
 

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from imagegen.core import platforms, sizes
 from imagegen.core.errors import MatrixError
-from imagegen.matrix import rules
+from imagegen.matrix import cuda_wheels, rules
 from imagegen.matrix.components import Components
 from imagegen.matrix.model import CudaFacts, ImageEntry, Matrix
 
@@ -51,7 +51,10 @@ class PlannedImage:
     flavor: str
     base_image: str
     os: str
-    cuda: str | None  # CUDA toolkit of the base image, e.g. "12.4.1"; None without one
+    cuda: str | None  # CUDA of the image: its nvidia/cuda base's toolkit ("12.4.1"), or its line ("13.0") on wheels
+    # Where its CUDA comes from: "base" (FROM nvidia/cuda), "wheels" (NVIDIA's PyPI wheels on a base of its own,
+    # imagegen.matrix.cuda_wheels), or None (no CUDA line: the libraries torch's wheels bring, if any)
+    cuda_source: str | None
     base_cudnn: int | None  # cuDNN major of the base image
     min_driver: str | None  # the base toolkit's, or without a CUDA base that of the CUDA torch's wheels carry
     python_source: str  # "system" or "deadsnakes"
@@ -83,6 +86,11 @@ class PlannedImage:
         return ".".join(self.cuda.split(".")[:2]) if self.cuda else None
 
     @property
+    def has_toolkit(self) -> bool:
+        """Whether the image carries a CUDA toolkit (nvcc): a devel image, on nvidia/cuda or on NVIDIA's wheels."""
+        return self.cuda is not None and self.flavor == "devel"
+
+    @property
     def flash_attn_source_build(self) -> bool:
         return "flash_attn" in self.source_builds
 
@@ -111,7 +119,7 @@ def resolve(matrix: Matrix, trainer: Trainer) -> list[PlannedImage]:
 def base_of(matrix: Matrix, image: ImageEntry) -> tuple[str, tuple]:
     """The base an image's Dockerfile starts FROM, and where the matrix sets it (for problems that point there)."""
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
-    if cuda:
+    if cuda and not cuda_wheels.from_wheels(image):
         kind = "devel" if image.flavor == "devel" else "runtime"
         return (cuda.base_devel if kind == "devel" else cuda.base_runtime), ("cuda", image.cuda, "base", kind)
     return image.base, ("images", image.index, "base")
@@ -121,7 +129,8 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
     torch = matrix.torch[image.torch]
     torch_cuda = rules.torch_cuda(matrix, image)
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
-    os_name = cuda.os if cuda else image.os
+    wheels = cuda_wheels.from_wheels(image)
+    os_name = cuda.os if cuda and not wheels else image.os
     archs = cuda.archs.get(platform, ()) if cuda else ()
     flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
     return PlannedImage(
@@ -133,8 +142,9 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         flavor=image.flavor if cuda else "custom",
         base_image=base_of(matrix, image)[0],
         os=os_name,
-        cuda=cuda.version if cuda else None,
-        base_cudnn=cuda.cudnn if cuda else None,
+        cuda=(cuda.minor if wheels else cuda.version) if cuda else None,
+        cuda_source=("wheels" if wheels else "base") if cuda else None,
+        base_cudnn=cuda.cudnn if cuda and not wheels else None,
         min_driver=_min_driver(matrix, cuda, torch_cuda),
         python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
         python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",

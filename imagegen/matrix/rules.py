@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
-from imagegen.matrix import known_bad
+from imagegen.matrix import cuda_wheels, known_bad
 from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
 
 PYTORCH_INDEX = "pytorch-index"  # an image's `lock:` when its torch build is on the PyTorch index alone
@@ -100,7 +100,7 @@ def _check_platforms(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     build = torch_build(matrix, image)
     for platform in image.platforms:
-        if cuda is not None and platform not in cuda.platforms:
+        if cuda is not None and not cuda_wheels.from_wheels(image) and platform not in cuda.platforms:
             problems.append(matrix.problem(_at(image, "platforms"), f"the nvidia/cuda {cuda.version} images have no "
                                            f"{platform} variant (its platforms: {', '.join(cuda.platforms)})",
                                            "platform-base"))
@@ -157,17 +157,15 @@ def _check_versions_parse(matrix: Matrix, image: ImageEntry) -> list[Problem]:
 
 def _check_base(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     if image.cuda is None and image.base is None:
-        return [matrix.problem(("images", image.index), "set either cuda (an nvidia/cuda base) or base "
-                               "(an image name) with os", "base-image")]
-    if image.cuda is not None and image.base is not None:
-        return [matrix.problem(_at(image, "base"), "set cuda or base, not both", "base-image")]
+        return [matrix.problem(("images", image.index), "set cuda (an nvidia/cuda base), base (an image name) "
+                               "with os, or both (CUDA from NVIDIA's wheels on that base)", "base-image")]
     if image.cuda is not None and image.cuda not in matrix.cuda:
         return [matrix.problem(_at(image, "cuda"), f"CUDA {image.cuda} is not in the cuda section; known: "
                                f"{', '.join(matrix.cuda)}", "known-cuda")]
     if image.base is not None and image.os not in matrix.os:
         return [matrix.problem(_at(image, "os"), f"an image with its own base must say its os; known: "
                                f"{', '.join(matrix.os)}", "known-os")]
-    return []
+    return cuda_wheels.check(matrix, image)
 
 
 def _check_torch_build(matrix: Matrix, image: ImageEntry) -> list[Problem]:
@@ -190,7 +188,7 @@ def _check_torch_build(matrix: Matrix, image: ImageEntry) -> list[Problem]:
 
 
 def _check_python_source(matrix: Matrix, image: ImageEntry) -> list[Problem]:
-    os_name = matrix.cuda[image.cuda].os if image.cuda in matrix.cuda else image.os
+    os_name = image.os if image.base is not None or image.cuda not in matrix.cuda else matrix.cuda[image.cuda].os
     os_facts = matrix.os.get(os_name)
     if os_facts is None or os_facts.python == image.python or os_facts.extra_python:
         return []

@@ -15,6 +15,7 @@ import jinja2
 
 from imagegen.core.errors import UserError
 from imagegen.locking.lockfile import InstallStep, Lock, LockedPackage, install_steps
+from imagegen.matrix import cuda_wheels
 from imagegen.matrix.plan import PlannedImage
 
 LAYERS = ("base", "framework", "trainer")
@@ -105,13 +106,13 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     shared = {"image": plan, "versions": versions, "expected_path": EXPECTED_PATH}
     nvcc = lock.package(WHEEL_NVCC)
     cuda_home = wheel_cuda_home(plan, nvcc)
-    has_nvcc = (plan.cuda is not None and plan.flavor == "devel") or cuda_home is not None
+    has_nvcc = plan.has_toolkit or cuda_home is not None
     base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
                   compilers=plan.compiles_kernels if has_nvcc else ())
     steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
     framework = _layer(plan, "framework", base.ref, env, _framework_files(plan, versions, steps), **shared,
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
-                       nvcc=nvcc)
+                       nvcc=nvcc, toolkit=lock.package(cuda_wheels.TOOLKIT), cuda_wheels_home=cuda_wheels.CUDA_HOME)
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
     trainer_context["entrypoint.sh"] = (Path(env.loader.searchpath[0]) / "entrypoint.sh").read_bytes()
     trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)
@@ -119,11 +120,11 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
 
 
 def wheel_cuda_home(plan: PlannedImage, nvcc: LockedPackage | None) -> str | None:
-    """Without a CUDA base, the CUDA toolkit the lock's nvcc wheel brings: CUDA 13's nvidia-cuda-nvcc puts nvcc, its
-    headers and libraries under one site-packages/nvidia/cu<major> folder, a CUDA_HOME for torch's cpp_extension and
-    FlashInfer. None with a CUDA base (its toolkit is /usr/local/cuda) or without that wheel (CUDA 12's are split
-    into one folder per part, which makes no CUDA_HOME)."""
-    if plan.cuda is not None or nvcc is None:
+    """Without an nvidia/cuda base, the CUDA toolkit the lock's nvcc wheel brings: CUDA 13's nvidia-cuda-nvcc puts
+    nvcc, its headers and libraries under one site-packages/nvidia/cu<major> folder, a CUDA_HOME for torch's
+    cpp_extension and FlashInfer. None with an nvidia/cuda base (its toolkit is /usr/local/cuda) or without that wheel
+    (CUDA 12's ship no nvcc: imagegen.matrix.cuda_wheels)."""
+    if plan.cuda_source == "base" or nvcc is None:
         return None
     python = ".".join(plan.version("python").split(".")[:2])
     return f"/opt/venv/lib/python{python}/site-packages/nvidia/cu{nvcc.version.split('.')[0]}"

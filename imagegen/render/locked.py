@@ -14,6 +14,7 @@ from typing import Mapping
 from imagegen.core import platforms
 from imagegen.locking.inputs import locked_versions
 from imagegen.locking.lockfile import Lock
+from imagegen.matrix import cuda_wheels
 from imagegen.matrix.plan import PlannedImage
 from imagegen.render import tags
 from imagegen.render.contexts import LayerContext, Renderer, expected
@@ -66,6 +67,12 @@ class LockedImage:
                 "base": self.lock.base.pinned_ref}
 
 
+def wheel_toolkit(plan: PlannedImage, lock: Lock) -> str | None:
+    """The CUDA toolkit a devel image on NVIDIA's wheels installs: the cuda-toolkit version its lock resolved."""
+    package = lock.package(cuda_wheels.TOOLKIT) if plan.cuda_source == "wheels" and plan.has_toolkit else None
+    return package.version if package else None
+
+
 def inputs_digest(layers: list[LayerContext]) -> str:
     """One digest of everything an image is built from: its layers' files (the lock's requirements,
     every Dockerfile with its base's locked digest, the trainer's source)."""
@@ -103,6 +110,6 @@ def _lock_one(members: list[PlannedImage], locks: Mapping[str, Lock], renderer: 
         versions, contexts, _ = rendered[plan.key]
         lock = locks[plan.key]
         tag = tags.version_tag(plan, versions, digest)
-        labels = tags.labels(plan, versions, tag, digest, lock.base.pinned_ref)
+        labels = tags.labels(plan, versions, tag, digest, lock.base.pinned_ref, wheel_toolkit(plan, lock))
         images.append(LockedImage(plan, lock, versions, tuple(contexts), digest, tag, aliases, labels))
     return images

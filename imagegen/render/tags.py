@@ -6,13 +6,14 @@ Version tag (immutable once pushed):
     -<inputs digest>, where each -<key><version> is a component of the table marked in_name that the image has
     (-vllm0.31.0)
     e.g. 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b; an image on the runtime flavour of its CUDA base
-    adds -runtime, one on a base of its own (cpu) its OS: 0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12-...
+    adds -runtime, one on a base of its own (cpu, or CUDA from NVIDIA's wheels) its OS:
+    0.1.0-torch2.14.1-cu130-cudnn9-py3.11-debian12-...
     An image of several platforms has one version tag; each platform's image goes under it with -<arch>.
     The digest covers the lock, the rendered Dockerfiles and the trainer's source: a rebuild from the
     same inputs gets the same tag, any changed input a new one.
 Moving aliases (updated on every publish):
     <image name>    the newest build of that matrix entry, e.g. cu124-torch2.6 or cpu
-    cu<X.Y>         the newest torch on the CUDA X.Y devel base, e.g. cu12.4
+    cu<X.Y>         the newest torch on the CUDA X.Y devel base (nvidia/cuda's), e.g. cu12.4
     latest          the image the matrix names as latest
 """
 
@@ -46,7 +47,7 @@ def version_tag(plan: PlannedImage, versions: Versions, inputs_digest: str) -> s
     tag = version_prefix(plan.trainer_version, versions, plan.components.in_name)
     if plan.flavor == "runtime":
         tag += "-runtime"
-    elif plan.flavor == "custom":
+    if plan.flavor == "custom" or plan.cuda_source == "wheels":  # not nvidia/cuda's OS: say which
         tag += f"-{plan.os}"
     return f"{tag}-{inputs_digest.removeprefix('sha256:')[:DIGEST_CHARS]}"
 
@@ -66,7 +67,7 @@ def aliases(plans: list[PlannedImage], latest: str | None) -> dict[str, tuple[st
 def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
     newest: dict[str, PlannedImage] = {}
     for plan in plans:
-        if plan.cuda_minor is None or plan.flavor != "devel":
+        if plan.cuda_source != "base" or plan.flavor != "devel":
             continue
         current = newest.get(plan.cuda_minor)
         if current is None or Version(plan.version("torch")) > Version(current.version("torch")):
@@ -74,39 +75,46 @@ def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
     return {minor: plan.name for minor, plan in newest.items()}
 
 
-def description(plan: PlannedImage, versions: Versions) -> str:
+def description(plan: PlannedImage, versions: Versions, toolkit: str | None = None) -> str:
     """The OCI description: torch and its CUDA, Python, then each column component the image sets itself."""
     named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.components
              if c.column and c.source == "image" and c.key not in ("python", "torch")]
-    return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} ({_cuda_carried(plan, versions)}), "
+    return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} "
+            f"({_cuda_carried(plan, versions, toolkit)}), "
             f"Python {versions.get('python')}, " + ", ".join(named))
 
 
-def _cuda_carried(plan: PlannedImage, versions: Versions) -> str:
-    """What CUDA the image carries: its base's toolkit, or only the libraries torch's wheels bring, or none."""
+def _cuda_carried(plan: PlannedImage, versions: Versions, toolkit: str | None = None) -> str:
+    """What CUDA the image carries: its base's toolkit, NVIDIA's wheels, only the libraries torch's wheels bring, or
+    none."""
     cuda = versions.get("torch_cuda")
+    if plan.cuda_source == "wheels":
+        carried = f"the CUDA toolkit {toolkit} from" if toolkit else "no CUDA toolkit, the CUDA libraries of"
+        return f"CUDA {cuda}: {carried} NVIDIA's wheels on {plan.base_image}"
     if plan.cuda is not None or not cuda:
         return f"CUDA {cuda}" if cuda else "CPU only"
     driver = f"; a GPU needs NVIDIA driver {plan.min_driver} or newer" if plan.min_driver else ""
     return f"CUDA {cuda} libraries from torch's wheels, no CUDA toolkit{driver}"
 
 
-def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str, base_ref: str) -> dict[str, str]:
-    """OCI labels plus one label per component version, as `docker inspect` shows them."""
+def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str, base_ref: str,
+           toolkit: str | None = None) -> dict[str, str]:
+    """OCI labels plus one label per component version, as `docker inspect` shows them. toolkit: the CUDA toolkit
+    the lock installs from NVIDIA's wheels (cuda-toolkit's version), for an image whose CUDA comes from them."""
     components = {
         "image": plan.name,
         "trainer": plan.trainer_version,
         **{c.label: versions.get(c.key) or "none" for c in plan.components},
         # The CUDA the image carries: its base's toolkit, or the one torch's wheels bring; cuda.toolkit: the base's.
         "cuda": plan.cuda or versions.get("torch_cuda") or "none",
-        "cuda.toolkit": plan.cuda or "none",
+        "cuda.toolkit": (toolkit if plan.cuda_source == "wheels" else plan.cuda) or "none",
         "base.cudnn": str(plan.base_cudnn) if plan.base_cudnn is not None else "none",
         "min-driver": plan.min_driver or "none",
         "inputs": inputs_digest,
     }
     return {
         "org.opencontainers.image.title": plan.repository.rsplit("/", 1)[-1],
-        "org.opencontainers.image.description": description(plan, versions),
+        "org.opencontainers.image.description": description(plan, versions, toolkit),
         "org.opencontainers.image.version": tag,
         "org.opencontainers.image.base.name": base_ref,
         "org.opencontainers.image.licenses": "Apache-2.0",

@@ -50,7 +50,14 @@ def version_columns(table: Components) -> list[tuple[str, Callable[[Listed], str
     def cell(key: str) -> Callable[[Listed], str]:
         return CELL.get(key, lambda row: row.versions.get(key) or "none")
 
-    return [("CUDA", lambda row: row.plan.cuda or "none"), *((c.title, cell(c.key)) for c in table if c.column)]
+    return [("CUDA", cuda_cell), *((c.title, cell(c.key)) for c in table if c.column)]
+
+
+def cuda_cell(row: Listed) -> str:
+    """The image's CUDA and where it comes from: nvidia/cuda's toolkit (12.4.1), or NVIDIA's wheels (13.0 (wheels))."""
+    if row.plan.cuda is None:
+        return "none"
+    return row.plan.cuda + (" (wheels)" if row.plan.cuda_source == "wheels" else "")
 
 
 def columns(table: Components) -> list[tuple[str, Callable[[Listed], str]]]:

@@ -1,0 +1,99 @@
+"""GPU images built and checked here: CUDA from NVIDIA's wheels on the local Debian base, where nvidia/cuda cannot be
+pulled (imagegen/matrix/cuda_wheels.py). `imagegen build --test` builds each line as a user would and runs every
+in-image check that needs no GPU, the tiny GRPO run among them; the GPU checks skip, saying so.
+
+- debian12-cu130-torch2.14, the CUDA 13 devel line: nvcc, headers and CCCL from cuda-toolkit's wheels laid out in
+  /usr/local/cuda; a kernel compiled, linked to libcudart and loaded; DeepSpeed's FusedAdam built by its JIT with that
+  nvcc; torch's compiled architectures cover the image's.
+- debian12-cu128-torch2.8, the CUDA 12 runtime line (CUDA 12's nvcc wheels ship no nvcc): torch's CUDA 12.8 wheels
+  only, no toolkit.
+
+Each image's layers, its build cache and uv's cache mount are removed afterwards, as the vLLM test does."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+
+from tests.conftest import ensure_wheelhouse, imagegen
+from tests.docker_env import build_cache_made_inside, docker_cli, prune_cache_mount
+from tests.test_image_vllm import checks_of
+
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+DEVEL, RUNTIME = "debian12-cu130-torch2.14", "debian12-cu128-torch2.8"
+
+
+@pytest.fixture(scope="module", params=[DEVEL, RUNTIME])
+def wheels_image(request, local_base_image, docker_client, tmp_path_factory) -> Iterator[dict]:
+    """One line built and tested by `imagegen build --test`: its report entry, the command's output and what
+    `docker inspect` says of it; removed afterwards."""
+    name = request.param
+    work = tmp_path_factory.mktemp(name)
+    with build_cache_made_inside(docker_client):
+        result = imagegen("build", "--image", name, "--platform", "linux/amd64", "--base-image", local_base_image,
+                          "--wheelhouse", str(ensure_wheelhouse()), "--test",
+                          "--context-dir", str(work / "contexts"), "--report", str(work / "build.json"))
+        report = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else {}
+        (entry,) = report.get("images") or [{}]
+        inspected = {}
+        if entry.get("ref"):
+            inspected = json.loads(docker_cli("image", "inspect", entry["ref"]).stdout)[0]["Config"]
+        try:
+            yield {"name": name, "result": result, "entry": entry, "ref": entry.get("ref") or "",
+                   "checks": checks_of(result.stdout + result.stderr), "config": inspected}
+        finally:
+            for layer in reversed(entry.get("layers") or []):  # trainer, framework, base: each its own image
+                if layer.get("image_id"):
+                    docker_cli("rmi", "--force", layer["image_id"], check=False)
+            prune_cache_mount(docker_client, "/root/.cache/uv")
+
+
+def check(image: dict, name: str) -> str:
+    return next((value for key, value in image["checks"].items() if key.endswith(name)), "")
+
+
+def test_each_line_builds_and_passes_every_check_that_needs_no_gpu(wheels_image):
+    result = wheels_image["result"]
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    checks = wheels_image["checks"]
+    assert not [k for k, v in checks.items() if v.startswith("fail")], checks
+    for name in ("cuda.archs", "version.torch", "train.tiny_grpo"):
+        assert check(wheels_image, name).startswith("pass"), (name, sorted(checks.items()))
+    gpu = [v for k, v in checks.items() if k.split(".", 1)[-1].startswith("gpu.")]
+    assert gpu and all(v.startswith("skip") and "no GPU" in v for v in gpu), gpu
+
+
+def test_the_tag_and_labels_say_cuda_comes_from_nvidias_wheels_on_debian(wheels_image):
+    labels, ref = wheels_image["config"]["Labels"], wheels_image["ref"]
+    assert labels["org.opencontainers.image.base.name"].startswith("debian:"), labels
+    assert "NVIDIA's wheels on debian:" in labels["org.opencontainers.image.description"], labels
+    if wheels_image["name"] == DEVEL:
+        assert "-cu130-" in ref and ref.split(":")[-1].count("-debian12-") == 1, ref
+        assert labels["io.imagegen.cuda.toolkit"].startswith("13.0."), labels
+    else:
+        assert "-cu128-" in ref and "-runtime-debian12-" in ref, ref
+        assert labels["io.imagegen.cuda.toolkit"] == "none", labels
+
+
+def test_the_nvidia_container_toolkit_sees_what_it_sees_in_nvidia_cuda(wheels_image):
+    """The variables NVIDIA's images set, which the NVIDIA container toolkit reads to expose the GPUs and the driver."""
+    env = dict(line.split("=", 1) for line in wheels_image["config"]["Env"])
+    cuda = "13.0" if wheels_image["name"] == DEVEL else "12.8"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", env
+    assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>={cuda}", env
+    assert "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"], env
+
+
+def test_the_devel_line_compiles_kernels_and_builds_deepspeeds_ops_with_its_nvcc(wheels_image):
+    if wheels_image["name"] != DEVEL:
+        assert check(wheels_image, "cuda.kernel").startswith("skip no CUDA toolkit"), wheels_image["checks"]
+        return
+    assert check(wheels_image, "cuda.kernel").startswith("pass"), wheels_image["checks"]
+    assert "linked to libcudart; it loads" in check(wheels_image, "cuda.kernel")
+    assert check(wheels_image, "cuda.deepspeed_op").startswith("pass"), wheels_image["checks"]
+    assert "built FusedAdam" in check(wheels_image, "cuda.deepspeed_op")
+    done = docker_cli("run", "--rm", "--entrypoint", "nvcc", wheels_image["ref"], "--version", check=False)
+    assert done.returncode == 0 and "release 13.0" in done.stdout, done.stdout + done.stderr
