@@ -15,7 +15,7 @@ import yaml
 from imagegen.locking import index, wheelnames
 from imagegen.matrix import model
 
-from tests.helpers import FIXTURE, fixture_data, image_named, write_matrix
+from tests.helpers import FIXTURE, MATRIX_PATH, fixture_data, image_named, write_matrix
 from tests.test_cli import imagegen, on
 
 PYTORCH_INDEX_WHEEL = "torch-2.4.1+cu118-cp311-cp311-linux_x86_64.whl"  # the PyTorch index's older form
@@ -205,3 +205,18 @@ def test_a_lock_whose_pins_differ_from_its_torch_wheel_s_fails_the_check(tmp_pat
                             "the index says 9.24.0.43 (torch-2.14.1-cp311-cp311-manylinux_2_28_aarch64.whl pins ")
     assert error.endswith("the lock says 9.20.0.48: re-lock the image [facts]")
     shutil.rmtree(tmp_path / "locks")
+
+
+@pytest.mark.network
+def test_a_torch_release_whose_headers_need_another_cxx_standard_fails_the_check(tmp_path):
+    """torch 2.14.1's ATen/ATen.h needs C++20, read from the wheel with range requests: a matrix saying 17 is wrong."""
+    def typed_17(data):
+        release = {**yaml.safe_load(MATRIX_PATH.read_text())["torch"]["2.14.1"], "cxx_standard": 17}
+        data["torch"] = {"2.14.1": {**release, "builds": {"13.0": {}}}}
+        data["images"] = []
+
+    result = imagegen("facts", "check", *on(facts_matrix(tmp_path, typed_17)))
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if "cxx_standard" in line]
+    assert len(errors) == 1 and "torch.2.14.1.cxx_standard: the index says 20 (torch-2.14.1-" in errors[0], errors
+    assert "/ATen.h), the matrix says 17 [facts]" in errors[0]

@@ -88,7 +88,19 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> None:
     if runtime:
         checker.differs(at, f"CUDA {cuda}", f"CUDA {'.'.join(runtime[1].split('.')[:2])}",
                         f"{wheels[-1].filename} pins {runtime[0]} {runtime[1]}")
+    if pypi:  # one wheel per release: every build of it ships the same headers
+        _check_cxx_standard(checker, torch, wheels[-1])
     _check_torchvision(checker, torch, index_url, local)
+
+
+def _check_cxx_standard(checker: Checker, torch: TorchFacts, wheel: index.IndexFile) -> None:
+    """The C++ standard the release's headers require, as its wheel's ATen/ATen.h says (`#error C++20 or later`)."""
+    try:
+        read = index.torch_cxx_standard(wheel)
+    except index.PackageIndexError:
+        return  # the metadata check above already said whether this index answers
+    checker.differs(("torch", torch.version, "cxx_standard"), torch.cxx_standard, read,
+                    f"{wheel.filename}'s {index.CXX_STANDARD_HEADER}")
 
 
 def _check_aarch64(checker: Checker, at: tuple, files: list[index.IndexFile], what: str) -> None:

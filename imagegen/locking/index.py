@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -100,6 +101,26 @@ def requirements(metadata: dict[str, list[str]]) -> list[Requirement]:
         except InvalidRequirement:
             continue
     return found
+
+
+# What a torch release's headers say of the C++ standard they need: `#error C++20 or later compatible compiler is
+# required to use ATen.` (torch 2.14.1's ATen/ATen.h); a release whose header has no such line needs C++17.
+CXX_STANDARD_HEADER = "torch/include/ATen/ATen.h"
+CXX_STANDARD_LINE = re.compile(rb"#\s*error\s+C\+\+(\d+) or later")
+CXX_STANDARD_DEFAULT = 17
+
+
+def torch_cxx_standard(file: IndexFile) -> int:
+    """The C++ standard a torch wheel's headers require, read from its ATen/ATen.h with HTTP range requests (a few
+    kilobytes of a wheel of gigabytes)."""
+    url = file.url.split("#")[0]
+    try:
+        with zipfile.ZipFile(_RangeReader(url)) as wheel:
+            header = wheel.read(CXX_STANDARD_HEADER)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise PackageIndexError(f"{url}: no readable {CXX_STANDARD_HEADER} ({error})") from None
+    found = CXX_STANDARD_LINE.search(header)
+    return int(found.group(1)) if found else CXX_STANDARD_DEFAULT
 
 
 def _metadata_from_zip(url: str) -> bytes:

@@ -12,6 +12,7 @@ from imagegen.matrix import schema, yamlsource
 
 NONE = "none"  # spelled in the matrix for a component an image leaves out
 DEFAULT_PLATFORMS = ("linux/amd64",)
+CXX_STANDARD = 17  # of a torch release or a flash-attn build that says none
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class TorchFacts:
     python: str  # a PEP 440 specifier such as ">=3.9,<3.14"
     torchvision: str
     source: str | None = None  # where its facts come from (PyTorch's build matrix at the release tag)
+    cxx_standard: int = CXX_STANDARD  # what its headers require (ATen/ATen.h's `#error C++20 or later ...`)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class FlashAttnRelease:
     cxx11_abi: tuple[bool, ...]  # the C++ ABIs its wheels are built for
     requires: tuple[str, ...]  # its own requirements, installed from the lock beside it
     source: str | None = None  # its release page: what lists its wheels
+    cxx_standard: int = CXX_STANDARD  # the -std=c++NN its source build compiles with
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ def _build(located: yamlsource.Located) -> Matrix:
         cuda={minor: _cuda(minor, c) for minor, c in data["cuda"].items()},
         torch={v: _torch(v, t) for v, t in data["torch"].items()},
         flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]),
-                                        tuple(f["cxx11_abi"]), tuple(f.get("requires", ())), f.get("source"))
+                                        tuple(f["cxx11_abi"]), tuple(f.get("requires", ())), f.get("source"),
+                                        f.get("cxx_standard", CXX_STANDARD))
                     for v, f in data.get("flash_attn", {}).items()},
         packages={name: {v: PackageRelease(r.get("python"), r.get("torch"), tuple(r.get("tested_torch", ())))
                          for v, r in releases.items()}
@@ -204,7 +208,8 @@ def _torch(version: str, t: dict) -> TorchFacts:
                                tuple(b.get("platforms", t.get("platforms", DEFAULT_PLATFORMS))),
                                b.get("source", t.get("source")))
               for cuda, b in t["builds"].items()}
-    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t.get("source"))
+    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t.get("source"),
+                      t.get("cxx_standard", CXX_STANDARD))
 
 
 def _image(index: int, e: dict, table: Components) -> ImageEntry:

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
-from imagegen.matrix import cuda_wheels, known_bad
+from imagegen.matrix import cuda_wheels, known_bad, source_builds
 from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
 
 PYTORCH_INDEX = "pytorch-index"  # an image's `lock:` when its torch build is on the PyTorch index alone
@@ -210,7 +210,7 @@ def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
         if image.flavor == "runtime":
             return [matrix.problem(_at(image, "flash_attn"), "a source build needs the devel base (nvcc); "
                                    "set flavor: devel", "flash-attn-source-needs-devel")]
-        return []
+        return source_builds.check_cxx_standard(matrix, image)
     release = matrix.flash_attn.get(version)
     if release is None:
         return [matrix.problem(_at(image, "flash_attn"), f"flash-attn {version} has no prebuilt "

@@ -126,6 +126,7 @@ class TorchFacts(Strict):
     nccl: VERSION
     torchvision: VERSION
     cxx11_abi: BOOL
+    cxx_standard: INT = None  # the C++ standard its headers require (17 when unset); facts check reads the wheel's
     platforms: PLATFORM_LIST = None
     source: SOURCE = None
 
@@ -135,6 +136,7 @@ class FlashAttnRelease(Strict):
     cuda: dict[KEY, VERSION]
     python: list[VERSION]
     cxx11_abi: list[BOOL]
+    cxx_standard: INT = None  # the -std=c++NN its build passes to g++ and nvcc (17 when unset)
     requires: list[STR] = None
     source: SOURCE = None
 

@@ -101,3 +101,26 @@ def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tm
     monkeypatch.setattr(net_infiniband, "LIBRARY", "libibverbs-missing.so.1")
     [found] = net_infiniband.run(context)
     assert found["status"] == "fail" and "mlx5_0" in found["detail"] and "install ibverbs-providers" in found["detail"]
+
+
+def test_the_toolkit_checks_skip_without_a_toolkit_and_compile_for_the_newest_arch_of_the_image(tmp_path):
+    from vlmgrpo.checks import cuda_toolkit
+
+    nowhere = {"CUDA_HOME": str(tmp_path / "no-cuda"), "PATH": str(tmp_path)}
+    found = cuda_toolkit.run(checks.Context(expected=None), env=nowhere)
+    assert [r["name"] for r in found] == list(cuda_toolkit.NAMES)
+    assert all(r["status"] == "skip" and r["detail"].startswith("no CUDA toolkit in this image (CUDA_HOME=")
+               for r in found), found
+    assert cuda_toolkit.target_arch({"cuda_archs": ["7.5", "9.0", "12.0"]}) == "12.0"
+    assert cuda_toolkit.target_arch({"cuda_archs": []}) == cuda_toolkit.DEFAULT_ARCH
+
+
+def test_a_toolkit_whose_nvcc_fails_fails_the_kernel_check_with_its_last_line(tmp_path):
+    from vlmgrpo.checks import cuda_toolkit
+
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'cannot find -lcudart' >&2\nexit 1\n")
+    nvcc.chmod(0o755)
+    status, detail = cuda_toolkit.kernel_check(str(nvcc), "9.0", {"PATH": "/usr/bin:/bin"})
+    assert status == "fail" and detail.endswith("cannot compile and link a kernel: cannot find -lcudart"), detail

@@ -39,7 +39,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
         ibverbs-providers \
         ibverbs-utils
 
-# What compiles CUDA kernels here: flash-attn, DeepSpeed. nvcc compiles only the device code and hands the
+# What compiles CUDA kernels here: DeepSpeed. nvcc compiles only the device code and hands the
 # host code to a C++ compiler, so g++ is here (vLLM's own Dockerfile installs one for its kernels' JIT too).
 # hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.15.0 built for CUDA 13.2 with the ML stack,
 # installed from the image's lock (locks/cu132-torch2.15.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:a25eb2a48c55c326
+FROM imagegen-layer/base:f8467989f2ff31c3
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042
@@ -39,18 +39,6 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=bind,source=requirements/build-tools.txt,target=/tmp/requirements/build-tools.txt \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
-
-# No prebuilt flash-attn wheel fits this torch/CUDA/Python: compile it. MAX_JOBS bounds the RAM.
-ARG MAX_JOBS=4
-RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
-    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    --mount=type=bind,source=requirements/flash-attn.txt,target=/tmp/requirements/flash-attn.txt \
-    --mount=type=bind,source=requirements/flash-attn-sources.txt,target=/tmp/requirements/flash-attn-sources.txt \
-    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
-    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/flash-attn.txt \
-    && MAX_JOBS="$MAX_JOBS" TORCH_CUDA_ARCH_LIST="9.0;10.0;12.1+PTX" FLASH_ATTENTION_FORCE_BUILD=TRUE uv pip install --link-mode=copy --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/flash-attn-sources.txt
 
 # DeepSpeed; its ops compile just in time on first use (DS_BUILD_OPS=0).
 RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
