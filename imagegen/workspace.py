@@ -8,9 +8,11 @@ the stages and the command line read the plan from here.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -29,7 +31,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# imagegen works on the repository it runs in, as git does: the nearest folder from the current directory upwards
+# that holds a matrix.yaml, or the one this variable names; never the checkout imagegen was installed from.
+REPOSITORY_VARIABLE = "IMAGEGEN_REPO"
+MATRIX_FILE = "matrix.yaml"
 LOCKS_WORKFLOW = ".github/workflows/locks.yml"
 
 
@@ -72,12 +77,28 @@ class Plan:
         return [self.locked[plan.key] for plan in chosen]
 
 
+def repository_root(start: Path | None = None, environ: Mapping[str, str] = os.environ) -> Path:
+    """The repository imagegen works on: $IMAGEGEN_REPO, else the nearest folder from `start` (the current directory)
+    upwards that holds a matrix.yaml, else `start` itself (where a command then says there is no matrix)."""
+    if environ.get(REPOSITORY_VARIABLE):
+        return Path(environ[REPOSITORY_VARIABLE])
+    here = (start or Path.cwd()).resolve()
+    return next((folder for folder in (here, *here.parents) if (folder / MATRIX_FILE).is_file()), here)
+
+
 @dataclass(frozen=True)
 class Workspace:
-    matrix: Path = REPO_ROOT / "matrix.yaml"
-    templates: Path = REPO_ROOT / "templates"
-    trainer: Path = REPO_ROOT / "trainer"
+    matrix: Path = field(default_factory=lambda: repository_root() / MATRIX_FILE)
+    templates: Path = field(default_factory=lambda: repository_root() / "templates")
+    trainer: Path = field(default_factory=lambda: repository_root() / "trainer")
     locks: Path | None = None  # default: locks/ beside the matrix
+
+    @classmethod
+    def of(cls, matrix: Path | None = None, templates: Path | None = None, trainer: Path | None = None,
+           locks: Path | None = None) -> "Workspace":
+        """The repository's inputs, each replaced where it is named (the command line's --matrix, ...)."""
+        root = repository_root()
+        return cls(matrix or root / MATRIX_FILE, templates or root / "templates", trainer or root / "trainer", locks)
 
     @property
     def lock_dir(self) -> Path:
@@ -93,7 +114,7 @@ class Workspace:
     def lock_command(self, image: str) -> str:
         """The command that (re)writes an image's lock, as the user would type it here."""
         command = "imagegen lock"
-        if self.matrix != Workspace.matrix:
+        if self.matrix.resolve() != (repository_root() / MATRIX_FILE).resolve():
             command += f" --matrix {self.matrix}"
         if self.locks is not None:
             command += f" --locks {self.locks}"

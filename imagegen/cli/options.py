@@ -15,7 +15,7 @@ from imagegen.matrix.schema import PLATFORMS
 from imagegen.matrix.select import Selection, choose
 from imagegen.render.contexts import RenderOptions
 from imagegen.render.locked import LockedImage
-from imagegen.workspace import Workspace
+from imagegen.workspace import MATRIX_FILE, REPOSITORY_VARIABLE, Workspace, repository_root
 
 if TYPE_CHECKING:  # the registry's client imports docker-py and oras: only the commands that push load them
     from imagegen.engine.registry.http import Credentials
@@ -49,19 +49,23 @@ def selection_options(command):
 def workspace_options(command):
     """--matrix, --locks, --templates and --trainer, handed over as `workspace`."""
     options = [
-        click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=Workspace.matrix,
-                     show_default=True, help="The compatibility matrix."),
+        click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), help="The compatibility matrix "
+                     f"(default: {MATRIX_FILE} of the repository: the nearest folder from here upwards that has one, "
+                     f"or ${REPOSITORY_VARIABLE})."),
         click.option("--locks", "locks_dir", type=click.Path(path_type=Path), help="Directory of the image "
                      "locks (default: locks/ beside the matrix)."),
-        click.option("--templates", type=click.Path(path_type=Path), default=Workspace.templates,
-                     help="Directory of the layer templates."),
-        click.option("--trainer", "trainer_dir", type=click.Path(path_type=Path), default=Workspace.trainer,
-                     help="The trainer distribution baked into the images."),
+        click.option("--templates", type=click.Path(path_type=Path),
+                     help="Directory of the layer templates (default: the repository's templates/)."),
+        click.option("--trainer", "trainer_dir", type=click.Path(path_type=Path),
+                     help="The trainer distribution baked into the images (default: the repository's trainer/)."),
     ]
 
     @functools.wraps(command)
     def wrapper(*args, matrix_path, locks_dir, templates, trainer_dir, **kwargs):
-        return command(*args, workspace=Workspace(matrix_path, templates, trainer_dir, locks_dir), **kwargs)
+        root = repository_root()
+        if not matrix_path and root != Path.cwd().resolve():  # found upwards or named: say which one
+            click.echo(f"imagegen: the repository at {root}", err=True)
+        return command(*args, workspace=Workspace.of(matrix_path, templates, trainer_dir, locks_dir), **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)
