@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
 import yaml
 
 from imagegen.locking.inputs import resolution_requirements
 from imagegen.matrix import cuda_wheels
 from imagegen.workspace import Workspace
 
-from tests.helpers import MATRIX_PATH, image_named, problems_of
+from tests.helpers import MATRIX_PATH, REPO, image_named, problems_of
 
 DEVEL, RUNTIME = "debian12-cu130-torch2.14", "debian12-cu128-torch2.8"
 
@@ -103,3 +110,31 @@ def test_a_flash_attn_source_build_older_than_torchs_headers_is_refused_with_the
     data = real_data()
     assert not [p for p in problems_of(data) if p.rule == "flash-attn-cxx-standard"]
     assert image_named(data, "cu130-torch2.11")["flash_attn"] == {"version": "2.8.3", "build": "source"}
+
+
+def test_a_source_build_starts_with_the_compile_probe_at_its_releases_standard():
+    framework = locked("cu130-torch2.11").contexts[1]
+    text = framework.dockerfile
+    probe = text.index("bash /tmp/compile-probe.sh flash-attn 2.8.3 17")
+    assert probe < text.index("FLASH_ATTENTION_FORCE_BUILD=TRUE"), text
+    assert framework.files["compile-probe.sh"] == (REPO / "templates" / "compile-probe.sh").read_bytes()
+    assert "compile-probe.sh" not in locked(DEVEL).contexts[1].files  # nothing compiled from source there
+
+
+@pytest.mark.slow  # torch's extension headers parsed twice by g++: about 30 s
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine to compile torch's headers with")
+def test_the_compile_probe_stops_a_build_whose_standard_is_older_than_torchs_headers_in_seconds():
+    """Run on this venv's torch 2.14.1 (C++20 headers), as the framework layer runs it before flash-attn's build."""
+    import torch
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    probe = [str(REPO / "templates" / "compile-probe.sh"), "flash-attn", "2.8.3"]
+    started = time.monotonic()
+    refused = subprocess.run(["bash", *probe, "17"], capture_output=True, text=True, env=env, timeout=120)
+    took = time.monotonic() - started
+    version = torch.__version__.split("+")[0]
+    assert refused.returncode == 1 and took < 120, (refused, took)
+    assert refused.stderr.strip() == f"flash-attn 2.8.3 builds with -std=c++17; torch {version}'s headers need C++20"
+    accepted = subprocess.run(["bash", *probe, "20"], capture_output=True, text=True, env=env, timeout=300)
+    assert accepted.returncode == 0, accepted.stderr[-2000:]
+    assert f"torch {version}'s headers compile with -std=c++20" in accepted.stdout

@@ -17,7 +17,7 @@ from imagegen.core import platforms, sizes
 from imagegen.core.errors import MatrixError
 from imagegen.matrix import cuda_wheels, rules
 from imagegen.matrix.components import Components
-from imagegen.matrix.model import CudaFacts, ImageEntry, Matrix
+from imagegen.matrix.model import CXX_STANDARD, CudaFacts, ImageEntry, Matrix
 
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
@@ -64,6 +64,7 @@ class PlannedImage:
     source_builds: frozenset[str]  # artifact components compiled in the build (flash-attn)
     flash_attn_wheel_url: str | None
     flash_attn_requires: tuple[str, ...]
+    flash_attn_cxx_standard: int  # the -std=c++NN its source build passes (the compile probe compiles with it)
     deepspeed_ops: tuple[str, ...]
     cuda_arch_list: str  # TORCH_CUDA_ARCH_LIST for anything compiled at build time
     cuda_archs: tuple[str, ...]  # compute capabilities the image must run on; torch's build must cover them
@@ -154,6 +155,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         source_builds=image.source_builds,
         flash_attn_wheel_url=_flash_attn_wheel(matrix, image, torch_cuda),
         flash_attn_requires=flash_attn.requires if flash_attn else (),
+        flash_attn_cxx_standard=flash_attn.cxx_standard if flash_attn else CXX_STANDARD,
         deepspeed_ops=image.deepspeed_ops,
         cuda_arch_list=_arch_list(archs, "flash_attn" in image.source_builds),
         cuda_archs=archs,

@@ -23,6 +23,7 @@ LAYER_REPOSITORY = "imagegen-layer"
 RENDER_MARKER = ".imagegen-render"
 WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty in a render
 EXECUTABLES = {"entrypoint.sh"}
+COMPILE_PROBE = "compile-probe.sh"  # run before a source build: one file of torch's headers with the build's -std
 # What `vlmgrpo selftest` and `imagegen test` check the image against; the image's IMAGEGEN_EXPECTED names it.
 EXPECTED_PATH = "/etc/imagegen/expected.json"
 WHEEL_NVCC = "nvidia-cuda-nvcc"  # CUDA 13's compiler as a wheel (CUDA 12's is nvidia-cuda-nvcc-cu12)
@@ -110,7 +111,10 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
                   compilers=plan.compiles_kernels if has_nvcc else ())
     steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
-    framework = _layer(plan, "framework", base.ref, env, _framework_files(plan, versions, steps), **shared,
+    framework_files = _framework_files(plan, versions, steps)
+    if plan.flash_attn_source_build:
+        framework_files[COMPILE_PROBE] = (Path(env.loader.searchpath[0]) / COMPILE_PROBE).read_bytes()
+    framework = _layer(plan, "framework", base.ref, env, framework_files, **shared,
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
                        nvcc=nvcc, toolkit=lock.package(cuda_wheels.TOOLKIT), cuda_wheels_home=cuda_wheels.CUDA_HOME)
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}

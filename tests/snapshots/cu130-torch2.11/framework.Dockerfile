@@ -40,7 +40,11 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
 
-# No prebuilt flash-attn wheel fits this torch/CUDA/Python: compile it. MAX_JOBS bounds the RAM.
+# No prebuilt flash-attn wheel fits this torch/CUDA/Python: compile it. First one file of torch's headers with the
+# -std=c++17 flash-attn's build passes, so that a build that cannot compile stops in seconds, saying why.
+RUN --mount=type=bind,source=compile-probe.sh,target=/tmp/compile-probe.sh \
+    bash /tmp/compile-probe.sh flash-attn 2.8.3 17
+# MAX_JOBS bounds the RAM.
 ARG MAX_JOBS=4
 RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \

@@ -1,0 +1,80 @@
+# imagegen framework layer: torch 2.15.0 built for CUDA 13.2 with the ML stack,
+# installed from the image's lock (locks/debian12-cu132-torch2.15.json).
+# Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
+FROM imagegen-layer/base:210bd6cf21527286
+
+# uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
+# hadolint ignore=DL3042
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/installer.txt,target=/tmp/requirements/installer.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt
+
+# The CUDA libraries torch's wheels load (nvidia-*), a layer of their own below torch: an image with another
+# torch but the same versions of these, on the same base and Python, shares this layer.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/cuda-libraries.txt,target=/tmp/requirements/cuda-libraries.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cuda-libraries.txt
+
+# torch, on the cuDNN 9.26.0.51 and NCCL 2.30.7 wheels it pins (above, or in this step); those are what it uses.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt
+
+# Tools that compile the sources below against the installed torch.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/build-tools.txt,target=/tmp/requirements/build-tools.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/build-tools.txt
+
+# DeepSpeed; its ops compile just in time on first use (DS_BUILD_OPS=0).
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/deepspeed.txt,target=/tmp/requirements/deepspeed.txt \
+    --mount=type=bind,source=requirements/deepspeed-sources.txt,target=/tmp/requirements/deepspeed-sources.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/deepspeed.txt \
+    && DS_BUILD_OPS=0 uv pip install --link-mode=copy --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/deepspeed-sources.txt
+
+# The rest of the stack and the trainer's dependencies.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
+
+# The CUDA toolkit is NVIDIA's wheels (cuda-toolkit 13.2.2): nvcc, its headers and every CUDA
+# 13 library in one folder. /usr/local/cuda is that folder laid out as NVIDIA's images lay it out, for torch's
+# cpp_extension, DeepSpeed's JIT and every build that looks there, and in the loader's path as there. bin is a folder
+# of links, not a link: nvcc finds its libraries at bin/.., which through a linked bin is the wheel's folder; lib64
+# adds libcudart.so, which the wheels leave out and `-lcudart` needs.
+RUN mkdir -p /usr/local/cuda/bin /usr/local/cuda/lib64 \
+    && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/* /usr/local/cuda/bin/ \
+    && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include /opt/venv/lib/python3.11/site-packages/nvidia/cu13/nvvm /usr/local/cuda/ \
+    && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/* /usr/local/cuda/lib64/ \
+    && ln -s lib64 /usr/local/cuda/lib \
+    && ln -s libcudart.so.13 /usr/local/cuda/lib64/libcudart.so \
+    && echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/000-cuda-wheels.conf && ldconfig \
+    && test -x /usr/local/cuda/bin/nvcc && test -f /usr/local/cuda/include/cuda_runtime.h
+ENV CUDA_HOME=/usr/local/cuda
+
+# What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
+COPY expected.json /etc/imagegen/expected.json
+COPY requirements.lock /etc/imagegen/requirements.lock

@@ -1,0 +1,18 @@
+# imagegen trainer layer for debian12-cu132-torch2.15: the vlmgrpo trainer 0.1.0 and the entrypoint.
+# Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
+FROM imagegen-layer/framework:89f2f0d0e5b7163e
+
+# The framework layer installed the trainer's dependencies and build tools, so this step
+# needs no index. The source is mounted, not copied: only the installed package lands here.
+RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
+    pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer
+
+COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
+
+ENV IMAGEGEN_EXPECTED=/etc/imagegen/expected.json
+
+# Numeric, so that Kubernetes runAsNonRoot can verify it; 1000 is the user "trainer".
+USER 1000:1000
+WORKDIR /home/trainer
+ENTRYPOINT ["/usr/local/bin/imagegen-entrypoint"]
+CMD ["info"]
