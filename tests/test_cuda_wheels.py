@@ -138,3 +138,13 @@ def test_the_compile_probe_stops_a_build_whose_standard_is_older_than_torchs_hea
     accepted = subprocess.run(["bash", *probe, "20"], capture_output=True, text=True, env=env, timeout=300)
     assert accepted.returncode == 0, accepted.stderr[-2000:]
     assert f"torch {version}'s headers compile with -std=c++20" in accepted.stdout
+
+
+def test_validate_on_this_repository_says_each_kind_of_warning_once():
+    done = subprocess.run([sys.executable, "-m", "imagegen", "validate"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    kinds = [line.rsplit("[", 1)[-1] if line.rstrip().endswith("]") or "] (and " in line else line[:40]
+             for line in warnings]
+    assert len(warnings) <= 4 and len(set(kinds)) == len(kinds), warnings
+    assert any("images have no base digest: " in line and "cpu" in line for line in warnings), warnings

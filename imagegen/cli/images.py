@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
+from imagegen.cli.warnings import lines as warning_lines
 from imagegen.cli.options import (base_images_option, reports_user_errors, selection_options, workspace_options,
                                   load_selected)
 from imagegen.core.errors import MatrixError, UserError
 from imagegen.matrix import plan as plan_module
-from imagegen.matrix import rules
 from imagegen.matrix.select import choose
 from imagegen.render import output
 from imagegen.render.contexts import RenderOptions
@@ -32,23 +32,13 @@ def validate(workspace):
     problems = plan.problems()
     if problems:
         raise MatrixError(problems)
-    for warning in _warnings(plan):
+    for warning in warning_lines(plan, workspace.lock_command):
         click.echo(f"warning: {warning}", err=True)
     names = dict.fromkeys(p.name for p in plan.images)
     locked = dict.fromkeys(image.name for image in plan.locked.values())
     click.echo(f"{workspace.matrix}: {len(names)} images valid ({len(plan.images)} image x platform builds), "
                f"{len(locked)} locked" + (f", {len(names) - len(locked)} to lock where the PyTorch index answers"
                                           if len(locked) < len(names) else ""))
-
-
-def _warnings(plan) -> list[str]:
-    """What validate says without refusing: untested combinations, unpinned bases, images locked elsewhere."""
-    found = [str(problem) for problem in rules.warnings(plan.matrix)]
-    found += list(dict.fromkeys(f"{image.name}: {image.lock.base.note}" for image in plan.locked.values()
-                                if image.lock.base.note))
-    found += list(dict.fromkeys(f"{p.name}: {plan.lock_warnings[p.key]}" for p in plan.images
-                                if p.key in plan.lock_warnings))
-    return found
 
 
 @click.command()
