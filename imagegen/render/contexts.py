@@ -116,7 +116,8 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
         framework_files[COMPILE_PROBE] = (Path(env.loader.searchpath[0]) / COMPILE_PROBE).read_bytes()
     framework = _layer(plan, "framework", base.ref, env, framework_files, **shared,
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
-                       nvcc=nvcc, toolkit=lock.package(cuda_wheels.TOOLKIT), cuda_wheels_home=cuda_wheels.CUDA_HOME)
+                       nvcc=nvcc, toolkit=lock.package(cuda_wheels.TOOLKIT), cuda_wheels_home=cuda_wheels.CUDA_HOME,
+                       cuda_major=nvcc.version.split(".")[0] if nvcc else None)
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
     trainer_context["entrypoint.sh"] = (Path(env.loader.searchpath[0]) / "entrypoint.sh").read_bytes()
     trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)

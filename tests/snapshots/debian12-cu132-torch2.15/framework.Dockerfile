@@ -60,11 +60,11 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
-# The CUDA toolkit is NVIDIA's wheels (cuda-toolkit 13.2.2): nvcc, its headers and every CUDA
-# 13 library in one folder. /usr/local/cuda is that folder laid out as NVIDIA's images lay it out, for torch's
-# cpp_extension, DeepSpeed's JIT and every build that looks there, and in the loader's path as there. bin is a folder
-# of links, not a link: nvcc finds its libraries at bin/.., which through a linked bin is the wheel's folder; lib64
-# adds libcudart.so, which the wheels leave out and `-lcudart` needs.
+# The CUDA toolkit is NVIDIA's wheels (nvidia-cuda-nvcc 13.2.86, cuda-toolkit 13.2.2): nvcc, its headers
+# and every CUDA 13 library in one folder. /usr/local/cuda is that folder laid out as NVIDIA's images lay it out, for
+# torch's cpp_extension, DeepSpeed's and FlashInfer's JIT and every build that looks there, and in the loader's path
+# as there. bin is a folder of links, not a link: nvcc finds its libraries at bin/.., which through a linked bin is
+# the wheel's folder; lib64 adds libcudart.so, which the wheels leave out and `-lcudart` needs.
 RUN mkdir -p /usr/local/cuda/bin /usr/local/cuda/lib64 \
     && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/* /usr/local/cuda/bin/ \
     && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include /opt/venv/lib/python3.11/site-packages/nvidia/cu13/nvvm /usr/local/cuda/ \

@@ -40,11 +40,20 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
-# No CUDA base: the CUDA compiler is the nvidia-cuda-nvcc 13.5.37 wheel the lock holds. torch's cpp_extension
-# and FlashInfer look for a toolkit at CUDA_HOME first, then nvcc on PATH, then /usr/local/cuda; this wheel is in none
-# of them unless CUDA_HOME says so.
-ENV CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13
-RUN test -x "$CUDA_HOME/bin/nvcc" && test -f "$CUDA_HOME/include/cuda_runtime.h"
+# The CUDA toolkit is NVIDIA's wheels (nvidia-cuda-nvcc 13.5.37): nvcc, its headers
+# and every CUDA 13 library in one folder. /usr/local/cuda is that folder laid out as NVIDIA's images lay it out, for
+# torch's cpp_extension, DeepSpeed's and FlashInfer's JIT and every build that looks there, and in the loader's path
+# as there. bin is a folder of links, not a link: nvcc finds its libraries at bin/.., which through a linked bin is
+# the wheel's folder; lib64 adds libcudart.so, which the wheels leave out and `-lcudart` needs.
+RUN mkdir -p /usr/local/cuda/bin /usr/local/cuda/lib64 \
+    && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/* /usr/local/cuda/bin/ \
+    && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include /opt/venv/lib/python3.11/site-packages/nvidia/cu13/nvvm /usr/local/cuda/ \
+    && ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/* /usr/local/cuda/lib64/ \
+    && ln -s lib64 /usr/local/cuda/lib \
+    && ln -s libcudart.so.13 /usr/local/cuda/lib64/libcudart.so \
+    && echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/000-cuda-wheels.conf && ldconfig \
+    && test -x /usr/local/cuda/bin/nvcc && test -f /usr/local/cuda/include/cuda_runtime.h
+ENV CUDA_HOME=/usr/local/cuda
 
 # What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
 COPY expected.json /etc/imagegen/expected.json
