@@ -56,8 +56,8 @@ def test_the_vllm_line_builds_and_passes_its_in_image_checks(vllm_image):
     result = vllm_image["result"]
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     checks = checks_of(result.stdout + result.stderr)
-    # cuda.kernel: the wheel's toolkit, laid out in /usr/local/cuda, links a kernel to libcudart (FlashInfer's JIT
-    # links the same way), which CUDA_HOME at the wheel's own folder could not: it has no libcudart.so
+    # cuda.kernel: the wheel's toolkit, laid out in /usr/local/cuda, links a kernel to libcudart (torch's cpp_extension
+    # links CUDA extensions with -lcudart), which CUDA_HOME at the wheel's own folder could not: no libcudart.so
     for name in ("vllm.import", "vllm.torch", "vllm.nvcc", "version.vllm", "cuda.kernel"):
         found = next((v for k, v in checks.items() if k.endswith(name)), "")
         assert found.startswith("pass"), (name, found, sorted(checks))
