@@ -55,7 +55,9 @@ def kernel_check(nvcc: str, arch: str, env: Mapping[str, str]) -> tuple[str, str
         done = subprocess.run(command, capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S, env=dict(env))
         if done.returncode != 0:
             lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            return FAIL, f"{' '.join(command[:2])} ... cannot compile and link a kernel: {lines[-1] if lines else ''}"
+            # the cause, not the linker's summary: "ld: cannot find -lcudart" before "collect2: error: ld returned 1"
+            cause = next((line for line in lines if "error" in line or "cannot find" in line), lines[-1] if lines else "")
+            return FAIL, f"{' '.join(command[:2])} ... cannot compile and link a kernel: {cause.strip()}"
         try:
             ctypes.CDLL(library)
         except OSError as error:
