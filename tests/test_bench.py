@@ -11,8 +11,9 @@ from tests.helpers import REPO
 @pytest.mark.slow
 def test_bench_writes_results_for_the_sections_that_build_no_image(tmp_path):
     results = tmp_path / "RESULTS.md"
+    # 4.6 minutes on a quiet machine here; beside the Docker tests' builds in CI it passed 10 minutes once
     done = subprocess.run([sys.executable, "-m", "bench", "--only", "trainer", "render", "examples", "--steps", "2",
-                           "--results", str(results)], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           "--results", str(results)], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     text = results.read_text()
     for expected in ("## 3. Trainer overhead", "| vlmgrpo train |", "| GRPOTrainer directly |",
