@@ -5,8 +5,11 @@ CUDA line's nvidia/cuda base weighs where its registry answers (its manifest's l
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
+
+from imagegen.engine.registry.loopback import STORAGE
 
 from .cache import options, snapshot_inputs
 from .cold_engine import loopback_registry, registry_bytes
@@ -50,6 +53,7 @@ def pushed_bytes(ref: str, work: Path) -> tuple[int, float]:
         seconds = run([DOCKER, "push", target], log=work / "push.log")
         stored = registry_bytes(work)
         remove_images([target])
+    shutil.rmtree(work / STORAGE, ignore_errors=True)  # the pushed blobs, counted
     return stored, seconds
 
 
@@ -65,8 +69,16 @@ def rows(inputs: Path, work: Path) -> list[tuple]:
         base, base_bytes = nvidia_base_bytes(matrix, image.plan.cuda, image.plan.flavor)
         found.append((image.name, image.plan.flavor, image.labels["io.imagegen.cuda.toolkit"],
                       f"{build.wall_s:.0f}", gb(facts["Size"]), gb(stored), f"{push_s:.0f}", base, base_bytes))
-        remove_images([build.report["ref"], *(layer["image_id"] for layer in build.report.get("layers", []))])
+        forget(build.report)
     return found
+
+
+def forget(report: dict) -> None:
+    """The image and its layer images (by id, whatever tags them) and uv's cache mount: three images of 7 GB with
+    their downloaded wheels did not fit beside each other on this machine's disk (the first run stopped there)."""
+    ids = [layer["image_id"] for layer in report.get("layers", []) if layer.get("image_id")]
+    subprocess.run([DOCKER, "rmi", "--force", *ids], capture_output=True)
+    subprocess.run([DOCKER, "builder", "prune", "--force", "--filter", "type=exec.cachemount"], capture_output=True)
 
 
 def section(work: Path) -> str:
