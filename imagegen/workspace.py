@@ -95,9 +95,10 @@ class Workspace:
 
     @classmethod
     def of(cls, matrix: Path | None = None, templates: Path | None = None, trainer: Path | None = None,
-           locks: Path | None = None) -> "Workspace":
-        """The repository's inputs, each replaced where it is named (the command line's --matrix, ...)."""
-        root = repository_root()
+           locks: Path | None = None, root: Path | None = None) -> "Workspace":
+        """The repository's inputs (root's: repository_root() unless given), each replaced where it is named (the
+        command line's --matrix, ...)."""
+        root = root or repository_root()
         return cls(matrix or root / MATRIX_FILE, templates or root / "templates", trainer or root / "trainer", locks)
 
     @property

@@ -65,7 +65,7 @@ def workspace_options(command):
         root = repository_root()
         if not matrix_path and root != Path.cwd().resolve():  # found upwards or named: say which one
             click.echo(f"imagegen: the repository at {root}", err=True)
-        return command(*args, workspace=Workspace.of(matrix_path, templates, trainer_dir, locks_dir), **kwargs)
+        return command(*args, workspace=Workspace.of(matrix_path, templates, trainer_dir, locks_dir, root), **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)

@@ -23,6 +23,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
 from packaging.version import InvalidVersion, Version
 
 from imagegen.core.errors import UserError
+from imagegen.matrix.model import CXX_STANDARD
 
 HTTP_TIMEOUT_S = 60
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -104,32 +105,32 @@ def requirements(metadata: dict[str, list[str]]) -> list[Requirement]:
 
 
 # What a torch release's headers say of the C++ standard they need: `#error C++20 or later compatible compiler is
-# required to use ATen.` (torch 2.14.1's ATen/ATen.h); a release whose header has no such line needs C++17.
+# required to use ATen.` (torch 2.14.1's ATen/ATen.h); a release whose header has no such line needs C++17
+# (matrix.model.CXX_STANDARD, the default of the facts).
 CXX_STANDARD_HEADER = "torch/include/ATen/ATen.h"
 CXX_STANDARD_LINE = re.compile(rb"#\s*error\s+C\+\+(\d+) or later")
-CXX_STANDARD_DEFAULT = 17
 
 
 def torch_cxx_standard(file: IndexFile) -> int:
     """The C++ standard a torch wheel's headers require, read from its ATen/ATen.h with HTTP range requests (a few
     kilobytes of a wheel of gigabytes)."""
-    url = file.url.split("#")[0]
-    try:
-        with zipfile.ZipFile(_RangeReader(url)) as wheel:
-            header = wheel.read(CXX_STANDARD_HEADER)
-    except (zipfile.BadZipFile, KeyError) as error:
-        raise PackageIndexError(f"{url}: no readable {CXX_STANDARD_HEADER} ({error})") from None
+    header = _member_from_zip(file.url.split("#")[0], lambda name: name == CXX_STANDARD_HEADER, CXX_STANDARD_HEADER)
     found = CXX_STANDARD_LINE.search(header)
-    return int(found.group(1)) if found else CXX_STANDARD_DEFAULT
+    return int(found.group(1)) if found else CXX_STANDARD
 
 
 def _metadata_from_zip(url: str) -> bytes:
+    return _member_from_zip(url, lambda name: name.endswith(".dist-info/METADATA") and name.count("/") == 1,
+                            "METADATA")
+
+
+def _member_from_zip(url: str, wanted, what: str) -> bytes:
+    """The first member of a remote zip (a wheel) that `wanted` accepts, read by range requests."""
     try:
         with zipfile.ZipFile(_RangeReader(url)) as wheel:
-            name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-            return wheel.read(name)
+            return wheel.read(next(n for n in wheel.namelist() if wanted(n)))
     except (zipfile.BadZipFile, StopIteration) as error:
-        raise PackageIndexError(f"{url}: no readable METADATA ({error or 'not in the wheel'})") from None
+        raise PackageIndexError(f"{url}: no readable {what} ({error or 'not in the wheel'})") from None
 
 
 class _RangeReader(io.RawIOBase):
