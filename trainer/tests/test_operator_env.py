@@ -47,9 +47,12 @@ def test_two_pods_with_exactly_the_operators_variables_train_as_one_job(operator
         logs = []
         for log in (log0, log1):
             log.seek(0)
-            logs.append(log.read()[-3000:])
-    assert codes == [0, 0], logs
+            logs.append(log.read())
+    tails = [log[-3000:] for log in logs]
+    assert codes == [0, 0], tails
     assert [row["step"] for row in read_jsonl(output / "metrics.jsonl")] == [1]
     checkpoint = output / "checkpoint-1"
-    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}, logs
-    assert "--nnodes=2" in logs[1] and "--node-rank=1" in logs[1]  # the second pod's launch line
+    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}, tails
+    # The second pod's launch line, near the top of its log: torch's agent on a node other than the store's may print
+    # a long "failed to shutdown the rendezvous" trace after a run that exited 0 (the store's node left first).
+    assert "--nnodes=2" in logs[1] and "--node-rank=1" in logs[1], tails[1]
