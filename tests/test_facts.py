@@ -220,3 +220,53 @@ def test_a_torch_release_whose_headers_need_another_cxx_standard_fails_the_check
     errors = [line for line in result.stderr.splitlines() if "cxx_standard" in line]
     assert len(errors) == 1 and "torch.2.14.1.cxx_standard: the index says 20 (torch-2.14.1-" in errors[0], errors
     assert "/ATen.h), the matrix says 17 [facts]" in errors[0]
+
+
+# The asset names of flash-attn 2.8.3's GitHub release (its CUDA 12 wheels cover torch 2.4-2.9, its CUDA 13 ones
+# 2.9 and 2.10), one per torch x CUDA here, as api.github.com/repos/.../releases/tags/v2.8.3 lists them.
+FLASH_ATTN_283_ASSETS = [f"flash_attn-2.8.3+cu{cu}torch{torch}cxx11abi{abi}-cp312-cp312-linux_x86_64.whl"
+                         for cu, torches in (("12", ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9"]), ("13", ["2.9", "2.10"]))
+                         for torch in torches for abi in ("TRUE", "FALSE")]
+
+
+@pytest.fixture
+def release_server(monkeypatch):
+    """A server answering GET /repos/Dao-AILab/flash-attention/releases/tags/v2.8.3 with the JSON shape GitHub's
+    REST API gives (`assets: [{name: ...}]`); api.github.com does not answer here."""
+    import http.server
+    import threading
+
+    from imagegen.locking import facts
+
+    class Release(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"tag_name": "v2.8.3", "assets": [{"name": n} for n in FLASH_ATTN_283_ASSETS]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Release)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(facts, "GITHUB_RELEASE", f"http://127.0.0.1:{server.server_port}/releases/tags/v{{version}}")
+    yield
+    server.shutdown()
+
+
+def test_flash_attn_wheels_per_cuda_major_are_compared_with_the_release_s_assets(tmp_path, release_server):
+    real = yaml.safe_load(MATRIX_PATH.read_text())["flash_attn"]["2.8.3"]
+
+    def only(release):
+        return lambda data: data.update(flash_attn={"2.8.3": release}, images=[])
+
+    right = imagegen("facts", "check", *on(facts_matrix(tmp_path, only({**real, "python": ["3.12"]}))))
+    assert right.returncode == 0 and "0 disagree, 0 not checked" in right.stdout, right.stdout + right.stderr
+    typed_wrong = {**real, "python": ["3.12"], "torch_by_cuda": {**real["torch_by_cuda"], "13": ["2.9"]}}
+    wrong = imagegen("facts", "check", *on(facts_matrix(tmp_path, only(typed_wrong))))
+    assert wrong.returncode == 1
+    (error,) = [line for line in wrong.stderr.splitlines() if line.startswith("error:")]
+    assert "flash_attn.2.8.3.torch_by_cuda.13: the index says [2.9, 2.10]" in error
+    assert "assets named +cu13), the matrix says [2.9] [facts]" in error

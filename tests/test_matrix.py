@@ -147,6 +147,17 @@ def test_a_flash_attn_release_without_wheels_of_the_builds_abi_is_refused():
     assert "the C++11 ABI of torch 2.6.0's CUDA 12.6 build (its wheels: pre-C++11 ABI)" in problem.message
 
 
+def test_a_flash_attn_release_covers_the_torch_releases_its_wheels_for_that_cuda_major_cover():
+    """flash-attn 2.8.3's CUDA 13 wheels cover torch 2.9 and 2.10, its CUDA 12 ones 2.4 to 2.9: one list per major."""
+    def narrowed(cuda12):
+        return lambda d: d["flash_attn"]["2.8.3"].update(torch_by_cuda={"12": cuda12, "13": ["2.9", "2.10"]})
+
+    assert "flash-attn-wheel" not in rules_broken(edited(narrowed(["2.7", "2.8", "2.9"])))
+    refused = {p.message.split(" has no prebuilt wheel for ")[1].split(". ")[0]
+               for p in problems_of(edited(narrowed(["2.9"]))) if p.rule == "flash-attn-wheel"}
+    assert refused == {"torch 2.7 (covered on CUDA 12: 2.9)", "torch 2.8 (covered on CUDA 12: 2.9)"}
+
+
 def test_max_size_is_read_in_bytes_and_a_bad_one_is_a_size_problem():
     data = edited(lambda d: image_named(d, "cpu").update(max_size="6.5GiB"))
     assert problems_of(data) == []

@@ -178,6 +178,11 @@ def _check_flash_attn(checker: Checker, release: FlashAttnRelease) -> None:
                     f"{url} assets")
     checker.differs((*at, "cuda"), sorted(release.cuda.values()), sorted({m["cu"] for m in wheels}),
                     f"{url} assets")
+    for major, tag in release.cuda.items():
+        if major in release.torch_by_cuda:
+            checker.differs((*at, "torch_by_cuda", major), sorted(release.torch_by_cuda[major], key=_minor_key),
+                            sorted({m["torch"] for m in wheels if m["cu"] == tag}, key=_minor_key),
+                            f"{url} assets named +cu{tag}")
 
 
 def _pinned(requirement: Requirement) -> str | None:

@@ -70,6 +70,11 @@ class FlashAttnRelease:
     requires: tuple[str, ...]  # its own requirements, installed from the lock beside it
     source: str | None = None  # its release page: what lists its wheels
     cxx_standard: int = CXX_STANDARD  # the -std=c++NN its source build compiles with
+    torch_by_cuda: dict[str, tuple[str, ...]] = field(default_factory=dict)  # CUDA major -> torch minors, if fewer
+
+    def torch_for(self, cuda_major: str) -> tuple[str, ...]:
+        """The torch major.minor releases its wheels for that CUDA major cover."""
+        return self.torch_by_cuda.get(cuda_major, self.torch)
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ def _build(located: yamlsource.Located) -> Matrix:
         torch={v: _torch(v, t) for v, t in data["torch"].items()},
         flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]),
                                         tuple(f["cxx11_abi"]), tuple(f.get("requires", ())), f.get("source"),
-                                        f.get("cxx_standard", CXX_STANDARD))
+                                        f.get("cxx_standard", CXX_STANDARD),
+                                        {major: tuple(t) for major, t in (f.get("torch_by_cuda") or {}).items()})
                     for v, f in data.get("flash_attn", {}).items()},
         packages={name: {v: PackageRelease(r.get("python"), r.get("torch"), tuple(r.get("tested_torch", ())))
                          for v, r in releases.items()}

@@ -223,10 +223,13 @@ def _check_flash_attn(matrix: Matrix, image: ImageEntry) -> list[Problem]:
     if build is not None and build.cxx11_abi not in release.cxx11_abi:
         gaps.append(f"the {_abi(build.cxx11_abi)} of torch {torch.version}'s CUDA {build.cuda} build "
                     f"(its wheels: {', '.join(_abi(abi) for abi in release.cxx11_abi) or 'none'})")
-    if _minor(torch.version) not in release.torch:
-        gaps.append(f"torch {_minor(torch.version)} (covered: {', '.join(release.torch)})")
-    if cuda is not None and cuda.split(".")[0] not in release.cuda:
-        gaps.append(f"CUDA {cuda.split('.')[0]} (covered: {', '.join(release.cuda)})")
+    major = cuda.split(".")[0] if cuda else None
+    covered = release.torch_for(major) if major else release.torch
+    if _minor(torch.version) not in covered:
+        on = f" on CUDA {major}" if major in release.torch_by_cuda else ""
+        gaps.append(f"torch {_minor(torch.version)} (covered{on}: {', '.join(covered)})")
+    if major is not None and major not in release.cuda:
+        gaps.append(f"CUDA {major} (covered: {', '.join(release.cuda)})")
     if image.python not in release.python:
         gaps.append(f"Python {image.python} (covered: {', '.join(release.python)})")
     if not gaps:

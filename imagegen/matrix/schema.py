@@ -134,6 +134,8 @@ class TorchFacts(Strict):
 class FlashAttnRelease(Strict):
     torch: list[VERSION]
     cuda: dict[KEY, VERSION]
+    # Where its wheels for a CUDA major cover fewer torch releases than `torch` (2.8.3: torch 2.10 on CUDA 13 only).
+    torch_by_cuda: dict[KEY, list[VERSION]] = None
     python: list[VERSION]
     cxx11_abi: list[BOOL]
     cxx_standard: INT = None  # the -std=c++NN its build passes to g++ and nvcc (17 when unset)
