@@ -16,7 +16,7 @@ import yaml
 
 from imagegen.core.errors import MatrixError
 from imagegen.matrix import model as matrix_module
-from imagegen.matrix import plan
+from imagegen.matrix import plan, rules
 from imagegen.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,6 +47,21 @@ def problems_of(data: dict) -> list:
     except MatrixError as error:
         return error.problems
     return []
+
+
+def parsed(data: dict):
+    return matrix_module.parse(yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False),
+                               "matrix.yaml")
+
+
+def planned_from(data: dict) -> list:
+    """Every planned image x platform of a matrix made of `data`."""
+    return plan.resolve(parsed(data), TRAINER)
+
+
+def warnings_of(data: dict) -> list:
+    """What validate warns about in a matrix made of `data`."""
+    return rules.warnings(parsed(data))
 
 
 def rules_broken(data: dict) -> set[str]:

@@ -270,3 +270,21 @@ def test_flash_attn_wheels_per_cuda_major_are_compared_with_the_release_s_assets
     (error,) = [line for line in wrong.stderr.splitlines() if line.startswith("error:")]
     assert "flash_attn.2.8.3.torch_by_cuda.13: the index says [2.9, 2.10]" in error
     assert "assets named +cu13), the matrix says [2.9] [facts]" in error
+
+
+@pytest.mark.network
+def test_a_build_s_archs_are_what_its_wheel_was_compiled_for(tmp_path):
+    """torch 2.14.1's PyPI build (CUDA 13.0) is compiled for sm_75 to sm_120 on x86_64, read from libtorch_python.so
+    by one range request: a matrix that says it runs on Volta (7.0) is wrong, naming the fact."""
+    def typed_volta(data):
+        release = yaml.safe_load(MATRIX_PATH.read_text())["torch"]["2.14.1"]
+        build = {**release["builds"]["13.0"], "platforms": ["linux/amd64"]}
+        build["archs"] = {"linux/amd64": ["7.0", *build["archs"]["linux/amd64"]]}
+        data["torch"] = {"2.14.1": {**release, "builds": {"13.0": build}}}
+        data["images"] = []
+
+    result = imagegen("facts", "check", *on(facts_matrix(tmp_path, typed_volta)))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if "archs" in line]
+    assert "torch.2.14.1.builds.13.0.archs.linux/amd64: the index says [7.5, 8.0, 8.6, 9.0, 10.0, 12.0]" in error
+    assert "libtorch_python.so: sm_75 sm_80 sm_86 sm_90 sm_100 sm_120), the matrix says [7.0, 7.5," in error

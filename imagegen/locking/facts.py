@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
 
@@ -21,14 +22,17 @@ from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts_bases, facts_images, index, wheelnames
 from imagegen.locking.factcheck import Checker, Report
-from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchFacts
+from imagegen.matrix import torch_archs
+from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchBuild, TorchFacts
 from imagegen.matrix.plan import PYPI, TORCH_INDEX
 
 MACHINE_TAG = "x86_64"
 AARCH64_LINUX = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "extra": ""}
 PYTHON_GRID = [f"3.{minor}" for minor in range(6, 17)]
+READERS = 8  # wheels read at once for their archs
 GITHUB_RELEASE = "https://api.github.com/repos/Dao-AILab/flash-attention/releases/tags/v{version}"
 FLASH_ATTN_WHEEL = re.compile(r"^flash_attn-(?P<version>[^+]+)\+cu(?P<cu>\d+)torch(?P<torch>\d+\.\d+)"
                               r"cxx11abi(?P<abi>TRUE|FALSE)-cp3(?P<py>\d+)-cp3\d+-linux_x86_64\.whl$")
@@ -38,9 +42,11 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: st
     """Every fact of the matrix, every image's pins against what its packages require, each lock (its
     file's path -> its text) against its torch wheel, and each base tag against its registry (or base_registry)."""
     checker = Checker(matrix)
+    compiled_for: list[tuple[tuple, list[str], index.IndexFile, str]] = []  # read below, side by side
     for torch in matrix.torch.values():
         for cuda in torch.builds:
-            _check_torch_build(checker, torch, cuda)
+            compiled_for += _check_torch_build(checker, torch, cuda) or []
+    _check_archs(checker, compiled_for)
     for name, releases in matrix.packages.items():
         for version, release in releases.items():
             _check_package(checker, name, version, release)
@@ -51,7 +57,8 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: st
     return checker.report
 
 
-def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> None:
+def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> list | None:
+    """Its facts against its wheels; returns what is left to read: the archs its wheels were compiled for."""
     pypi = cuda == torch.pypi_build
     local = "" if pypi else f"+cu{cuda.replace('.', '')}"
     index_url = PYPI if pypi else TORCH_INDEX.format(nodot=cuda.replace(".", ""))
@@ -88,9 +95,11 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> None:
     if runtime:
         checker.differs(at, f"CUDA {cuda}", f"CUDA {'.'.join(runtime[1].split('.')[:2])}",
                         f"{wheels[-1].filename} pins {runtime[0]} {runtime[1]}")
+    _check_torchvision(checker, torch, index_url, local)
     if pypi:  # one wheel per release: every build of it ships the same headers
         _check_cxx_standard(checker, torch, wheels[-1])
-    _check_torchvision(checker, torch, index_url, local)
+        return _archs_to_read(at, torch.builds[cuda], files, what)
+    return None
 
 
 def _check_cxx_standard(checker: Checker, torch: TorchFacts, wheel: index.IndexFile) -> None:
@@ -101,6 +110,36 @@ def _check_cxx_standard(checker: Checker, torch: TorchFacts, wheel: index.IndexF
         return  # the metadata check above already said whether this index answers
     checker.differs(("torch", torch.version, "cxx_standard"), torch.cxx_standard, read,
                     f"{wheel.filename}'s {index.CXX_STANDARD_HEADER}")
+
+
+def _archs_to_read(at: tuple, build: TorchBuild, files: list[index.IndexFile], what: str) -> list:
+    """Each platform whose archs the matrix states, with the wheel that says what it was compiled for."""
+    found = []
+    for platform, stated in build.archs.items():
+        machine = MACHINE[platform]
+        wheels = [f for f in files if f.is_wheel and wheelnames.linux_platforms(f.filename, machine)]
+        if wheels:  # a build without a wheel for a platform is said by the platform checks
+            found.append(((*at, "archs", platform), list(stated), wheels[-1], f"{what} archs ({platform})"))
+    return found
+
+
+def _check_archs(checker: Checker, compiled_for: list[tuple[tuple, list[str], index.IndexFile, str]]) -> None:
+    """What each wheel was compiled for (torch.cuda.get_arch_list(), about 10 MB of each wheel): the archs an image on
+    that build claims and is checked for. Read side by side: one at a time took 3 minutes for the matrix's 14."""
+    def read(job):
+        try:
+            return index.torch_arch_flags(job[2])
+        except index.PackageIndexError as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        results = list(pool.map(read, compiled_for))
+    for (at, stated, wheel, what), flags in zip(compiled_for, results):
+        if isinstance(flags, index.PackageIndexError):
+            checker.unchecked(what, str(flags))
+            continue
+        checker.differs(at, stated, list(torch_archs.from_flags(flags)) or None,
+                        f"{wheel.filename}'s {index.ARCH_LIBRARY}: {' '.join(flags) or 'a CPU build'}")
 
 
 def _check_aarch64(checker: Checker, at: tuple, files: list[index.IndexFile], what: str) -> None:

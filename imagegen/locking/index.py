@@ -119,6 +119,24 @@ def torch_cxx_standard(file: IndexFile) -> int:
     return int(found.group(1)) if found else CXX_STANDARD
 
 
+# What a torch build was compiled for: the string torch.cuda.get_arch_list() splits (`_cuda_getArchFlags`), compiled
+# into libtorch_python.so as one NUL-terminated string such as "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120" (about 10 MB
+# of the wheel, read by one range request; in 2.8.0 and 2.9.1 it follows another string with no NUL between). A CPU
+# build has none.
+ARCH_LIBRARY = "torch/lib/libtorch_python.so"
+ARCH_FLAGS = re.compile(rb"((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)\x00")
+
+
+def torch_arch_flags(file: IndexFile) -> list[str]:
+    """The arch flags a torch wheel was compiled with, [] for a CPU build."""
+    library = _member_from_zip(file.url.split("#")[0], lambda name: name == ARCH_LIBRARY, ARCH_LIBRARY)
+    found = {flags.decode() for flags in ARCH_FLAGS.findall(library)}
+    if len(found) > 1:
+        raise PackageIndexError(f"{file.filename}: {ARCH_LIBRARY} holds {len(found)} arch lists: "
+                                f"{'; '.join(sorted(found))}")
+    return next(iter(found)).split() if found else []
+
+
 def _metadata_from_zip(url: str) -> bytes:
     return _member_from_zip(url, lambda name: name.endswith(".dist-info/METADATA") and name.count("/") == 1,
                             "METADATA")

@@ -47,6 +47,7 @@ class TorchBuild:
     cxx11_abi: bool
     platforms: tuple[str, ...]  # those it has wheels for
     source: str | None = None  # where its pins come from, when no index here confirms them (the release's, if unset)
+    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # platform -> what its wheels were compiled for
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,8 @@ def _torch(version: str, t: dict) -> TorchFacts:
     builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]),
                                b.get("cxx11_abi", t["cxx11_abi"]),
                                tuple(b.get("platforms", t.get("platforms", DEFAULT_PLATFORMS))),
-                               b.get("source", t.get("source")))
+                               b.get("source", t.get("source")),
+                               {platform: tuple(archs) for platform, archs in (b.get("archs") or {}).items()})
               for cuda, b in t["builds"].items()}
     return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t.get("source"),
                       t.get("cxx_standard", CXX_STANDARD))

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from imagegen.core import platforms, sizes
 from imagegen.core.errors import MatrixError
-from imagegen.matrix import cuda_wheels, rules
+from imagegen.matrix import cuda_wheels, rules, torch_archs
 from imagegen.matrix.components import Components
 from imagegen.matrix.model import CXX_STANDARD, CudaFacts, ImageEntry, Matrix
 
@@ -132,7 +132,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     wheels = cuda_wheels.from_wheels(image)
     os_name = cuda.os if cuda and not wheels else image.os
-    archs = cuda.archs.get(platform, ()) if cuda else ()
+    archs = torch_archs.claimed(matrix, image, torch.builds.get(torch_cuda), platform)
     flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
     return PlannedImage(
         name=image.name,

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
-from imagegen.matrix import cuda_wheels, known_bad, source_builds
+from imagegen.matrix import cuda_wheels, known_bad, source_builds, torch_archs
 from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
 
 PYTORCH_INDEX = "pytorch-index"  # an image's `lock:` when its torch build is on the PyTorch index alone
@@ -36,6 +36,7 @@ def warnings(matrix: Matrix) -> list[Problem]:
     for image in matrix.images:
         if image.torch in matrix.torch:
             found += known_bad.matches(matrix, image, image_versions(matrix, image), warned=True)
+            found += torch_archs.warnings(matrix, image, torch_build(matrix, image))
         deepspeed = image.versions.get("deepspeed")
         release = matrix.packages.get("deepspeed", {}).get(deepspeed or "")
         tested = release.tested_torch if release else ()

@@ -110,11 +110,22 @@ class CudaFacts(Strict):
 SOURCE = STR
 
 
+# A compute capability as TORCH_CUDA_ARCH_LIST spells it: 8.6, 9.0a, 12.0+PTX.
+TORCH_ARCH = matching(r"\d+\.\d+[af]?(\+PTX)?", "arch", "is not a compute capability such as 8.6 or 12.0+PTX")
+
+
+class TorchArchsPerPlatform(Strict):
+    amd64: list[TORCH_ARCH] = Field(None, alias="linux/amd64")
+    arm64: list[TORCH_ARCH] = Field(None, alias="linux/arm64")
+
+
 class TorchBuild(Strict):
     cudnn: VERSION = None
     nccl: VERSION = None
     cxx11_abi: BOOL = None
     platforms: PLATFORM_LIST = None
+    # What its wheels were compiled for (torch.cuda.get_arch_list()), per platform; facts check reads PyPI's.
+    archs: either({"mapping": TorchArchsPerPlatform}, "a mapping with keys linux/amd64, linux/arm64") = None
     source: SOURCE = None
 
 
