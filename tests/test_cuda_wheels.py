@@ -45,7 +45,7 @@ def test_an_image_naming_cuda_and_base_takes_its_cuda_from_wheels_on_that_base()
     assert (devel.plan.cuda, devel.plan.flavor, devel.plan.has_toolkit) == ("13.0", "devel", True)
     assert (runtime.plan.cuda, runtime.plan.flavor, runtime.plan.has_toolkit) == ("12.8", "runtime", False)
     nvidia = locked("cu130-torch2.14")
-    assert (nvidia.plan.cuda_source, nvidia.plan.base_image) == ("base", "nvidia/cuda:13.0.2-devel-ubuntu24.04")
+    assert (nvidia.plan.cuda_source, nvidia.plan.base_image) == ("base", "nvidia/cuda:13.0.3-devel-ubuntu24.04")
 
 
 def test_only_a_devel_image_on_wheels_locks_the_toolkits_devel_parts_at_its_cuda_line():

@@ -77,6 +77,9 @@ def made_up_index(monkeypatch):
     for wheel in answers[cu118, "torch"]:
         metadata[wheel.filename] = CU118_PINS
     metadata["torchvision-0.19.1+cu118-cp311-cp311-linux_x86_64.whl"] = ["torch==2.4.1"]
+    pypi = "https://pypi.org/simple"  # the toolkit release of each of the fixture's CUDA lines, and none newer
+    answers[pypi, "cuda-toolkit"] = [file(f"cuda_toolkit-{cuda['version']}-py2.py3-none-any.whl", pypi)
+                                     for cuda in fixture_data()["cuda"].values()]
     return answers
 
 
@@ -109,7 +112,7 @@ def test_an_index_that_does_not_answer_names_the_fact_s_source_and_strict_fails(
     assert result.returncode == 0  # nothing disagrees
     (line,) = [text for text in result.stderr.splitlines() if text.startswith("not checked: torch 2.4.1+cu118")]
     assert "and the matrix gives no source: add `source:` at " in line and ": torch.2.4.1.builds.11.8" in line
-    assert "1 not checked (1 of them without a source)" in result.stdout
+    assert "2 not checked (1 of them without a source)" in result.stdout  # and cuda-toolkit's releases
     strict = imagegen("facts", "check", "--strict", *on(path))
     assert strict.returncode == 1 and "--strict fails while any is not checked" in strict.stdout
     source = "https://github.com/pytorch/pytorch/blob/v2.4.1/.github/scripts/generate_binary_build_matrix.py"
@@ -285,6 +288,30 @@ def test_a_build_s_archs_are_what_its_wheel_was_compiled_for(tmp_path):
 
     result = imagegen("facts", "check", *on(facts_matrix(tmp_path, typed_volta)))
     assert result.returncode == 1, result.stdout + result.stderr
-    (error,) = [line for line in result.stderr.splitlines() if "archs" in line]
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert "torch.2.14.1.builds.13.0.archs.linux/amd64: the index says [7.5, 8.0, 8.6, 9.0, 10.0, 12.0]" in error
     assert "libtorch_python.so: sm_75 sm_80 sm_86 sm_90 sm_100 sm_120), the matrix says [7.0, 7.5," in error
+
+
+@pytest.mark.network
+def test_a_cuda_line_s_version_is_a_release_and_a_newer_update_is_a_warning(tmp_path):
+    """PyPI's cuda-toolkit has a version per toolkit release: 13.2.1 is one and 13.2.2 (torch 2.15.0's) is newer, a
+    warning naming what changes; 13.2.9 is none, a disagreement."""
+    def line(version):
+        def edit(data):
+            cuda = {**yaml.safe_load(MATRIX_PATH.read_text())["cuda"]["13.2"], "version": version}
+            data["cuda"] = {"13.2": cuda}
+            data["images"] = []
+        return edit
+
+    older = imagegen("facts", "check", *on(facts_matrix(tmp_path, line("13.2.1"))))
+    assert older.returncode == 0, older.stdout + older.stderr
+    (warning,) = [text for text in older.stderr.splitlines() if text.startswith("warning:")]
+    assert "cuda.13.2.version: CUDA 13.2.2 is out (cuda-toolkit 13.2.2 on PyPI: " in warning
+    assert "parts change, nvidia-cuda-nvcc 13.2.78 to 13.2.86, nvidia-cuda-runtime 13.2.75 to 13.2.86 and " in warning
+    assert warning.endswith("[newer-release]") and "the matrix builds on 13.2.1" in warning
+    made_up = imagegen("facts", "check", *on(facts_matrix(tmp_path, line("13.2.9"))))
+    assert made_up.returncode == 1
+    (error,) = [text for text in made_up.stderr.splitlines() if text.startswith("error:")]
+    assert "cuda.13.2.version: the index says not 13.2.9 (cuda-toolkit 13.2.* on https://pypi.org/simple: 13.2.0, " \
+           "13.2.1, 13.2.2" in error

@@ -230,3 +230,12 @@ def test_facts_check_catches_arm64_wheels_that_are_cpu_only(tmp_path):
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert "torch.2.9.1.builds.12.8.platforms: the index says CPU-only aarch64 wheels (" in error
     assert "pins no nvidia-cudnn-cu*), the matrix says linux/arm64 CUDA wheels [facts]" in error
+
+
+def test_an_unpinned_base_s_lock_says_so_without_the_locking_machine_s_error():
+    """The lock is committed and read on other machines: their DNS errors are the lock command's warning, not data."""
+    from imagegen.locking import resolve
+
+    base, warning = resolve.pin_base("127.0.0.1:9/nvidia/cuda:13.0.3-devel-ubuntu24.04")  # port 9: nothing listens
+    assert (base.digest, base.note) == (None, resolve.UNPINNED_NOTE)
+    assert "127.0.0.1:9" not in base.note and "127.0.0.1:9" in warning and warning.startswith("base 127.0.0.1:9/")

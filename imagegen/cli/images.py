@@ -146,8 +146,10 @@ def facts_check(workspace, strict, base_registry):
     NCCL pins, CUDA runtime, Python range, C++ ABI, torchvision's torch), and of the stack's
     packages (Requires-Python, the torch they require, what their extras require of the other
     pins of each image), the CUDA that PyPI's torch carries into an image without a CUDA base,
-    each lock's pins against its torch wheel, and lists flash-attn's GitHub release assets; asks
-    each base tag's registry (HTTP API v2) whether the tag exists. An index or registry that does
+    each lock's pins against its torch wheel, what each PyPI torch wheel was compiled for (archs),
+    and lists flash-attn's GitHub release assets; says where a CUDA line has a newer update
+    (cuda-toolkit on PyPI), as a warning; asks each base tag's registry (HTTP API v2) whether the
+    tag exists. An index or registry that does
     not answer is reported as not checked, with the source the matrix gives for that fact. Exits
     1 when the matrix or a lock disagrees with the index or a registry (with --strict, also while
     a fact is not checked), 0 otherwise.
@@ -161,6 +163,8 @@ def facts_check(workspace, strict, base_registry):
     report = facts_module.check(matrix, locks, base_registry)
     for problem in report.disagreements:
         click.echo(f"error: {problem}", err=True)
+    for problem in report.newer:
+        click.echo(f"warning: {problem}", err=True)
     for what, why in report.not_checked.items():
         click.echo(f"not checked: {what}: {why}", err=True)
     click.echo(f"{workspace.matrix}: {report.checked} facts checked against the indexes and registries, "

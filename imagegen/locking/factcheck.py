@@ -21,6 +21,7 @@ class Report:
     disagreements: list[Problem] = field(default_factory=list)
     not_checked: dict[str, str] = field(default_factory=dict)  # what -> why, and where the matrix has it from
     unsourced: list[str] = field(default_factory=list)  # of those, the ones the matrix gives no source for
+    newer: list[Problem] = field(default_factory=list)  # true facts with a newer release out: warned, not failed
     checked: int = 0
 
     @property
@@ -56,6 +57,10 @@ class Checker:
         self.report.checked += 1
         self.report.disagreements.append(self.matrix.problem(path, message, "facts"))
 
+    def newer_exists(self, path: tuple, message: str) -> None:
+        """A fact that is right and has a newer release beside it (a CUDA update): said, not a disagreement."""
+        self.report.newer.append(self.matrix.problem(path, message, "newer-release"))
+
     def unchecked(self, what: str, why: str, source: str | None = None, at: tuple | None = None) -> None:
         """A fact the index did not confirm: where the matrix has it from, or that it does not say."""
         if at is None:
@@ -68,8 +73,9 @@ class Checker:
                                              f"{place.file}:{place.line}: {place.key}")
             self.report.unsourced.append(what)
 
-    def files(self, index_url: str, project: str, version: str, what: str, source: str | None = None,
+    def files(self, index_url: str, project: str, version: str | None, what: str, source: str | None = None,
               at: tuple | None = None) -> list[index.IndexFile] | None:
+        """The files of a project's release (of every release, for version None), None where its index is down."""
         origin = index_url.split("/whl/")[0] if "/whl/" in index_url else index_url
         if origin in self.down:
             self.unchecked(what, self.down[origin], source, at)
@@ -82,7 +88,8 @@ class Checker:
                 self.down[origin] = str(error)
             self.unchecked(what, str(error), source, at)
             return None
-        return index.of_version(self._projects[index_url, project], version)
+        files = self._projects[index_url, project]
+        return files if version is None else index.of_version(files, version)
 
     def metadata(self, file: index.IndexFile, what: str) -> list[Requirement] | None:
         if file.url not in self._metadata:

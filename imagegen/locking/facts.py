@@ -21,6 +21,7 @@ import urllib.request
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts_bases, facts_images, index, wheelnames
@@ -52,6 +53,7 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: st
             _check_package(checker, name, version, release)
     for release in matrix.flash_attn.values():
         _check_flash_attn(checker, release)
+    _check_cuda_updates(checker)
     facts_images.check(checker, locks or {})
     facts_bases.check(checker, base_registry)
     return checker.report
@@ -222,6 +224,55 @@ def _check_flash_attn(checker: Checker, release: FlashAttnRelease) -> None:
             checker.differs((*at, "torch_by_cuda", major), sorted(release.torch_by_cuda[major], key=_minor_key),
                             sorted({m["torch"] for m in wheels if m["cu"] == tag}, key=_minor_key),
                             f"{url} assets named +cu{tag}")
+
+
+def _check_cuda_updates(checker: Checker) -> None:
+    """Each CUDA line's version is a release NVIDIA published (PyPI's `cuda-toolkit` has one version per toolkit
+    release, 13.0.3 as 13.0.3.0), and a newer update of that line is said: its bases and driver move with it."""
+    files = checker.files(PYPI, "cuda-toolkit", None, "CUDA toolkit releases (cuda-toolkit on PyPI)")
+    if files is None:
+        return
+    releases = sorted({v for v in (f.version() for f in files) if v and not v.is_prerelease})
+    for minor, cuda in checker.matrix.cuda.items():
+        line = [v for v in releases if f"{v.major}.{v.minor}" == minor]
+        at = ("cuda", minor, "version")
+        if not line:
+            checker.differs(at, cuda.version, "no release", f"no cuda-toolkit {minor}.* on {PYPI}")
+            continue
+        ours = Version(cuda.version)
+        known = [v for v in line if v == ours]
+        checker.differs(at, cuda.version, cuda.version if known else f"not {cuda.version}",
+                        f"cuda-toolkit {minor}.* on {PYPI}: {', '.join(map(_update, line))}")
+        if known and line[-1] > ours:
+            changed = _changed_parts(checker, files, known[0], line[-1])
+            checker.newer_exists(at, f"CUDA {_update(line[-1])} is out (cuda-toolkit {line[-1]} on PyPI{changed}), "
+                                     f"the matrix builds on {cuda.version}: move version, base and driver to it where "
+                                     "its nvidia/cuda tags exist, and re-lock")
+
+
+def _update(version: Version) -> str:
+    """13.0.3.0 as NVIDIA names the release: 13.0.3."""
+    return ".".join(str(part) for part in version.release[:3])
+
+
+def _changed_parts(checker: Checker, files: list[index.IndexFile], ours: Version, newer: Version) -> str:
+    """What the newer toolkit changes, as its metapackage pins its parts: some updates change every part (13.2.2:
+    nvcc 13.2.78 to 13.2.86), some cuBLAS alone (13.0.3.0: nvidia-cublas 13.1.0.3 to 13.1.1.3, nvcc as 13.0.2's)."""
+    pins = []
+    for version in (ours, newer):
+        wheel = next((f for f in files if f.is_wheel and f.version() == version), None)
+        requirements = checker.metadata(wheel, f"cuda-toolkit {version}") if wheel else None
+        if requirements is None:
+            return ""
+        pins.append({canonicalize_name(r.name): _pinned(r).removesuffix(".*") for r in requirements if _pinned(r)})
+    # The compiler and the runtime first: what a reader weighs an update by.
+    changed = sorted((name for name in pins[1] if pins[0].get(name) != pins[1][name]),
+                     key=lambda name: (not name.startswith(("nvidia-cuda-nvcc", "nvidia-cuda-runtime")), name))
+    if not changed:
+        return ": the same parts"
+    shown = [f"{name} {pins[0].get(name) or 'none'} to {pins[1][name]}" for name in changed[:2]]
+    more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""
+    return f": {len(changed)} of its {len(pins[1])} parts change, {', '.join(shown)}{more}"
 
 
 def _pinned(requirement: Requirement) -> str | None:

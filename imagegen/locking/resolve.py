@@ -46,13 +46,16 @@ class LockOutcome:
     warnings: tuple[str, ...]
 
 
+UNPINNED_NOTE = "its registry did not answer where this lock was made: the build goes FROM the tag as it is that day"
+
+
 def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
     """Resolve one platform of an image; LockError when its stack does not resolve or an index does not answer."""
     inputs = lock_inputs(plan)
     packages = resolve(plan, inputs["requirements"])
-    base = pin_base(plan.base_image)
+    base, unpinned = pin_base(plan.base_image)
     flash_attn = flash_attn_artifact(plan)
-    warnings = [text for text in (base.note, flash_attn.note if flash_attn else "") if text]
+    warnings = [text for text in (unpinned, flash_attn.note if flash_attn else "") if text]
     lock = Lock(plan.name, plan.platform, inputs, base, tuple(packages), flash_attn, command)
     return LockOutcome(lock, tuple(warnings))
 
@@ -134,12 +137,14 @@ def _uv_reason(stderr: str, torch_index: str | None) -> str:
     return "no resolution: " + " ".join(kept[:6])
 
 
-def pin_base(ref: str) -> BasePin:
-    """The base tag's digest now; unpinned, with the reason, when its registry does not answer."""
+def pin_base(ref: str) -> tuple[BasePin, str]:
+    """The base tag's digest now, or unpinned where its registry does not answer: the lock says so without this
+    machine's error (a DNS message is about where the lock was made, not about the image); the warning, printed
+    when locking, gives it."""
     try:
-        return BasePin(ref, tag_digest(ref))
+        return BasePin(ref, tag_digest(ref)), ""
     except RegistryError as error:
-        return BasePin(ref, None, f"base {ref} not pinned: {error}")
+        return BasePin(ref, None, UNPINNED_NOTE), f"base {ref} not pinned: {error}"
 
 
 def flash_attn_artifact(plan: PlannedImage) -> Artifact | None:
