@@ -3,6 +3,7 @@ matrix, tests/fixture)."""
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 
@@ -184,3 +185,25 @@ def test_an_unknown_compression_is_refused_by_both_commands():
         result = imagegen(command, *FIXTURE, "--image", "cpu", "--push" if command == "build" else "--skip-tests",
                           "--registry", "127.0.0.1:9", "--compression", "xz")
         assert result.returncode == 2 and "'xz' is not one of 'gzip', 'zstd'" in result.stderr
+
+
+def test_an_image_with_an_unhashed_artifact_is_refused_before_any_build_unless_allowed(tmp_path):
+    """The fixture's cu128-torch2.8 lock holds its flash-attn wheel without a sha256 (locked where GitHub did not
+    answer): validate names it, build refuses it in one line before anything is built, --allow-unhashed lets it by."""
+    validate = imagegen("validate", *FIXTURE)
+    (line,) = [text for text in validate.stderr.splitlines() if "unhashed artifact" in text]
+    assert "cu128-torch2.8 (flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl)" in line
+    trainer = tmp_path / "trainer"  # the fixture's trainer, with the inventory program build reads images with
+    shutil.copytree(FIXTURE_TRAINER, trainer)
+    (trainer / "src" / "vlmgrpo").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "trainer" / "src" / "vlmgrpo" / "inventory.py", trainer / "src" / "vlmgrpo" / "inventory.py")
+    build = ["build", "--matrix", str(FIXTURE_MATRIX), "--trainer", str(trainer), "--image", "cu128-torch2.8",
+             "--context-dir", str(tmp_path / "contexts"),
+             "--report", str(tmp_path / "build.json"), "--docker", str(tmp_path / "no-docker")]
+    refused = imagegen(*build)
+    assert refused.returncode == 1 and not (tmp_path / "contexts").exists()
+    (error,) = refused.stderr.strip().splitlines()
+    assert "cu128-torch2.8: flash-attn @ https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/" in error
+    assert "--allow-unhashed" in error and "imagegen lock --image NAME" in error
+    allowed = imagegen(*build, "--allow-unhashed")
+    assert "artifact without a sha256" not in allowed.stderr and "no-docker" in allowed.stderr  # on to the engine

@@ -146,5 +146,5 @@ def test_validate_on_this_repository_says_each_kind_of_warning_once():
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
     kinds = [line.rsplit("[", 1)[-1] if line.rstrip().endswith("]") or "] (and " in line else line[:40]
              for line in warnings]
-    assert len(warnings) <= 4 and len(set(kinds)) == len(kinds), warnings
+    assert warnings and len(set(kinds)) == len(kinds), warnings  # one line per kind, however many images
     assert any("images have no base digest: " in line and "cpu" in line for line in warnings), warnings

@@ -38,14 +38,17 @@ def program(workspace) -> str:
 @click.option("--registry", metavar="HOST[/NAMESPACE]", help="Where --push publishes.")
 @compression_option
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
+@click.option("--allow-unhashed", is_flag=True, help="Build an image whose lock holds an artifact without a sha256 "
+              "(a flash-attn wheel locked where GitHub did not answer); the image's label io.imagegen.unhashed and "
+              "the build report name it. Refused otherwise.")
 @registry_options
 @report_option("build")
 @workspace_options
 @reports_user_errors
 def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
           docker_binary, builder, context_dir, no_cache, keep_going, progress_mode, run_tests, require_gpu,
-          skip_train, run_push, registry, compression, force, registry_user, registry_password_stdin, report_path,
-          workspace):
+          skip_train, run_push, registry, compression, force, allow_unhashed, registry_user, registry_password_stdin,
+          report_path, workspace):
     """Build the selected images with BuildKit, layer by layer, then summarise.
 
     Each image is three layers (base, framework, trainer), each FROM the one before; a
@@ -78,7 +81,7 @@ def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extr
         keep_going=keep_going,
         test=run_tests or run_push, checking=pipeline.Checking(program(workspace), require_gpu, skip_train),
         registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials,
-        progress=progress_mode, compression=compression)
+        progress=progress_mode, compression=compression, allow_unhashed=allow_unhashed)
     sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
 
 

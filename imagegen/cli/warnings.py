@@ -14,13 +14,21 @@ INHERITED = re.compile(r"\(inherited by image ([^)\s]+)\)")
 
 
 def lines(plan, lock_command) -> list[str]:
-    """Untested combinations (one line per rule), unpinned bases, images that lock only elsewhere."""
+    """Untested combinations (one line per rule), unpinned bases, unhashed artifacts, images that lock only
+    elsewhere."""
     found = [_grouped(plan.matrix, problems) for problems in _by_rule(rules.warnings(plan.matrix)).values()]
     unpinned = list(dict.fromkeys(image.name for image in plan.locked.values() if image.lock.base.note))
     if unpinned:
         found.append(f"{_count(unpinned)} no base digest: {', '.join(unpinned)} (each lock was made where its "
                      "base's registry did not answer, so the build goes FROM the tag as it is that day); `imagegen "
                      "lock` where the registry answers, or the scheduled locks workflow, pins them")
+    unhashed = {image.name: image.lock.flash_attn.requirement.rsplit("/", 1)[-1] for image in plan.locked.values()
+                if image.lock.flash_attn and image.lock.flash_attn.sha256 is None}
+    if unhashed:
+        found.append(f"{_count(list(unhashed))} an unhashed artifact: "
+                     f"{', '.join(f'{name} ({what})' for name, what in unhashed.items())} (each lock was made where "
+                     "its host did not answer); `imagegen build` refuses them unless told --allow-unhashed; `imagegen "
+                     "lock` where the host answers, or the scheduled locks workflow, hashes them")
     elsewhere = list(dict.fromkeys(p.name for p in plan.images if p.key in plan.lock_warnings))
     if len(elsewhere) == 1:
         plan_image = next(p for p in plan.images if p.name == elsewhere[0])

@@ -46,6 +46,8 @@ class LockOutcome:
     warnings: tuple[str, ...]
 
 
+UNHASHED_NOTE = ("its host did not answer where this lock was made: `imagegen build` refuses it unless told "
+                 "--allow-unhashed")
 UNPINNED_NOTE = "its registry did not answer where this lock was made: the build goes FROM the tag as it is that day"
 
 
@@ -55,7 +57,7 @@ def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
     packages = resolve(plan, inputs["requirements"])
     base, unpinned = pin_base(plan.base_image)
     flash_attn = flash_attn_artifact(plan)
-    warnings = [text for text in (unpinned, flash_attn.note if flash_attn else "") if text]
+    warnings = [text for text in (unpinned, flash_attn.warning if flash_attn else "") if text]
     lock = Lock(plan.name, plan.platform, inputs, base, tuple(packages), flash_attn, command)
     return LockOutcome(lock, tuple(warnings))
 
@@ -159,7 +161,7 @@ def flash_attn_artifact(plan: PlannedImage) -> Artifact | None:
     except LockError:
         raise
     except UserError as error:
-        return Artifact(requirement, None, f"flash-attn wheel not hash-checked: {error}")
+        return Artifact(requirement, None, UNHASHED_NOTE, f"flash-attn wheel not hashed: {error}")
 
 
 def _sdist_sha256(version: str) -> str:

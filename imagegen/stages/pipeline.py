@@ -51,6 +51,7 @@ class Run:
     credentials: Credentials | None = None
     progress: str = "auto"  # "auto" | "tty" | "plain": see progress.view_for
     compression: str = "gzip"  # of the pushed layers: one of registry.COMPRESSIONS, as `imagegen push` takes it
+    allow_unhashed: bool = False  # build an image whose lock has an artifact without a sha256 (labelled so)
 
 
 def pip_settings(ca_bundle: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
@@ -65,6 +66,12 @@ def build_test_push(run: Run, echo: Echo) -> int:
     """Build each image, then test and push it as asked; 0 when every image made it."""
     if run.registry and run.compression == "zstd":
         skopeo.require_skopeo()  # before the build: a push that cannot happen should not cost one
+    unhashed = unhashed_artifacts(run.images)
+    if unhashed and not run.allow_unhashed:
+        raise UserError(f"{len(unhashed)} of the selected images would install an artifact without a sha256, which "
+                        f"nothing checks: {'; '.join(f'{name}: {what}' for name, what in unhashed.items())}. Re-lock "
+                        "them where its host answers (`imagegen lock --image NAME`), or build with --allow-unhashed "
+                        "(the image's label io.imagegen.unhashed names it)")
     client = find_build_client(run.docker_binary, run.builder)
     echo(f"build client: {client.why}")
     _check_local_bases(run.images, run.render_options)
@@ -79,7 +86,9 @@ def build_test_push(run: Run, echo: Echo) -> int:
         if not run.keep_going and any(result.status == "failed" for result in built):
             built.append(BuildResult(image.name, image.ref(), "skipped", platform=image.platform))
             continue
-        result = builder.build(image, list(image.contexts), {**image.labels, **provenance})
+        allowed = {UNHASHED_LABEL: unhashed[image.name]} if image.name in unhashed else {}
+        result = builder.build(image, list(image.contexts), {**image.labels, **provenance, **allowed})
+        result.unhashed = list(allowed.values())
         built.append(result)
         if result.status == "built":
             _add_sbom(result, image, run.report_path.parent, run.checking.inventory_program, echo)  # an image that cannot list its packages fails
@@ -100,6 +109,15 @@ def build_test_push(run: Run, echo: Echo) -> int:
     failed = any(r.status != "built" for r in built) or any(not t.passed for t in tested) \
         or any(p.status != "pushed" for p in pushed)
     return 1 if failed else 0
+
+
+UNHASHED_LABEL = "io.imagegen.unhashed"  # what an image built with --allow-unhashed installed without a hash
+
+
+def unhashed_artifacts(images: list[LockedImage]) -> dict[str, str]:
+    """Image name -> the requirement of its artifact that has no sha256 (a wheel locked where its host was down)."""
+    return {image.name: image.lock.flash_attn.requirement for image in images
+            if image.lock.flash_attn and image.lock.flash_attn.sha256 is None}
 
 
 def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:

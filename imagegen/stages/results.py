@@ -48,6 +48,7 @@ class BuildResult:
     sbom_components: dict[str, int] = field(default_factory=dict)  # {"python": n, "os": n}
     hint: str = ""  # what to do about a failure imagegen recognises
     platform: str = platforms.DEFAULT
+    unhashed: list[str] = field(default_factory=list)  # artifacts it installed without a hash (--allow-unhashed)
 
 
 @dataclass
