@@ -132,6 +132,30 @@ def facts():
     """The matrix's facts against the package index."""
 
 
+@facts.command("update")
+@click.argument("releases", nargs=-1, required=True, metavar="NAME==VERSION...")
+@workspace_options
+@reports_user_errors
+def facts_update(workspace, releases):
+    """Add releases to the matrix with their facts as PyPI serves them.
+
+    torch==X adds the release with PyPI's CUDA build (its cuDNN, NCCL, Pythons, C++ ABI, archs,
+    C++ standard, platforms) and the torchvision released with it; a package of the matrix
+    (transformers==X, trl==X, ...) adds its Requires-Python and the torch it requires. Each is
+    appended to its section with its source, the file's comments kept; the PyTorch index's
+    builds and a CUDA line's bases are not on PyPI and are added by hand with a source.
+
+    \b
+    Examples:
+      imagegen facts update torch==2.15.0
+      imagegen facts update transformers==5.24.0 trl==1.16.0
+    """
+    from imagegen.locking import facts_update as updater
+
+    for line in updater.update(workspace.matrix, releases):
+        click.echo(f"{workspace.matrix}: {line}")
+
+
 @facts.command("check")
 @click.option("--strict", is_flag=True, help="Exit 1 also while any fact is not checked (an index that does not "
               "answer): what the scheduled locks workflow runs, where every index answers.")

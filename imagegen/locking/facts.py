@@ -86,11 +86,11 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> list |
     requirements = checker.metadata(wheels[-1], what)
     if requirements is None:
         return
-    pins = {canonicalize_name(r.name): _pinned(r) for r in requirements}
+    pins = {canonicalize_name(r.name): pinned(r) for r in requirements}
     build = torch.builds[cuda]
     for key, family in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu")):
-        pinned = next((v for name, v in pins.items() if name.startswith(family)), None)
-        checker.differs((*at, key), getattr(build, key), pinned, f"{wheels[-1].filename} pins {family}*")
+        found = next((v for name, v in pins.items() if name.startswith(family)), None)
+        checker.differs((*at, key), getattr(build, key), found, f"{wheels[-1].filename} pins {family}*")
     # CUDA 12 builds pin nvidia-cuda-runtime-cu12; CUDA 13 builds pin the cuda-toolkit metapackage.
     runtime = next(((n, v) for n, v in pins.items() if v and n.startswith(("nvidia-cuda-runtime", "cuda-toolkit"))),
                    None)
@@ -191,7 +191,7 @@ def _check_package(checker: Checker, name: str, version: str, release: PackageRe
     requirements = checker.metadata(wheel, what) if wheel else None
     if requirements is None:
         return  # an sdist alone (DeepSpeed): its requirements are known only by building it
-    torch = _torch_requirement(requirements)
+    torch = torch_requirement(requirements)
     checker.differs((*at, "torch"), _normalized(release.torch), _normalized(torch),
                     f"{what} requires torch{torch or ' (nothing)'}")
 
@@ -264,7 +264,7 @@ def _changed_parts(checker: Checker, files: list[index.IndexFile], ours: Version
         requirements = checker.metadata(wheel, f"cuda-toolkit {version}") if wheel else None
         if requirements is None:
             return ""
-        pins.append({canonicalize_name(r.name): _pinned(r).removesuffix(".*") for r in requirements if _pinned(r)})
+        pins.append({canonicalize_name(r.name): pinned(r).removesuffix(".*") for r in requirements if pinned(r)})
     # The compiler and the runtime first: what a reader weighs an update by.
     changed = sorted((name for name in pins[1] if pins[0].get(name) != pins[1][name]),
                      key=lambda name: (not name.startswith(("nvidia-cuda-nvcc", "nvidia-cuda-runtime")), name))
@@ -275,12 +275,12 @@ def _changed_parts(checker: Checker, files: list[index.IndexFile], ours: Version
     return f": {len(changed)} of its {len(pins[1])} parts change, {', '.join(shown)}{more}"
 
 
-def _pinned(requirement: Requirement) -> str | None:
+def pinned(requirement: Requirement) -> str | None:
     pins = [s.version for s in requirement.specifier if s.operator == "=="]
     return pins[0] if len(pins) == 1 else None
 
 
-def _torch_requirement(requirements: list[Requirement]) -> str | None:
+def torch_requirement(requirements: list[Requirement]) -> str | None:
     """What a package requires of torch: unconditionally, or through its `torch` extra (transformers)."""
     for requirement in requirements:
         if canonicalize_name(requirement.name) != "torch":
