@@ -22,8 +22,8 @@ def lines(plan, lock_command) -> list[str]:
         found.append(f"{_count(unpinned)} no base digest: {', '.join(unpinned)} (each lock was made where its "
                      "base's registry did not answer, so the build goes FROM the tag as it is that day); `imagegen "
                      "lock` where the registry answers, or the scheduled locks workflow, pins them")
-    unhashed = {image.name: image.lock.flash_attn.requirement.rsplit("/", 1)[-1] for image in plan.locked.values()
-                if image.lock.flash_attn and image.lock.flash_attn.sha256 is None}
+    unhashed = {image.name: image.lock.unhashed.rsplit("/", 1)[-1] for image in plan.locked.values()
+                if image.lock.unhashed}
     if unhashed:
         found.append(f"{_count(list(unhashed))} an unhashed artifact: "
                      f"{', '.join(f'{name} ({what})' for name, what in unhashed.items())} (each lock was made where "

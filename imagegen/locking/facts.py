@@ -89,8 +89,8 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> list |
     pins = {canonicalize_name(r.name): pinned(r) for r in requirements}
     build = torch.builds[cuda]
     for key, family in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu")):
-        found = next((v for name, v in pins.items() if name.startswith(family)), None)
-        checker.differs((*at, key), getattr(build, key), found, f"{wheels[-1].filename} pins {family}*")
+        checker.differs((*at, key), getattr(build, key), family_pin(pins, family),
+                        f"{wheels[-1].filename} pins {family}*")
     # CUDA 12 builds pin nvidia-cuda-runtime-cu12; CUDA 13 builds pin the cuda-toolkit metapackage.
     runtime = next(((n, v) for n, v in pins.items() if v and n.startswith(("nvidia-cuda-runtime", "cuda-toolkit"))),
                    None)
@@ -278,6 +278,11 @@ def _changed_parts(checker: Checker, files: list[index.IndexFile], ours: Version
 def pinned(requirement: Requirement) -> str | None:
     pins = [s.version for s in requirement.specifier if s.operator == "=="]
     return pins[0] if len(pins) == 1 else None
+
+
+def family_pin(pins: dict[str, str | None], family: str) -> str | None:
+    """The version a torch wheel pins of the one distribution whose name starts with `family` (nvidia-cudnn-cu)."""
+    return next((version for name, version in pins.items() if name.startswith(family)), None)
 
 
 def torch_requirement(requirements: list[Requirement]) -> str | None:

@@ -24,7 +24,7 @@ from imagegen.locking import facts, facts_images, index, wheelnames
 from imagegen.matrix import model, torch_archs
 from imagegen.matrix.plan import PYPI
 
-TORCHVISION_TRIES = 6  # the newest torchvision releases whose metadata is read to find the one released with it
+TORCHVISION_TRIES = 24  # the newest torchvision releases whose metadata may be read to find the one for a torch
 
 
 def update(matrix_path: Path, specs: tuple[str, ...]) -> list[str]:
@@ -100,8 +100,8 @@ def torch_release(version: str) -> dict:
         "builds": {cuda: build},
         "pypi_build": cuda,
         "python": f">={pythons[0]},<3.{int(pythons[-1].split('.')[1]) + 1}",
-        "cudnn": next(v for n, v in pins.items() if n.startswith("nvidia-cudnn-cu") and v),
-        "nccl": next(v for n, v in pins.items() if n.startswith("nvidia-nccl-cu") and v),
+        "cudnn": facts.family_pin(pins, "nvidia-cudnn-cu"),
+        "nccl": facts.family_pin(pins, "nvidia-nccl-cu"),
         "torchvision": _torchvision_for(version),
         "cxx11_abi": wheelnames.cxx11_abi(wheel.filename),
         "cxx_standard": index.torch_cxx_standard(wheel),
@@ -117,7 +117,7 @@ def _carries_cuda(wheel: index.IndexFile, platform: str) -> bool:
 def _torchvision_for(version: str) -> str:
     """The newest torchvision whose wheel requires exactly this torch (torchvision pins the torch it was built on)."""
     releases = sorted({f.version() for f in index.project_files(PYPI, "torchvision") if f.version()}, reverse=True)
-    for release in [r for r in releases if not r.is_prerelease][:TORCHVISION_TRIES * 4]:
+    for release in [r for r in releases if not r.is_prerelease][:TORCHVISION_TRIES]:
         wheels = [f for f in index.release_files(PYPI, "torchvision", str(release)) if f.is_wheel
                   and wheelnames.linux_platforms(f.filename)]
         if not wheels:
@@ -147,12 +147,13 @@ def package_release(name: str, version: str) -> dict:
 
 def _torch_yaml(version: str, entry: dict) -> str:
     (cuda, build), = entry["builds"].items()
-    lines = [f'  "{version}":', f"    # Read from PyPI by `imagegen facts update torch=={version}`: its CUDA {cuda} build alone;",
+    lines = [f'  "{version}":',
+             f"    # Read from PyPI by `imagegen facts update torch=={version}`: its CUDA {cuda} build alone;",
              "    # the PyTorch index's builds are added with their source.",
              f"    source: {entry['source']}", "    builds:", f'      "{cuda}":']
     if "platforms" in build:
         lines.append(f"        platforms: [{', '.join(build['platforms'])}]")
-    archs = ", ".join(f"{p}: [{', '.join(repr_version(a) for a in listed)}]" for p, listed in build["archs"].items())
+    archs = ", ".join(f"{p}: [{', '.join(_quoted(a) for a in listed)}]" for p, listed in build["archs"].items())
     lines += [f"        archs: {{{archs}}}", f'    pypi_build: "{cuda}"', f'    python: "{entry["python"]}"',
               f"    cudnn: {entry['cudnn']}", f"    nccl: {entry['nccl']}", f"    torchvision: {entry['torchvision']}",
               f"    cxx11_abi: {'true' if entry['cxx11_abi'] else 'false'}"]
@@ -161,7 +162,7 @@ def _torch_yaml(version: str, entry: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def repr_version(text: str) -> str:
+def _quoted(text: str) -> str:
     return f'"{text}"'
 
 

@@ -40,8 +40,7 @@ class Artifact:
 
     requirement: str  # a PEP 508 requirement: "flash-attn @ https://...whl" or "flash-attn==2.8.3"
     sha256: str | None  # None when its host could not be reached when locking: built only with --allow-unhashed
-    note: str = ""  # why there is no hash, as the lock keeps it
-    warning: str = field(default="", compare=False)  # the locking machine's reason, printed when locking, not kept
+    note: str = ""  # why there is no hash
 
     def requirement_line(self) -> str:
         return self.requirement + (f" --hash=sha256:{self.sha256}" if self.sha256 else "")
@@ -70,6 +69,11 @@ class Lock:
     packages: tuple[LockedPackage, ...]
     flash_attn: Artifact | None = None
     command: str = ""  # the command that refreshes it
+
+    @property
+    def unhashed(self) -> str | None:
+        """The requirement of its artifact that has no sha256 (locked where its host did not answer), if any."""
+        return self.flash_attn.requirement if self.flash_attn and self.flash_attn.sha256 is None else None
 
     def package(self, name: str) -> LockedPackage | None:
         wanted = canonicalize_name(name)
@@ -110,7 +114,7 @@ def dumps(locks: list[Lock]) -> str:
         "platforms": {lock.platform: {
             "inputs": lock.inputs,
             "base": asdict(lock.base),
-            "flash_attn": _kept(lock.flash_attn) if lock.flash_attn else None,
+            "flash_attn": asdict(lock.flash_attn) if lock.flash_attn else None,
             "packages": [{**asdict(p), "hashes": list(p.hashes), "required_by": list(p.required_by)}
                          for p in sorted(lock.packages, key=lambda p: p.name)],
         } for lock in sorted(locks, key=lambda lock: lock.platform)},
@@ -223,11 +227,6 @@ def _closure(lock: Lock, roots: list[str]) -> set[str]:
             found.add(name)
             pending += sorted(needs.get(name, ()))
     return found
-
-
-def _kept(artifact: Artifact) -> dict:
-    """What a lock keeps of its artifact: not the locking machine's warning."""
-    return {key: value for key, value in asdict(artifact).items() if key != "warning"}
 
 
 def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool) -> list[InstallStep]:

@@ -56,8 +56,8 @@ def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
     inputs = lock_inputs(plan)
     packages = resolve(plan, inputs["requirements"])
     base, unpinned = pin_base(plan.base_image)
-    flash_attn = flash_attn_artifact(plan)
-    warnings = [text for text in (unpinned, flash_attn.warning if flash_attn else "") if text]
+    flash_attn, unhashed = flash_attn_artifact(plan)
+    warnings = [text for text in (unpinned, unhashed) if text]
     lock = Lock(plan.name, plan.platform, inputs, base, tuple(packages), flash_attn, command)
     return LockOutcome(lock, tuple(warnings))
 
@@ -149,19 +149,21 @@ def pin_base(ref: str) -> tuple[BasePin, str]:
         return BasePin(ref, None, UNPINNED_NOTE), f"base {ref} not pinned: {error}"
 
 
-def flash_attn_artifact(plan: PlannedImage) -> Artifact | None:
+def flash_attn_artifact(plan: PlannedImage) -> tuple[Artifact | None, str]:
+    """flash-attn's artifact with its sha256, or without where its host does not answer: as pin_base, the lock says
+    so without this machine's error, which the warning gives."""
     requirement = flash_attn_requirement(plan)
     if requirement is None:
-        return None
+        return None, ""
     if plan.flash_attn_source_build:
-        return Artifact(requirement, _sdist_sha256(plan.version("flash_attn")))
+        return Artifact(requirement, _sdist_sha256(plan.version("flash_attn"))), ""
     filename = plan.flash_attn_wheel_url.rsplit("/", 1)[-1]
     try:
-        return Artifact(requirement, _release_asset_sha256(plan.version("flash_attn"), filename))
+        return Artifact(requirement, _release_asset_sha256(plan.version("flash_attn"), filename)), ""
     except LockError:
         raise
     except UserError as error:
-        return Artifact(requirement, None, UNHASHED_NOTE, f"flash-attn wheel not hashed: {error}")
+        return Artifact(requirement, None, UNHASHED_NOTE), f"flash-attn wheel not hashed: {error}"
 
 
 def _sdist_sha256(version: str) -> str:

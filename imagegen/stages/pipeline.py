@@ -116,8 +116,7 @@ UNHASHED_LABEL = "io.imagegen.unhashed"  # what an image built with --allow-unha
 
 def unhashed_artifacts(images: list[LockedImage]) -> dict[str, str]:
     """Image name -> the requirement of its artifact that has no sha256 (a wheel locked where its host was down)."""
-    return {image.name: image.lock.flash_attn.requirement for image in images
-            if image.lock.flash_attn and image.lock.flash_attn.sha256 is None}
+    return {image.name: image.lock.unhashed for image in images if image.lock.unhashed}
 
 
 def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:
