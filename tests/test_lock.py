@@ -53,19 +53,23 @@ def test_a_lock_round_trips_and_says_how_it_is_refreshed():
 
 
 def test_install_steps_put_torch_first_and_install_each_package_once():
-    lock = locked_named("cu130-torch2.11").lock
-    steps = lockfile.install_steps(lock, deepspeed=True, flash_attn_source_build=True)
-    assert [step.name for step in steps] == ["installer", "cuda-libraries", "torch", "build-tools", "flash-attn",
-                                             "deepspeed", "stack"]
+    image = locked_named("cu130-torch2.11")
+    lock, families = image.lock, tuple(image.plan.components.families.values())
+    steps = lockfile.install_steps(lock, deepspeed=True, flash_attn_source_build=True, torch_families=families)
+    assert [step.name for step in steps] == ["installer", "cuda-libraries", "cudnn-nccl", "torch", "build-tools",
+                                             "flash-attn", "deepspeed", "stack"]
     lines = [line for step in steps for line in (*step.wheels, *step.sources) if not line.startswith("flash-attn")]
     assert sorted(line.split("==")[0] for line in lines) == sorted(p.name for p in lock.packages)
     assert [line.split("==")[0] for line in steps[0].wheels] == ["uv"] and steps[0].tool == "pip"
     assert all(step.tool == "uv" for step in steps[1:])
-    assert {line.split("==")[0] for line in steps[1].wheels} == {p.name for p in lock.packages
-                                                                 if p.name.startswith("nvidia-")}
-    assert any(line.startswith("torch==2.11.0 ") for line in steps[2].wheels)
-    assert [line.split("==")[0] for line in steps[5].sources] == ["deepspeed"]
-    assert steps[4].sources == ("flash-attn==2.8.3 --hash=sha256:" + lock.flash_attn.sha256,)
+    cuda_libraries = {line.split("==")[0] for line in (*steps[1].wheels, *steps[2].wheels)}
+    assert cuda_libraries == {p.name for p in lock.packages if p.name.startswith("nvidia-")}
+    # cuDNN and NCCL (the families of the components torch decides) apart from the CUDA release's libraries
+    assert {line.split("==")[0] for line in steps[2].wheels} == {
+        p.name for p in lock.packages if p.name.startswith(families)} and len(families) == 2
+    assert any(line.startswith("torch==2.11.0 ") for line in steps[3].wheels)
+    assert [line.split("==")[0] for line in steps[6].sources] == ["deepspeed"]
+    assert steps[5].sources == ("flash-attn==2.8.3 --hash=sha256:" + lock.flash_attn.sha256,)
 
 
 def test_another_torch_on_the_same_cuda_libraries_installs_the_same_cuda_library_step():

@@ -90,7 +90,7 @@ class InstallStep:
     """One resolver-free, hash-checked install of the framework layer: wheels first, then the
     sources it compiles against them (with no build isolation: the build sees the installed torch)."""
 
-    name: str  # installer, cuda-libraries, torch, build-tools, flash-attn, deepspeed, stack
+    name: str  # installer, cuda-libraries, cudnn-nccl, torch, build-tools, flash-attn, deepspeed, stack
     wheels: tuple[str, ...]  # requirement lines, one locked file set each
     sources: tuple[str, ...] = ()  # requirement lines built from source after the wheels
     unhashed: tuple[str, ...] = ()  # a flash-attn wheel whose host could not be reached when locking
@@ -172,8 +172,8 @@ BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging", "psutil")
 # build took 64% of pip's time with it, its framework layer 64.3 s against 117.2 s (bench/RESULTS.md, section 5).
 # pip, which the venv brings, installs it.
 INSTALLER = "uv"
-# The CUDA libraries PyPI publishes for torch (nvidia-cudnn-cu13, nvidia-nccl-cu12, ...), installed in a step of
-# their own below torch.
+# The CUDA libraries PyPI publishes for torch (nvidia-cublas, nvidia-cudnn-cu13, nvidia-nccl-cu12, ...), installed
+# in two steps of their own below torch.
 CUDA_LIBRARY_PREFIX = "nvidia-"
 
 
@@ -229,18 +229,24 @@ def _closure(lock: Lock, roots: list[str]) -> set[str]:
     return found
 
 
-def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool) -> list[InstallStep]:
+def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool,
+                  torch_families: tuple[str, ...] = ()) -> list[InstallStep]:
     """The framework layer's installs, in order.
 
-    The installer first, then the CUDA libraries torch's wheels bring (nvidia-*: 3.2 GB of the cpu image's 6.3),
-    then torch (the largest and most stable: a bump of peft leaves their steps cached), then the tools that
-    compile sources against it, flash-attn and DeepSpeed, and last the rest of the stack. A step's cache key is
-    its parent's and its own requirement file, so images whose torch differs but whose CUDA libraries are the
-    same versions (on the same base and Python) make one and the same layer of those libraries.
+    The installer first, then the CUDA libraries torch's wheels bring (nvidia-*) in two steps: the CUDA release's
+    (cuBLAS, cuFFT, the runtime, ...: 2.14 GB of the cpu image's 6.40) and then cuDNN and NCCL (torch_families,
+    the name prefixes of the lock families of the components torch decides: 1.22 GB), which change with torch's
+    release while the others change with the CUDA update; one step of all of them was 0.53 of the image, a layer
+    that every pull waits on. Then torch (the largest and most stable: a bump of peft leaves their steps cached),
+    then the tools that compile sources against it, flash-attn and DeepSpeed, and last the rest of the stack. A
+    step's cache key is its parent's and its own requirement file, so images whose torch differs but whose CUDA
+    libraries are the same versions (on the same base and Python) make one and the same layer of those libraries.
     """
     planner = _Planner(lock)
     planner.add("installer", [INSTALLER], tool="pip")
-    planner.add("cuda-libraries", [p.name for p in lock.packages if p.name.startswith(CUDA_LIBRARY_PREFIX)])
+    cuda = [p.name for p in lock.packages if p.name.startswith(CUDA_LIBRARY_PREFIX)]
+    planner.add("cuda-libraries", [name for name in cuda if not name.startswith(torch_families)])
+    planner.add("cudnn-nccl", [name for name in cuda if name.startswith(torch_families)])
     planner.add("torch", ["torch", "torchvision"])
     if deepspeed or flash_attn_source_build:
         planner.add("build-tools", list(BUILD_TOOLS))

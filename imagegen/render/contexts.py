@@ -110,7 +110,8 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     has_nvcc = plan.has_toolkit or cuda_home is not None
     base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
                   compilers=plan.compiles_kernels if has_nvcc else ())
-    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
+    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build,
+                          tuple(plan.components.families.values()))
     framework_files = _framework_files(plan, versions, steps)
     if plan.flash_attn_source_build:
         framework_files[COMPILE_PROBE] = (Path(env.loader.searchpath[0]) / COMPILE_PROBE).read_bytes()

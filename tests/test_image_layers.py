@@ -1,0 +1,28 @@
+"""How the cpu image, as `imagegen build` makes it, is cut into layers: what a pull waits on and what a change
+sends again, read from the engine's history of the image."""
+
+from __future__ import annotations
+
+import docker
+
+
+def layer_sizes(image_id: str) -> list[tuple[int, str]]:
+    """(bytes, the step that made it) of each layer, base first; the steps that make no layer (ENV, CMD) left out."""
+    history = docker.from_env().api.history(image_id)
+    return [(entry["Size"], entry["CreatedBy"]) for entry in reversed(history) if entry["Size"]]
+
+
+def test_no_layer_of_the_cpu_image_holds_half_of_it(cpu_image):
+    sizes = layer_sizes(cpu_image["id"])
+    total = sum(size for size, _ in sizes)
+    largest, step = max(sizes)
+    assert largest <= total / 2, f"{largest / total:.2f} of the image in one layer, made by {step[:200]}"
+
+
+def test_a_change_to_one_stack_package_sends_at_most_a_tenth_of_the_image_again(cpu_image):
+    """The layers below the stack's install step are cached and the same blobs (tests/test_lock.py holds the step
+    order); its layer and those above are new."""
+    sizes = layer_sizes(cpu_image["id"])
+    first = next(index for index, (_, step) in enumerate(sizes) if "requirements/stack.txt" in step)
+    again = sum(size for size, _ in sizes[first:])
+    assert again <= 0.1 * sum(size for size, _ in sizes), [(size, step[-80:]) for size, step in sizes[first:]]
