@@ -42,12 +42,12 @@ def registry_bytes(work: Path) -> int:
 
 
 @contextmanager
-def fresh_engine(work: Path) -> Iterator[dict]:
+def fresh_engine(work: Path, debug: bool = False) -> Iterator[dict]:
     """A second dockerd (and its own containerd) with empty roots; yields the environment that points the docker
     CLI at it. Its containers run with --network none. It gets a bridge of its own and no iptables rules, so it
     cannot disturb the main engine's networks: with `--bridge none` dockerd deletes the host's docker0 at start
     (seen here: the main engine's next container failed with "could not find bridge docker0"). Everything it
-    stored is removed on leaving."""
+    stored is removed on leaving. With debug, its log (work/cold-dockerd.log) says when it unpacks each layer."""
     root, run_dir = work / "cold-engine", Path("/run") / f"imagegen-cold-{os.getpid()}"
     socket_path = run_dir / "docker.sock"
     run_dir.mkdir(parents=True)
@@ -58,7 +58,7 @@ def fresh_engine(work: Path) -> Iterator[dict]:
         process = subprocess.Popen(
             ["dockerd", "--data-root", str(root), "--exec-root", str(run_dir / "exec"), "--pidfile",
              str(run_dir / "docker.pid"), "--host", f"unix://{socket_path}", "--bridge", bridge, "--iptables=false",
-             "--ip-masq=false"], stdout=stream, stderr=subprocess.STDOUT)
+             "--ip-masq=false", *(["--debug"] if debug else [])], stdout=stream, stderr=subprocess.STDOUT)
     env = {**os.environ, "DOCKER_HOST": f"unix://{socket_path}"}
 
     def answers() -> bool:

@@ -10,10 +10,12 @@ they fail instead, so a broken CI machine cannot pass by skipping everything.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -311,3 +313,34 @@ def private_repository(auth_registry, docker_client):
     name = unique_name("imagegen-test/private")
     yield name
     remove_local_refs(docker_client, f"{auth_registry.host}/{name}")
+
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def registry_manifest(host: str, repository: str, tag: str) -> dict:
+    """The image manifest the loopback registry holds under the tag, as a client asking for either kind gets it."""
+    request = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{tag}",
+                                     headers={"Accept": f"{OCI_MANIFEST}, {DOCKER_MANIFEST}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.load(answer)
+
+
+def podman_pull(ref: str, tmp_path: Path) -> tuple[str, list[str]]:
+    """Pull ref from a loopback registry with podman into storage of its own (another engine than Docker's, and
+    empty); (the image id it got, its layers' diff_ids). Skips when podman is missing."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (bash .ci/setup --tests installs it): the pull back was not tried")
+    runroot = tempfile.mkdtemp(prefix="igpod", dir="/tmp")  # podman refuses a runroot over 50 characters
+    storage = ["podman", "--root", str(tmp_path / "podman"), "--runroot", runroot, "--storage-driver", "vfs"]
+    try:
+        pulled = subprocess.run([*storage, "pull", "--quiet", "--tls-verify=false", ref], capture_output=True,
+                                text=True, timeout=120)
+        assert pulled.returncode == 0, pulled.stderr
+        layers = subprocess.run([*storage, "image", "inspect", "--format", "{{json .RootFS.Layers}}",
+                                 pulled.stdout.strip()], capture_output=True, text=True, check=True).stdout
+        return pulled.stdout.strip(), json.loads(layers)
+    finally:
+        subprocess.run([*storage, "system", "reset", "-f"], capture_output=True)
+        shutil.rmtree(runroot, ignore_errors=True)

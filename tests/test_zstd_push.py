@@ -4,11 +4,7 @@ docker-registry on loopback), and podman (which takes zstd, unlike Docker 20.10)
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import tempfile
-import urllib.request
 
 import pytest
 
@@ -19,18 +15,12 @@ from imagegen.stages import pipeline, publish
 from imagegen.stages.publish import push_image
 from imagegen.stages.results import TestResult as ImageTestResult
 
+from tests.docker_env import podman_pull, registry_manifest
 from tests.helpers import locked_images
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 needs_skopeo = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed "
                                   "(bash .ci/setup --tests installs it)")
-
-
-def manifest(host: str, repository: str, tag: str) -> dict:
-    request = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{tag}", headers={
-        "Accept": f"{OCI_MANIFEST}, application/vnd.docker.distribution.manifest.v2+json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.load(answer)
 
 
 @needs_skopeo
@@ -46,26 +36,14 @@ def test_a_zstd_push_has_zstd_layers_of_the_same_content_and_podman_pulls_it(reg
     assert outcome.pushed_tags == ["1.0.0", "latest"]
     assert remote_digest(registry, repository, "latest") == outcome.digest == remote_digest(registry, repository,
                                                                                             "1.0.0")
-    held = manifest(registry, repository, "1.0.0")
+    held = registry_manifest(registry, repository, "1.0.0")
     assert held["mediaType"] == OCI_MANIFEST  # zstd layers need OCI's manifest, so the config is OCI's too
     assert [layer["mediaType"] for layer in held["layers"]] == ["application/vnd.oci.image.layer.v1.tar+zstd"]
     assert again.already_published == ["1.0.0"] and again.pushed_tags == []  # known by its inputs label
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (bash .ci/setup --tests installs it): the pull back was not tried")
-    runroot = tempfile.mkdtemp(prefix="igpod", dir="/tmp")  # podman refuses a runroot over 50 characters
-    storage = ["podman", "--root", str(tmp_path / "podman"), "--runroot", runroot, "--storage-driver", "vfs"]
-    try:
-        pulled = subprocess.run([*storage, "pull", "--quiet", "--tls-verify=false", f"{registry}/{repository}:1.0.0"],
-                                capture_output=True, text=True, timeout=120)
-        assert pulled.returncode == 0, pulled.stderr
-        assert "sha256:" + pulled.stdout.strip() == held["config"]["digest"]
-        layers = subprocess.run([*storage, "image", "inspect", "--format", "{{json .RootFS.Layers}}",
-                                 pulled.stdout.strip()], capture_output=True, text=True, check=True).stdout
-        # The same files, byte for byte: the uncompressed layers' digests are the local image's.
-        assert json.loads(layers) == docker_client.images.get(image_id).attrs["RootFS"]["Layers"]
-    finally:
-        subprocess.run([*storage, "system", "reset", "-f"], capture_output=True)
-        shutil.rmtree(runroot, ignore_errors=True)
+    pulled_id, layers = podman_pull(f"{registry}/{repository}:1.0.0", tmp_path)
+    assert "sha256:" + pulled_id == held["config"]["digest"]
+    # The same files, byte for byte: the uncompressed layers' digests are the local image's.
+    assert layers == docker_client.images.get(image_id).attrs["RootFS"]["Layers"]
 
 
 @needs_skopeo
@@ -102,7 +80,7 @@ def build_run(tmp_path, compression: str) -> pipeline.Run:
                         force=False, report_path=tmp_path / "build.json", compression=compression)
 
 
-@pytest.mark.parametrize("compression", ["zstd", "gzip"])
+@pytest.mark.parametrize("compression", ["zstd", "gzip", "none"])
 def test_build_pushes_each_tested_image_with_its_compression_and_says_which(compression, tmp_path, monkeypatch):
     run = build_run(tmp_path, compression)
     (image,) = run.images
@@ -121,7 +99,8 @@ def test_build_pushes_each_tested_image_with_its_compression_and_says_which(comp
 
     assert asked == [compression] and (result.status, result.compression) == ("pushed", compression)
     (line,) = said
-    assert line.startswith("pushed cpu to 127.0.0.1:9/") and line.endswith(f" ({compression} layers)")
+    said_as = {"none": "uncompressed"}.get(compression, compression)
+    assert line.startswith("pushed cpu to 127.0.0.1:9/") and line.endswith(f" ({said_as} layers)")
 
 
 def test_build_with_a_zstd_push_and_no_skopeo_stops_before_it_builds(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ import docker
 from imagegen.core import platforms
 from imagegen.core.errors import UserError
 from imagegen.engine.containers import docker_client
-from imagegen.engine.registry import oci, skopeo
+from imagegen.engine.registry import oci, skopeo, uncompressed
 from imagegen.engine.registry.http import Credentials, RegistryClient, RegistryError, credentials_for
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import INPUTS_LABEL
@@ -68,10 +68,12 @@ def push_image(image_id_or_ref: str, registry: str, repository: str, version_tag
         outcome.digest = remote.manifest(repository, source, "HEAD").digest
         return _move_aliases(remote, repository, source, aliases, outcome)
     for tag in to_push + aliases:
-        if compression == "zstd" and outcome.pushed_tags:  # the layers are up: the other tags point at them
+        if compression != "gzip" and outcome.pushed_tags:  # the layers are up: the other tags point at them
             remote.copy_tag(repository, outcome.pushed_tags[0], tag)
         elif compression == "zstd":
             outcome.digest = skopeo.copy_as_zstd(image.id, remote, repository, tag)
+        elif compression == "none":
+            outcome.digest = uncompressed.push_tag(client, image, remote, repository, tag).digest
         else:
             outcome.digest = oci.push_tag(client, image, remote, repository, tag)
         outcome.pushed_tags.append(tag)

@@ -92,7 +92,7 @@ class PushResult:
     sbom_found_by: str = ""  # "the referrers API" or "the referrers tag sha256-..."
     sbom_error: str = ""  # why the SBOM was not attached, when the image was pushed all the same
     platform: str = platforms.DEFAULT  # platforms.INDEX: the multi-platform index of the image
-    compression: str = "gzip"  # of the pushed layers: "gzip" (docker push) or "zstd" (skopeo)
+    compression: str = "gzip"  # of the pushed layers: "gzip" (docker push), "zstd" (skopeo), "none" (uncompressed)
 
 
 KINDS = ("build", "test", "push")

@@ -1,0 +1,154 @@
+"""Section 14: pulling an image by the compression of its layers, onto an engine that holds nothing.
+
+Each image is built by `imagegen build` (from the engine's build cache where it holds the layers), then pushed
+three times to Debian's docker-registry on loopback by `imagegen push --compression gzip|zstd|none` (the whole
+command, its SBOM included). A second dockerd with an empty data root (a fresh node, started with --debug so
+that it logs when it starts and ends unpacking each layer) pulls the gzip and the uncompressed push in turn, twice
+each, alternating, and runs one training step of the tiny model after each pull (`docker run IMAGE train`, to the
+step's line); it is emptied before each pull. Docker 20.10 cannot pull zstd: podman 4.3 pulls all three pushes
+once each, into empty storage. The network is loopback: on a real node the download comes on top."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+from .cold_engine import fresh_engine, loopback_registry
+from .cold_start import first_step, inputs, layers, need_tools, podman_pull
+from .common import DOCKER, IMAGEGEN, docker, gb, run, table
+from .cpu_image import build_image
+
+# The cpu image and the GPU line every CI run builds here (CUDA 13.0 from NVIDIA's wheels, devel).
+IMAGES = ("cpu", "debian12-cu130-torch2.14")
+COMPRESSIONS = ("gzip", "zstd", "none")
+DOCKER_PULLS = ("gzip", "none", "gzip", "none")  # alternated: a drift of the machine falls on both alike
+# dockerd --debug, as Docker 20.10's layer store and overlay2 driver log each layer they unpack
+APPLYING = re.compile(r'time="([^"]+)".*msg="Applying tar in \S*/([0-9a-f]{64})/diff"')
+APPLIED = re.compile(r'time="([^"]+)".*msg="Applied tar sha256:[0-9a-f]{64} to ([0-9a-f]{64})')
+
+
+def push(image: str, compression: str, host: str, work: Path) -> dict:
+    """`imagegen push` of the image's linux/amd64 build under HOST/COMPRESSION: its seconds, target and layers."""
+    report = work / f"push-{image}-{compression}.json"
+    seconds = run([*IMAGEGEN, "push", "--image", image, "--platform", "linux/amd64", "--registry",
+                   f"{host}/{compression}", "--skip-tests", "--compression", compression, "--report", str(report)],
+                  log=work / f"push-{image}-{compression}.log")
+    (result,) = json.loads(report.read_text())["images"]
+    repository, tag = f"{compression}/{result['repository']}", result["pushed_tags"][0]
+    return {"push_s": seconds, "target": f"{host}/{repository}:{tag}", "layers": layers(host, repository, tag)}
+
+
+def unpack_seconds(log: Path, start: int) -> float | None:
+    """The engine's own figure: the seconds it spent unpacking layers, from its debug log after byte `start`."""
+    text = log.read_text(errors="replace")[start:]
+    began = {layer: stamp for stamp, layer in APPLYING.findall(text)}
+    spans = [(_time(stamp) - _time(began[layer])) for stamp, layer in APPLIED.findall(text) if layer in began]
+    return sum(spans) if spans else None
+
+
+def _time(stamp: str) -> float:
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole).timestamp() + float(f"0.{fraction or 0}")
+
+
+def docker_pulls(pushed: dict[str, dict], data: Path, work: Path) -> dict[str, list[dict]]:
+    """Each docker pull of DOCKER_PULLS on the empty engine, then one training step; emptied before each."""
+    found: dict[str, list[dict]] = {"gzip": [], "none": []}
+    with fresh_engine(work, debug=True) as env:
+        log = work / "cold-dockerd.log"
+        for compression in DOCKER_PULLS:
+            subprocess.run([DOCKER, "system", "prune", "-af"], env=env, check=True, capture_output=True)
+            start = log.stat().st_size
+            pull_s = run([DOCKER, "pull", pushed[compression]["target"]], env=env)
+            unpack_s = unpack_seconds(log, start)
+            step_s, _ = first_step(pushed[compression]["target"], data, work, env)
+            found[compression].append({"pull_s": pull_s, "unpack_s": unpack_s, "step_s": step_s})
+    return found
+
+
+def stack_share(target: str, manifest_layers: list[tuple[str, int]]) -> float:
+    """Of the image's uncompressed bytes, the share a change to one stack package sends again: the layer of the
+    stack's install step and every layer above it (the steps below are cached and their layers the same)."""
+    history = [line.split("\t", 1) for line in reversed(docker(
+        "history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", target).splitlines())]
+    steps = [created for size, created in history if size != "0B"]
+    first = next(index for index, created in enumerate(steps) if "requirements/stack.txt" in created)
+    sizes = [size for _, size in manifest_layers]
+    return sum(sizes[first:]) / sum(sizes)
+
+
+def measure_image(image: str, data: Path, work: Path) -> dict:
+    build = build_image(image, image, work)
+    with loopback_registry(work / f"registry-{image}") as host:
+        pushed = {compression: push(image, compression, host, work) for compression in COMPRESSIONS}
+        pulls = docker_pulls(pushed, data, work)
+        podman = {compression: podman_pull(pushed[compression]["target"], work) for compression in COMPRESSIONS}
+    shutil.rmtree(work / f"registry-{image}", ignore_errors=True)
+    raw = [size for _, size in pushed["none"]["layers"]]
+    return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": pulls, "podman": podman,
+            "largest_layer": max(raw) / sum(raw), "stack_share": stack_share(build.report["image_id"],
+                                                                            pushed["none"]["layers"])}
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def rows(image: str, found: dict) -> list[tuple]:
+    out = []
+    for compression in COMPRESSIONS:
+        pushed = found["pushed"][compression]
+        pulls = found["pulls"].get(compression, [])
+        docker_cells = ("-", "-", "-", "-") if not pulls else (
+            ", ".join(f"{p['pull_s']:.1f}" for p in pulls),
+            ", ".join("-" if p["unpack_s"] is None else f"{p['unpack_s']:.1f}" for p in pulls),
+            ", ".join(f"{p['step_s']:.1f}" for p in pulls),
+            f"**{mean([p['pull_s'] + p['step_s'] for p in pulls]):.1f}**")
+        out.append((image, compression, gb(sum(size for _, size in pushed["layers"])), f"{pushed['push_s']:.1f}",
+                    *docker_cells, f"{found['podman'][compression]:.1f}"))
+    return out
+
+
+def ratios(image: str, found: dict) -> str:
+    pulls = found["pulls"]
+    pull = mean([p["pull_s"] for p in pulls["none"]]) / mean([p["pull_s"] for p in pulls["gzip"]])
+    to_step = (mean([p["pull_s"] + p["step_s"] for p in pulls["none"]])
+               / mean([p["pull_s"] + p["step_s"] for p in pulls["gzip"]]))
+    bytes_ratio = (sum(size for _, size in found["pushed"]["none"]["layers"])
+                   / sum(size for _, size in found["pushed"]["gzip"]["layers"]))
+    return (f"- {image}: uncompressed / gzip, docker pull {pull:.2f} (goal <= 0.7: {'met' if pull <= 0.7 else '**missed**'}), "
+            f"pull to the end of step 1 {to_step:.2f}, registry bytes {bytes_ratio:.2f}, push "
+            f"{found['pushed']['none']['push_s'] / found['pushed']['gzip']['push_s']:.2f}; podman pull none / gzip "
+            f"{found['podman']['none'] / found['podman']['gzip']:.2f}, zstd / gzip "
+            f"{found['podman']['zstd'] / found['podman']['gzip']:.2f}. Its largest layer holds "
+            f"{found['largest_layer']:.2f} of its bytes (goal <= 0.5); a change to one stack package sends "
+            f"{found['stack_share']:.2f} of them again (goal: shares >= 0.9).")
+
+
+def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
+    need_tools()
+    data = inputs(work)
+    found = {image: measure_image(image, data, work) for image in images}
+    return "\n".join([
+        "## 14. Pulling by layer compression: gzip, zstd and none onto an empty engine",
+        "",
+        __doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + " Unpack: the engine's own figure, the sum over "
+        "layers of the time from its \"Applying tar\" to its \"Applied tar\" log line (downloads run beside it).",
+        "",
+        table(("image", "layers", "registry bytes", "push s", "docker pull s", "unpack s", "step 1 s",
+               "pull + step 1 s (mean)", "podman pull s"),
+              [row for image in images for row in rows(image, found[image])]),
+        "",
+        *(ratios(image, found[image]) for image in images),
+    ])
+
+
+if __name__ == "__main__":  # python -m bench.pulls DIR [IMAGE ...]: this section alone, printed
+    import sys
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    print(section(target, tuple(sys.argv[2:]) or IMAGES))
