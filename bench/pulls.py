@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .cold_engine import fresh_engine, loopback_registry
-from .cold_start import first_step, inputs, layers, need_tools, podman_pull
+from .cold_start import first_step, inputs, layers, podman_pull
 from .common import DOCKER, IMAGEGEN, docker, gb, run, table
 from .cpu_image import build_image
 
@@ -29,6 +29,12 @@ DOCKER_PULLS = ("gzip", "none", "gzip", "none")  # alternated: a drift of the ma
 # dockerd --debug, as Docker 20.10's layer store and overlay2 driver log each layer they unpack
 APPLYING = re.compile(r'time="([^"]+)".*msg="Applying tar in \S*/([0-9a-f]{64})/diff"')
 APPLIED = re.compile(r'time="([^"]+)".*msg="Applied tar sha256:[0-9a-f]{64} to ([0-9a-f]{64})')
+
+
+def need_tools() -> None:
+    missing = [tool for tool in ("skopeo", "podman") if shutil.which(tool) is None]  # zstd's push, its pull
+    if missing:
+        raise RuntimeError(f"the pulls section needs {', '.join(missing)}: apt-get install {' '.join(missing)}")
 
 
 def push(image: str, compression: str, host: str, work: Path) -> dict:

@@ -54,7 +54,7 @@ def results(logs: Path) -> tuple[list, list, list]:
     pushes = [
         PushResult("cu124-torch2.6", "ghcr.io", "imagegen/vlm-grpo", "pushed", PUSHED_DIGEST,
                    ["0.1.0-torch2.6.0-cu124-cudnn9-py3.11", "cu12.4"], sbom_digest=SBOM_DIGEST,
-                   sbom_found_by="the referrers tag sha256-9f8e"),
+                   sbom_found_by="the referrers tag sha256-9f8e", compression="none"),
         PushResult("cpu", "ghcr.io", "imagegen/vlm-grpo", "not pushed", reason="tests failed: version.torch"),
     ]
     return builds, tests, pushes
@@ -107,6 +107,7 @@ def test_statuses_reasons_and_digests_are_on_the_page(page):
         assert GPU_SKIP_REASON in text
         assert "expected 2.14.1, found 2.14.0" in text
         assert "pushed" in text and "sha256:9f8e9f8e9f8e" in text and "cu12.4" in text
+        assert "uncompressed layers" in text  # which layers the tag holds: the push said it
         assert "tests failed: version.torch" in text
         assert "not run" in text
 

@@ -94,3 +94,17 @@ def test_an_uncompressed_push_to_a_private_registry_uses_the_credentials_and_nev
         push_image(tiny_image("raw-wrong"), auth_registry.host, private_repository, ["2.0.0"], [], False,
                    client=docker_client, credentials=wrong, compression="none")
     assert "not-the-password" not in str(refused.value)
+
+
+def test_one_image_goes_gzip_to_the_internet_and_uncompressed_to_a_namespace_of_its_own(
+        registry, repository, tiny_image, docker_client):
+    image_id = tiny_image("both")
+
+    gzip = push_image(image_id, registry, repository, ["1.0.0"], [], False, client=docker_client)
+    raw = push_image(image_id, f"{registry}/raw", repository, ["1.0.0"], [], False, client=docker_client,
+                     compression="none")
+
+    assert gzip.pushed_tags == raw.pushed_tags == ["1.0.0"] and gzip.digest != raw.digest
+    kinds = {registry_manifest(host, path, "1.0.0")["layers"][0]["mediaType"]
+             for host, path in ((registry, repository), (registry, f"raw/{repository}"))}
+    assert kinds == {"application/vnd.docker.image.rootfs.diff.tar.gzip", uncompressed.LAYER_MEDIA_TYPE}

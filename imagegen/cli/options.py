@@ -164,8 +164,8 @@ def compression_option(command):
         "--compression", type=click.Choice(COMPRESSIONS), default="gzip", show_default=True,
         help="Of the layers pushed. zstd (through skopeo) is smaller and unpacks faster, and Docker 23.0+, "
         "containerd 1.5+ and podman pull it; Docker 20.10 cannot, so gzip stays the default. none: the layers as "
-        "the engine holds them, for a registry near the nodes (every engine pulls them, with no gunzip: 0.66 of "
-        "the gzip pull here), at about four times gzip's bytes.")(command)
+        "the engine holds them, for a registry near the nodes (every engine pulls them, with no gunzip), at about "
+        "twice gzip's bytes; push it to the mirror, or to a namespace of its own (HOST/NS/raw).")(command)
 
 
 def given(parameter: str) -> bool:

@@ -127,6 +127,8 @@ def push_cell(result: PushResult | None, index: PushResult | None = None) -> Cel
         details.append(_short_id(result.digest))
     if result.pushed_tags:
         details.append("tags: " + ", ".join(result.pushed_tags))
+    if result.pushed_tags and result.platform != platforms.INDEX:
+        details.append(f"{result.layers} layers")
     if result.already_published:
         details.append("already published: " + ", ".join(result.already_published))
     details += [f"refused {entry.get('tag', '?')}: {entry.get('reason', '')}" for entry in result.refused]

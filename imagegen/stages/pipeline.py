@@ -248,7 +248,7 @@ def _push_line(result: PushResult) -> str:
         tags = ", ".join(result.pushed_tags + [f"{t} (already published)" for t in result.already_published])
         line = f"pushed {result.image} to {result.registry}/{result.repository}: {tags} @ {result.digest}"
         if result.pushed_tags and result.platform != platforms.INDEX:
-            line += f" ({'uncompressed' if result.compression == 'none' else result.compression} layers)"
+            line += f" ({result.layers} layers)"
         if result.sbom_digest:
             line += f"; SBOM {result.sbom_digest} refers to it, found by {result.sbom_found_by}"
         return line + (f"; SBOM not attached: {result.sbom_error}" if result.sbom_error else "")

@@ -94,6 +94,11 @@ class PushResult:
     platform: str = platforms.DEFAULT  # platforms.INDEX: the multi-platform index of the image
     compression: str = "gzip"  # of the pushed layers: "gzip" (docker push), "zstd" (skopeo), "none" (uncompressed)
 
+    @property
+    def layers(self) -> str:
+        """The pushed layers' kind, as the push line and the report page say it."""
+        return "uncompressed" if self.compression == "none" else self.compression
+
 
 KINDS = ("build", "test", "push")
 
