@@ -41,6 +41,24 @@ def test_json_list_error_names_the_row_line():
     assert records[1][0] == 3 and records[1][2].startswith("invalid JSON")
 
 
+@pytest.mark.parametrize("cut, line", [
+    ('[\n {"id": 1},\n {"id": 2}\n', 4),  # the closing ] lost: two whole rows, and then the end
+    ('[\n {"id": 1},\n', 3),  # cut after a row and its comma
+    ('[\n {"id": 1}', 2),
+])
+def test_a_json_list_cut_short_after_a_whole_row_is_an_error_at_its_end(cut, line):
+    """A copy interrupted mid-transfer: the rows read so far come back, then one error where the file ends."""
+    records = list(read_json_list(cut, chunk=8))
+    assert [record for _, record, error in records if not error][:1] == [{"id": 1}]
+    assert records[-1] == (line, None, "the JSON list ends before its closing ']': the file is cut short")
+
+
+def test_rows_without_a_comma_between_them_or_text_after_the_list_are_errors():
+    assert list(read_json_list('[{"id": 1}\n{"id": 2}]'))[-1] == (2, None, "expected ',' or ']' after the row before")
+    assert list(read_json_list('[{"id": 1}]\n[{"id": 2}]'))[-1] == (2, None, "text after the JSON list's closing ']'")
+    assert list(read_json_list('[{"id": 1}]\n\n')) == [(1, {"id": 1}, None)]
+
+
 def test_not_a_list_is_one_error():
     assert list(read_json_list('{"id": 1}')) == [(1, None, "expected a JSON list of rows")]
 

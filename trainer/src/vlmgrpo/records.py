@@ -111,5 +111,14 @@ def read_json_list(text_or_read, cost: Optional[ReadCost] = None, chunk: int = C
         yield line, record, None
         if window.peek() == ",":
             window.position += 1
-    window.position = len(window.text)
+        elif window.peek() not in ("]", ""):
+            yield window.line_here(), None, "expected ',' or ']' after the row before"
+            return
+    if window.peek() == "":  # a copy cut short after a whole row reads as a shorter list: refuse it
+        yield window.line_here(), None, "the JSON list ends before its closing ']': the file is cut short"
+        return
+    window.position += 1
+    if window.peek() != "":
+        yield window.line_here(), None, "text after the JSON list's closing ']'"
+        return
     window.line_here()
