@@ -75,6 +75,8 @@ def test_file_then_flags_then_set(tmp_path):
     ("attn_implementation: flash3\n", "key 'attn_implementation': 'flash3' is not one of: auto, flash_attention_2"),
     ("box_space: pixels\n", "key 'box_space': 'pixels' is not one of: absolute, norm1000"),
     ("- a list\n", "expected a mapping"),
+    ("learning_rate: 1e-6\nseed: 1\nlearning_rate: 0.5\n",
+     "bad.yaml:3: key 'learning_rate': written twice, on lines 1 and 3: YAML would keep the second silently"),
 ])
 def test_bad_config_one_line_exit_2(tmp_path, content, expected):
     path = tmp_path / "bad.yaml"
@@ -277,3 +279,18 @@ def test_a_yaml_exponent_without_a_dot_is_a_float(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("learning_rate: 1e-6\n")
     assert load_config(str(path), {}, GRPO).trl["learning_rate"] == 1e-6
+
+
+def test_a_run_that_would_train_zero_steps_is_refused_before_any_weights_load(tiny, tmp_path):
+    """8 rows, 16 completions per device x 2 accumulation steps / 2 generations = 16 prompts per generation batch:
+    TRL's sampler would hand out no whole batch, train 0 steps and save the untrained model."""
+    result = invoke("--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                    "--output", str(tmp_path / "out"), "--batch-size", "16", "--num-generations", "2",
+                    "--set", "gradient_accumulation_steps=2", "--dry-run")
+    assert result.exit_code == 2
+    assert "8 training row(s) make no whole generation batch of 16 prompts" in result.output
+    assert "training would run 0 steps" in result.output and "Traceback" not in result.output
+    enough = invoke("--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                    "--output", str(tmp_path / "out"), "--batch-size", "8", "--num-generations", "2",
+                    "--set", "gradient_accumulation_steps=2", "--dry-run")
+    assert enough.exit_code == 0, enough.output

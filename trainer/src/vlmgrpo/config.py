@@ -102,8 +102,26 @@ def field_help(command) -> dict[str, str]:
 # --- loading -------------------------------------------------------------------------------------------------------
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+
+
 class YamlLoader(yaml.SafeLoader):
-    """PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says; YAML 1.2 and every user mean a number."""
+    """PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says; YAML 1.2 and every user mean a number. A key
+    written twice in one mapping is refused: YAML would keep the second silently (learning_rate 1e-6, then 0.5)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise DuplicateKeyError(line, f"key {key!r}: written twice, on lines {seen[key]} and {line}: YAML "
+                                              "would keep the second silently; keep one")
+            if isinstance(key, typing.Hashable):
+                seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
 YamlLoader.add_implicit_resolver(
@@ -124,6 +142,8 @@ def read_yaml_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
     try:
         values = load_yaml(text) or {}
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):

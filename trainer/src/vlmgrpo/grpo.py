@@ -138,7 +138,7 @@ class GrpoRecipe(Recipe):
     def validate(self, config: TrainConfig) -> LoadedData:
         """Config values, paths, the model kind, batch shape, every row: all before any weights load."""
         from .errors import ConfigError
-        from .launch import check_batch, world_size
+        from .launch import check_batch, check_enough_rows, world_size
         from .model import cuda_available, is_vision_language
         from .preflight import check_model_kind, check_run, load_checked_data
         from .rollouts import check_vllm
@@ -147,6 +147,7 @@ class GrpoRecipe(Recipe):
         check_run(config)
         check_batch(config, world_size(config.run))
         data = load_checked_data(config)
+        check_enough_rows(config, world_size(config.run), len(data.samples))
         if not is_vision_language(config.model.model_name_or_path):  # reads config.json, which a hub id downloads
             raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': "
                               f"{config.model.model_name_or_path} is a text-only causal LM; `train` (GRPO on grounding "

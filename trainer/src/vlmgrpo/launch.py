@@ -153,18 +153,24 @@ def resolve_deepspeed(value: Any) -> Any:
     return value
 
 
-def check_batch(config: TrainConfig, processes: int) -> None:
-    """TRL needs whole groups of num_generations completions in each generation batch."""
+def generation_batch(config: TrainConfig, processes: int) -> tuple[int, int, str]:
+    """(completions per generation batch, num_generations, how the batch is made) as TRL's GRPOConfig sizes it."""
     grpo = config.trl
     per_device = grpo.get("per_device_train_batch_size", 8)
-    generations = grpo.get("num_generations", 8)
     accumulation = grpo.get("gradient_accumulation_steps", 1)
     steps_per_generation = grpo.get("steps_per_generation") or accumulation
-    generation_batch = grpo.get("generation_batch_size") or per_device * processes * steps_per_generation
-    if generation_batch % generations:
+    made = (f"per-device batch {per_device} x {processes} processes x {steps_per_generation} steps per generation"
+            if not grpo.get("generation_batch_size") else "generation_batch_size")
+    return (grpo.get("generation_batch_size") or per_device * processes * steps_per_generation,
+            grpo.get("num_generations", 8), made)
+
+
+def check_batch(config: TrainConfig, processes: int) -> None:
+    """TRL needs whole groups of num_generations completions in each generation batch."""
+    completions, generations, made = generation_batch(config, processes)
+    if completions % generations:
         raise LaunchError(
-            f"global batch {generation_batch} (per-device batch {per_device} x {processes} processes x "
-            f"{steps_per_generation} steps per generation) is not divisible by num_generations {generations}; "
+            f"global batch {completions} ({made}) is not divisible by num_generations {generations}; "
             f"change --batch-size, --num-generations or gradient_accumulation_steps"
         )
     if not config.data.val_split_ratio or grpo.get("eval_strategy", "steps") == "no":
@@ -176,6 +182,18 @@ def check_batch(config: TrainConfig, processes: int) -> None:
             f"evaluation batch {eval_batch} (per_device_eval_batch_size x {processes} processes) is not divisible "
             f"by {eval_generations} generations; set per_device_eval_batch_size or num_generations_eval"
         )
+
+
+def check_enough_rows(config: TrainConfig, processes: int, rows: int) -> None:
+    """TRL's sampler hands out whole generation batches only (completions / num_generations distinct prompts):
+    fewer training rows than one batch train 0 steps and would save the untrained model as the result."""
+    completions, generations, made = generation_batch(config, processes)
+    prompts = completions // generations
+    if rows < prompts:
+        raise LaunchError(
+            f"{rows} training row(s) make no whole generation batch of {prompts} prompts ({completions} completions: "
+            f"{made}, / num_generations {generations}): training would run 0 steps; add rows, or lower the batch "
+            "size or gradient_accumulation_steps")
 
 
 def shm_bytes(path: str = "/dev/shm") -> Optional[int]:
