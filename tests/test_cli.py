@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from tests.helpers import FIXTURE_MATRIX, FIXTURE_TRAINER, REPO, fixture_data, locked_matrix
@@ -210,3 +211,46 @@ def test_an_image_with_an_unhashed_artifact_is_refused_before_any_build_unless_a
     assert "--allow-unhashed" in error and "imagegen lock --image NAME" in error
     allowed = imagegen(*build, "--allow-unhashed")
     assert "artifact without a sha256" not in allowed.stderr and "no-docker" in allowed.stderr  # on to the engine
+
+
+def test_a_report_path_that_holds_something_else_is_refused_before_any_work(tmp_path):
+    notes = tmp_path / "matrix.yaml"
+    notes.write_text("images: {}\n")
+    result = imagegen("push", "--image", "cpu", "--registry", "127.0.0.1:9", "--report", str(notes))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{notes} exists and is not a push report of imagegen's" in " ".join(result.stderr.split())
+    assert notes.read_text() == "images: {}\n"
+    tests = tmp_path / "test.json"
+    tests.write_text('{"kind": "test", "images": []}\n')
+    result = imagegen("build", "--image", "cpu", "--report", str(tests))
+    assert result.returncode == 2 and "is a test report: writing the build report there" in " ".join(
+        result.stderr.split())
+    result = imagegen("test", "--image", "cpu", "--report", str(tmp_path))
+    assert result.returncode == 2 and "is a directory; name a file" in result.stderr
+
+
+def test_an_earlier_report_of_its_kind_may_be_replaced(tmp_path):
+    from imagegen.stages.results import why_not_replaceable
+
+    earlier = tmp_path / "push.json"
+    earlier.write_text('{"kind": "push", "images": []}\n')
+    assert why_not_replaceable(earlier, "push") is None and why_not_replaceable(tmp_path / "new.json", "push") is None
+
+
+@pytest.mark.parametrize("registry", ["host/../x", "ghcr.io@127.0.0.1:5000/x", "http://evil", "ghcr.io/Acme",
+                                      "ghcr.io//x", "-bad.io", "ghcr.io/acme/"])
+def test_a_registry_outside_the_reference_grammar_is_refused_before_any_work(registry):
+    from imagegen.engine.registry import registry_problem
+
+    assert registry_problem(registry)
+    result = imagegen("push", "--image", "cpu", "--registry", registry)
+    assert result.returncode == 2 and "is not HOST[/NAMESPACE]" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("registry", ["ghcr.io/acme", "127.0.0.1:5000", "localhost:5000/a/b_c", "[::1]:5000/x",
+                                      "registry.example.com/team-a/raw", "nvcr.io"])
+def test_registries_the_grammar_allows(registry):
+    from imagegen.engine.registry import registry_problem
+
+    assert registry_problem(registry) is None

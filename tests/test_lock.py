@@ -243,3 +243,34 @@ def test_an_unpinned_base_s_lock_says_so_without_the_locking_machine_s_error():
     base, warning = resolve.pin_base("127.0.0.1:9/nvidia/cuda:13.0.3-devel-ubuntu24.04")  # port 9: nothing listens
     assert (base.digest, base.note) == (None, resolve.UNPINNED_NOTE)
     assert "127.0.0.1:9" not in base.note and "127.0.0.1:9" in warning and warning.startswith("base 127.0.0.1:9/")
+
+
+def _hand_edit_cpu_lock(directory, change) -> None:
+    path = directory / "locks" / "cpu.json"
+    data = json.loads(path.read_text())
+    change(data["platforms"]["linux/amd64"]["packages"])
+    path.write_text(json.dumps(data, indent=1))
+
+
+def _entry(packages, name):
+    return next(p for p in packages if p["name"] == name)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda packages: _entry(packages, "peft").update(hashes=[]), "('peft'): hashes must be one or more"),
+    (lambda packages: _entry(packages, "peft").update(hashes=["sha256:abc"]), "('peft'): hashes must be one or more"),
+    (lambda packages: _entry(packages, "peft").update(name="Peft!"), "('Peft!'): name is not a canonical"),
+    (lambda packages: _entry(packages, "peft").update(version="latest"), "version 'latest' is not a version"),
+    (lambda packages: packages.remove(_entry(packages, "uv")), "the requirement 'uv' has no package in the lock"),
+    (lambda packages: packages.remove(_entry(packages, "peft")), "required_by 'peft', which the lock does not hold"),
+    (lambda packages: packages.remove(_entry(packages, "torch")), "required_by 'torch', which the lock does not hold"),
+])
+def test_a_hand_edited_lock_entry_is_refused_naming_it(tmp_path, change, says):
+    matrix = locked_matrix(tmp_path)
+    _hand_edit_cpu_lock(tmp_path, change)
+    for command, code in (("validate", 2), ("render", 1)):  # render: the image it could not render failed
+        result = imagegen(command, *on(matrix), *(["--image", "cpu", "--out", str(tmp_path / "out")]
+                                                   if command == "render" else []))
+        assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
+        assert "locks/cpu.json is not a lock imagegen wrote" in result.stderr and says in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from imagegen.core.errors import MatrixError, UserError
-from imagegen.engine.registry import COMPRESSIONS
+from imagegen.engine.registry import COMPRESSIONS, registry_problem
 from imagegen.matrix.schema import PLATFORMS
 from imagegen.matrix.select import Selection, choose
 from imagegen.render.contexts import RenderOptions
@@ -141,9 +141,26 @@ def build_options(command):
 
 
 def report_option(kind: str):
-    return click.option("--report", "report_path", type=click.Path(path_type=Path),
+    def replaceable(context, parameter, path: Path) -> Path:
+        """Before any work: the report goes to a new file or replaces an earlier one of its kind, nothing else."""
+        from imagegen.stages.results import why_not_replaceable
+
+        problem = why_not_replaceable(path, kind)
+        if problem:
+            raise click.BadParameter(problem)
+        return path
+
+    return click.option("--report", "report_path", type=click.Path(path_type=Path), callback=replaceable,
                         default=Path(f"reports/{kind}.json"), show_default=True,
-                        help=f"Write the {kind} results here as JSON.")
+                        help=f"Write the {kind} results here as JSON (a new file, or an earlier {kind} report).")
+
+
+def checked_registry(context, parameter, registry: str | None) -> str | None:
+    """--registry, by the distribution spec's grammar, before any work."""
+    problem = registry_problem(registry) if registry else None
+    if problem:
+        raise click.BadParameter(problem)
+    return registry
 
 
 def registry_options(command):

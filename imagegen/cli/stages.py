@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from imagegen.cli.options import (build_options, compression_option, given, load_selected, registry_credentials,
-                                  registry_options, report_option, reports_user_errors, selection_options,
-                                  test_options, workspace_options)
+from imagegen.cli.options import (build_options, checked_registry, compression_option, given, load_selected,
+                                  registry_credentials, registry_options, report_option, reports_user_errors,
+                                  selection_options, test_options, workspace_options)
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
@@ -35,7 +35,7 @@ def program(workspace) -> str:
 @click.option("--test", "run_tests", is_flag=True, help="Test each image right after it is built.")
 @test_options
 @click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
-@click.option("--registry", metavar="HOST[/NAMESPACE]", help="Where --push publishes.")
+@click.option("--registry", metavar="HOST[/NAMESPACE]", callback=checked_registry, help="Where --push publishes.")
 @compression_option
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
 @click.option("--allow-unhashed", is_flag=True, help="Build an image whose lock holds an artifact without a sha256 "
@@ -110,7 +110,8 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
 
 @click.command()
 @selection_options
-@click.option("--registry", metavar="HOST[/NAMESPACE]", required=True, help="Where to publish.")
+@click.option("--registry", metavar="HOST[/NAMESPACE]", required=True, callback=checked_registry,
+              help="Where to publish.")
 @click.option("--skip-tests", is_flag=True, help="Push without a passing test result (not recommended).")
 @click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
 @click.option("--test-report", type=click.Path(path_type=Path), default=Path("reports/test.json"),

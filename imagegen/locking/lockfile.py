@@ -10,11 +10,16 @@ staleness, install steps.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 LOCK_VERSION = 1
+SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 class LockFormatError(ValueError):
@@ -138,6 +143,7 @@ def loads(text: str, command: str) -> dict[str, Lock]:
 
 def _lock(image: str, platform: str, section: dict, command: str) -> Lock:
     artifact = section.get("flash_attn")
+    _check_packages(platform, section)
     return Lock(
         image=image,
         platform=platform,
@@ -148,6 +154,38 @@ def _lock(image: str, platform: str, section: dict, command: str) -> Lock:
         flash_attn=Artifact(**artifact) if artifact else None,
         command=command,
     )
+
+
+def _check_packages(platform: str, section: dict) -> None:
+    """Each entry as imagegen writes it (a canonical name, a version, at least one sha256 of the right form), and
+    the stack whole: every requirement the lock was made from, and every package an entry says needs it, is there.
+    A hand-edited lock fails here, naming the entry, before render would install a package unchecked or drop it."""
+    names = set()
+    for index, entry in enumerate(section["packages"]):
+        where = f"platforms[{platform}].packages[{index}] ({entry.get('name')!r})"
+        if not isinstance(entry.get("name"), str) or not CANONICAL_NAME.fullmatch(entry["name"]):
+            raise LockFormatError(f"{where}: name is not a canonical distribution name")
+        try:
+            Version(str(entry.get("version")))
+        except InvalidVersion:
+            raise LockFormatError(f"{where}: version {entry.get('version')!r} is not a version") from None
+        hashes = entry.get("hashes")
+        if not isinstance(hashes, list) or not hashes or not all(isinstance(h, str) and SHA256.fullmatch(h)
+                                                                  for h in hashes):
+            raise LockFormatError(f"{where}: hashes must be one or more 'sha256:<64 hex digits>', one per file")
+        names.add(entry["name"])
+    for index, entry in enumerate(section["packages"]):
+        missing = [parent for parent in entry.get("required_by", ()) if parent not in names]
+        if missing:
+            raise LockFormatError(f"platforms[{platform}].packages[{index}] ({entry['name']!r}): required_by "
+                                  f"{missing[0]!r}, which the lock does not hold")
+    for line in section["inputs"].get("requirements", ()):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            raise LockFormatError(f"platforms[{platform}].inputs.requirements: {line!r} is not a requirement") from None
+        if not requirement.marker and canonicalize_name(requirement.name) not in names:
+            raise LockFormatError(f"platforms[{platform}]: the requirement {line!r} has no package in the lock")
 
 
 def stale_reasons(lock: Lock, inputs: dict) -> list[str]:

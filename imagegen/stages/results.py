@@ -115,6 +115,24 @@ def write_json(path: Path, kind: str, results: list) -> None:
     atomic.write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
+def why_not_replaceable(path: Path, kind: str) -> str | None:
+    """Why a `kind` report may not be written to path: a directory, or a file that is not a `kind` report (a
+    mistyped --report would replace it whole); None when it is new or an earlier report of that kind."""
+    if path.is_dir():
+        return f"{path} is a directory; name a file, e.g. {path / (kind + '.json')}"
+    if not path.exists():
+        return None
+    try:
+        payload = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        payload = None
+    if isinstance(payload, dict) and payload.get("kind") == kind and isinstance(payload.get("images"), list):
+        return None
+    held = f"a {payload['kind']} report" if isinstance(payload, dict) and payload.get("kind") in KINDS else \
+        f"not a {kind} report of imagegen's"
+    return f"{path} exists and is {held}: writing the {kind} report there would replace it; name another file"
+
+
 def read(path: Path, kind: str) -> dict:
     """The results of one report by image (and platform: cpu-arm64, see platforms.key);
     ReportError when it is not a `kind` report."""

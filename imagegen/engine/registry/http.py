@@ -23,6 +23,7 @@ import requests.adapters
 import urllib3.util.retry
 
 from imagegen.core.errors import UserError
+from imagegen.engine.registry import registry_problem
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -96,6 +97,9 @@ class RegistryClient:
     """One registry host, spoken to through oras-py with retries and the user's credentials."""
 
     def __init__(self, registry: str, credentials: Credentials | None = None):
+        problem = registry_problem(registry)
+        if problem:
+            raise RegistryError(problem)
         self.host, _, self.namespace = registry.partition("/")
         self.api_host = _DOCKER_HUB_API if self.host in ("docker.io", "index.docker.io") else self.host
         self.credentials = credentials
