@@ -226,3 +226,44 @@ def test_joined_paths_in_a_config_file_are_relative_to_it(tmp_path, images):
     config = load_config(str(recipe), {}, GRPO)
     loaded = load_data(config.data.data, config.data.image_root, config.data.box_space)
     assert [r.rows_used for r in loaded.reports] == [1, 2]
+
+
+def dry_run(tmp_path, data, images):
+    model = tmp_path / "model"  # checked for config.json and readability, never loaded
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    (model / "model.safetensors").write_bytes(b"not weights")
+    return CliRunner().invoke(main, ["train", "--model", str(model), "--data", str(data), "--image-root",
+                                     str(images), "--output", str(tmp_path / "out"), "--dry-run"])
+
+
+def test_dry_run_decodes_every_image_whole_and_names_the_row_of_a_truncated_one(tmp_path, images):
+    whole = (images / "a.png").read_bytes()
+    Image.effect_noise((400, 400), 64).convert("RGB").save(images / "noise.png")
+    (images / "cut.png").write_bytes((images / "noise.png").read_bytes()[:4000])  # a copy cut short: header intact
+    data = write_jsonl(tmp_path / "d.jsonl", [conv_row(), conv_row(image="cut.png")])
+    load_data([str(data)], str(images), "absolute")  # the header reads: every run's checks pass it
+    result = dry_run(tmp_path, data, images)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{data}:2: image cannot be decoded: {images / 'cut.png'} (OSError" in result.output
+    assert (images / "a.png").read_bytes() == whole
+
+
+def test_a_decompression_bomb_is_a_row_error_not_a_traceback(tmp_path, images, monkeypatch):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # a 200 x 100 image is over twice that: PIL refuses it
+    data = write_jsonl(tmp_path / "d.jsonl", [conv_row()])
+    problems = errors_of([str(data)], images)
+    assert problems[0].startswith(f"{data}:1: image too large to decode: {images / 'a.png'}")
+
+
+def test_a_byte_that_is_not_utf8_is_an_error_at_its_row_in_jsonl_and_json_lists(tmp_path, images):
+    rows = tmp_path / "d.jsonl"
+    rows.write_bytes(json.dumps(conv_row()).encode() + b"\n" + json.dumps(conv_row(question="<image>caf\xe9?"),
+                                                                          ensure_ascii=False).encode("latin-1") + b"\n")
+    listed = tmp_path / "d.json"
+    listed.write_bytes(b"[\n" + json.dumps(conv_row()).encode() + b",\n" + json.dumps(conv_row(
+        question="<image>caf\xe9?"), ensure_ascii=False).encode("latin-1") + b"\n]\n")
+    for path in (rows, listed):
+        (problem,) = errors_of([str(path)], images)
+        line = 2 if path == rows else 3
+        assert problem.startswith(f"{path}:{line}: not UTF-8: byte 0xe9 at column ")

@@ -133,6 +133,9 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
             return
         data = recipe.validate(config)
         if dry_run:
+            from .data import decode_images
+
+            decode_images(data)
             click.echo(data.summary())
             return
         removed = clear_earlier_run(config)

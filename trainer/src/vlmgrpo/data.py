@@ -201,6 +201,34 @@ def _image_size(path: str) -> tuple[Optional[tuple[int, int]], Optional[str]]:
         return None, f"image {unreadable(path)}"
     except (UnidentifiedImageError, OSError) as exc:
         return None, f"image unreadable: {path} ({exc.__class__.__name__})"
+    except Image.DecompressionBombError as exc:  # over twice PIL's MAX_IMAGE_PIXELS, said by the header
+        return None, f"image too large to decode: {path} ({exc})"
+
+
+def _decoded(path: str) -> Optional[str]:
+    """Why the image cannot be decoded whole (a truncated file, a decompression bomb), None when it can."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        return f"image cannot be decoded: {path} ({exc.__class__.__name__}: {exc})"
+    return None
+
+
+def decode_images(data: "LoadedData") -> None:
+    """What `--dry-run` adds to the checks every run makes: each image decoded whole, as training will decode it,
+    so that a truncated file fails now, naming its row, and not at the step that first draws it."""
+    first_row: dict[str, str] = {}
+    for sample in (*data.samples, *data.validation):
+        for path in sample.image_paths:
+            first_row.setdefault(path, sample.location)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        problems = [f"{first_row[path]}: {problem}" for path, problem in zip(first_row, pool.map(_decoded, first_row))
+                    if problem]
+    if problems:
+        raise DataError(problems)
 
 
 def _read_sizes(paths: set[str]) -> dict[str, Any]:

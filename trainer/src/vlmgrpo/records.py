@@ -16,6 +16,13 @@ from typing import Any, Callable, Iterator, Optional
 Record = tuple[int, Any, Optional[str]]  # (line number, record, parse error)
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 CHUNK = 1 << 20  # characters read at a time from a JSON list
+# A byte that is not UTF-8, as errors="surrogateescape" reads it: the file is read whole, and each such byte is an
+# error at the line and column of the row that holds it, not a traceback.
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def _not_utf8(found: re.Match, column: int) -> str:
+    return (f"not UTF-8: byte 0x{ord(found.group()) - 0xdc00:02x} at column {column}; save the file as UTF-8")
 
 
 @dataclass
@@ -32,15 +39,18 @@ def read_records(path: str, cost: Optional[ReadCost] = None) -> Iterator[Record]
     if path.endswith(".jsonl"):
         yield from _read_jsonl(path, cost)
         return
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
         yield from read_json_list(handle.read, cost)
 
 
 def _read_jsonl(path: str, cost: ReadCost) -> Iterator[Record]:
-    with open(path, encoding="utf-8", newline=None) as handle:  # streamed: memory holds one line at a time
+    with open(path, encoding="utf-8", errors="surrogateescape", newline=None) as handle:  # a line at a time
         for number, line in enumerate(handle, start=1):
             cost.chars_scanned += len(line)
-            if line.strip():
+            bad = _NOT_UTF8.search(line)
+            if bad:
+                yield number, None, _not_utf8(bad, bad.start() + 1)
+            elif line.strip():
                 try:
                     yield number, json.loads(line), None
                 except ValueError as exc:
@@ -79,13 +89,20 @@ class _Window:
             if self.position < len(self.text) or not self.more():
                 return self.text[self.position:self.position + 1]
 
-    def decode(self, decoder: json.JSONDecoder) -> Any:
+    def decode(self, decoder: json.JSONDecoder) -> tuple[Any, Optional[tuple[int, str]]]:
+        """The next value, and (lines into it, why) where its text is not UTF-8 (None when it is)."""
         while True:
+            start = self.position
             try:
-                record, end = decoder.raw_decode(self.text, self.position)
+                record, end = decoder.raw_decode(self.text, start)
                 if end < len(self.text) or self.eof:  # a value that ends with the window may go on (a number)
                     self.position = end
-                    return record
+                    bad = _NOT_UTF8.search(self.text, start, end)
+                    if bad is None:
+                        return record, None
+                    line_start = self.text.rfind("\n", 0, bad.start()) + 1
+                    lines = self.text.count("\n", start, bad.start())
+                    return record, (lines, _not_utf8(bad, bad.start() - line_start + 1))
             except ValueError:
                 if self.eof:
                     raise
@@ -104,11 +121,11 @@ def read_json_list(text_or_read, cost: Optional[ReadCost] = None, chunk: int = C
     while window.peek() not in ("]", ""):
         line = window.line_here()
         try:
-            record = window.decode(decoder)
+            record, bad = window.decode(decoder)
         except ValueError as exc:
             yield line, None, f"invalid JSON ({exc})"
             return
-        yield line, record, None
+        yield (line, record, None) if bad is None else (line + bad[0], None, bad[1])
         if window.peek() == ",":
             window.position += 1
         elif window.peek() not in ("]", ""):
