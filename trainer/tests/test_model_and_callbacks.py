@@ -157,3 +157,31 @@ def test_a_signal_before_training_exits_at_once(tmp_path):
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 143
     assert "received SIGTERM before training started: nothing to checkpoint yet, exiting" in stderr
+
+
+def test_a_checkpoint_is_damaged_when_cut_short_missing_a_file_or_once_failed_to_load(tmp_path):
+    from safetensors.torch import save_file
+    from vlmgrpo.checkpoint import LOAD_FAILED, damage, foreign, resolve_resume, run_identity, write_record
+
+    output = tmp_path / "out"
+    for step in (1, 2):
+        checkpoint = output / f"checkpoint-{step}"
+        checkpoint.mkdir(parents=True)
+        save_file({"w": torch.zeros(64)}, str(checkpoint / "model.safetensors"))
+        (checkpoint / "trainer_state.json").write_text('{"global_step": %d}' % step)
+        write_record(str(checkpoint), run_identity("train", "some/model"))
+    newest = output / "checkpoint-2"
+    assert damage(str(newest)) is None and foreign(str(newest), run_identity("train", "some/model")) is None
+    assert "another/model" in foreign(str(newest), run_identity("train", "another/model"))
+    assert "`sft`" in foreign(str(newest), run_identity("sft", "some/model"))
+    (newest / "trainer_state.json").write_text('{"global_step": 2} ')
+    assert damage(str(newest)) == "trainer_state.json is 19 bytes, 18 when it was saved"
+    (newest / "trainer_state.json").write_text('{"global_step": 2}')
+    (newest / LOAD_FAILED).write_text("")
+    assert damage(str(newest)) == "its weights failed to load before"
+    assert resolve_resume("auto", str(output), run_identity("train", "some/model")) == str(output / "checkpoint-1")
+    (newest / LOAD_FAILED).unlink()
+    (newest / "vlmgrpo_checkpoint.json").unlink()  # an earlier vlmgrpo's checkpoint: its safetensors header speaks
+    data = (newest / "model.safetensors").read_bytes()
+    (newest / "model.safetensors").write_bytes(data[:-10])
+    assert damage(str(newest)) == "model.safetensors is shorter than its header says"

@@ -312,3 +312,37 @@ def test_report_to_wandb_offline_keeps_the_run_and_its_metrics_beside_the_output
     records = history.read_bytes()
     for key in (b"train/reward", b"train/loss", b"train/kl", b"train/global_step"):
         assert key in records, key  # each logged metric's key is in the run's history
+
+
+@pytest.mark.slow
+def test_each_checkpoint_records_its_run_and_a_resume_with_another_model_is_refused(tiny, trained, tmp_path):
+    """Model B, the same architecture as A (here: A copied elsewhere), resuming A's checkpoints: refused before any
+    weights load, naming both, instead of training A's weights and saving them with B's tokenizer."""
+    output, _ = trained
+    record = json.loads((output / "checkpoint-3" / "vlmgrpo_checkpoint.json").read_text())
+    assert record["identity"]["command"] == "train" and record["identity"]["model"] == tiny["model"]
+    assert record["files"]["model.safetensors"] == (output / "checkpoint-3" / "model.safetensors").stat().st_size
+    other = tmp_path / "model-b"
+    shutil.copytree(tiny["model"], other)
+    target = tmp_path / "out"
+    shutil.copytree(output, target)
+    args = train_args(tiny, target, "--max-steps", "3", "--resume", "auto", "--dry-run")
+    args[args.index("--model") + 1] = str(other)
+    refused = vlmgrpo(*args)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"holds a checkpoint of `train` on {tiny['model']}" in refused.stderr
+    assert f"not of `train` on {other}" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_newest_checkpoint_cut_short_is_skipped_for_the_one_before(tiny, trained, tmp_path):
+    output, _ = trained
+    target = tmp_path / "out"
+    shutil.copytree(output, target)
+    weights = target / "checkpoint-3" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])  # a copy interrupted mid-file
+    result = vlmgrpo(*train_args(tiny, target, "--max-steps", "3", "--resume", "auto"), check=True)
+    assert "skipping checkpoint-3: model.safetensors is" in result.stderr and "trying the one before" in result.stderr
+    assert "step 3/3" in result.stdout and "Traceback" not in result.stderr
+    assert json.loads((target / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
+    assert_same(tensors(target), tensors(output))  # from checkpoint-2, as the uninterrupted run

@@ -151,6 +151,20 @@ class GracefulStop(TrainerCallback):
         return 128 + int(self.signal_number) if self.signal_number is not None else 0
 
 
+class CheckpointRecord(TrainerCallback):
+    """After each save, rank 0 writes the checkpoint's record (checkpoint.RECORD): whose run it is, each file's size."""
+
+    def __init__(self, identity: dict):
+        self.identity = identity
+
+    def on_save(self, args, state, control, **kwargs):
+        from .checkpoint import write_record
+
+        saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and saved.is_dir():
+            write_record(str(saved), self.identity)
+
+
 class MonitorCallback(TrainerCallback):
     """Feeds rank 0's metrics server (exporter.Monitor): step times into the health clock, logged numbers into the
     Prometheus gauges, checkpoints and evaluation batches as signs of progress."""

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from .access import nearest_existing, unreadable, unreadable_in_tree, unwritable_directory
 from .boxes import ABSOLUTE
-from .checkpoint import checkpoint_dirs, resolve_resume
+from .checkpoint import checkpoint_dirs, resolve_resume, run_identity
 from .config import TrainConfig
 from .data import LoadedData, RowValidator, load_data
 from .errors import ConfigError, LaunchError
@@ -179,8 +179,8 @@ def check_output(config: TrainConfig) -> None:
     problem = unwritable_directory(output)
     if problem:
         raise ConfigError(f"{where}: key 'output_dir': {problem}")
-    if config.run.resume not in (None, "auto"):
-        resolve_resume(config.run.resume, output)  # a --resume PATH that is no checkpoint fails here
+    if config.run.resume:  # a --resume PATH that is no checkpoint, or another run's, fails here, before any weights
+        resolve_resume(config.run.resume, output, run_identity(config.command.name, config.model.model_name_or_path))
     if config.run.resume and config.run.overwrite_output:
         raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output starts over and --resume "
                           f"{config.run.resume} continues: give one of them")

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .callbacks import GracefulStop, MetricsLogger, MonitorCallback
-from .checkpoint import checkpoint_step, latest_checkpoint, resolve_resume
+from .callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
+from .checkpoint import checkpoint_step, latest_checkpoint, resolve_resume, run_identity
 from .config import TrainConfig, dump_config, trl_field_types
 from .data import LoadedData
 from .errors import ConfigError
@@ -155,6 +155,7 @@ def build_trainer(config: TrainConfig, data: LoadedData, recipe, trl_config, mon
     output = Path(trl_config.output_dir)
     trainer = recipe.build_trainer(config, data, trl_config)
     attach_metrics(trainer, output, recipe.metrics)
+    trainer.add_callback(CheckpointRecord(run_identity(config.command.name, config.model.model_name_or_path)))
     if monitor is not None:
         trainer.add_callback(MonitorCallback(monitor))
     if config.run.profile_steps:
@@ -191,7 +192,8 @@ def restart_count() -> int:
 
 def resume_point(config: TrainConfig, output: str):
     """The checkpoint to continue from: --resume's, or after a restart the newest one (None: from step 0)."""
-    return resolve_resume(config.run.resume or ("auto" if restart_count() else None), output)
+    return resolve_resume(config.run.resume or ("auto" if restart_count() else None), output,
+                          run_identity(config.command.name, config.model.model_name_or_path))
 
 
 def log_restart(output: Path, resume, budget: int) -> None:
