@@ -48,12 +48,15 @@ def test_serve_in_the_image_answers_the_official_client_until_docker_stop(image_
 
     name = unique_name("imagegen-serve")
     docker("run", "-d", "--name", name, "--user", USER, "-p", "127.0.0.1::8000", "-v", f"{tiny_dir}:/work:ro",
-           image_under_test["id"], "serve", "--model", "/work/tiny/model", "--served-model-name", "rec-tiny")
+           "-e", "VLMGRPO_API_KEY=key-of-this-test", image_under_test["id"], "serve", "--model", "/work/tiny/model",
+           "--served-model-name", "rec-tiny")  # no --host: the image listens on every address
     try:
         port = docker("port", name, "8000").stdout.split(":")[-1].strip()
         assert wait_for_health(f"http://127.0.0.1:{port}/health", 300, lambda: True), \
             docker("logs", name, check=False).stderr[-3000:]
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):  # the key the container was given is required
+            openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="key-of-this-test", max_retries=0)
         answer = client.chat.completions.create(model="rec-tiny", max_tokens=8, messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": png_url((84, 84))}},
             {"type": "text", "text": "Please provide the bounding box of the yellow rectangle."}]}])

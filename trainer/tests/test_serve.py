@@ -2,10 +2,13 @@
 the official `openai` client (transformers serve on the CPU; the vLLM branch needs a GPU and is unit-tested only)."""
 
 import base64
+import http.server
 import json
 import signal
 import subprocess
 import sys
+import threading
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
@@ -18,7 +21,9 @@ from conftest import ENV
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
                            wait_for_health)
-from vlmgrpo.serve_app import RequestProblem, check_chat_request
+from vlmgrpo.serve_app import Limits, RequestProblem, check_chat_request
+
+API_KEY = "test-key-of-this-module"
 
 
 def png_url(size=(32, 32)) -> str:
@@ -62,6 +67,15 @@ def test_engine_commands_listen_on_loopback_with_the_served_name():
                                                                            "image does not decode"),
     (json.dumps(chat(url="data:image/png;base64,***")).encode(), 400, "base64 does not decode"),
     (json.dumps({"model": "m", "messages": []}).encode(), 400, "'messages' must be a non-empty list"),
+    (json.dumps(chat(url="/data/images/cat.png")).encode(), 400, "it opens no file of its own"),
+    (json.dumps(chat(url="file:///etc/passwd")).encode(), 400, "it opens no file of its own"),
+    (json.dumps(chat(url="http://127.0.0.1:9/admin")).encode(), 400, "image URLs of 127.0.0.1 are not fetched here"),
+    (json.dumps(chat(url=png_url((5000, 5000)))).encode(), 400, "5000 x 5000 pixels, over this server's limit"),
+    (json.dumps({**chat(), "n": 2}).encode(), 400, "'n' must be a whole number from 1 to 1"),
+    (json.dumps({**chat(), "max_tokens": -1}).encode(), 400, "'max_tokens' must be a whole number from 1"),
+    (json.dumps({**chat(), "temperature": -3}).encode(), 400, "'temperature' must be a number from 0 to 2"),
+    (json.dumps({"model": "m", "messages": [1]}).encode(), 400, "messages[0] must be an object with a 'role'"),
+    (json.dumps({"model": "m", "messages": [{"content": "hi"}]}).encode(), 400, "with a 'role' of system"),
 ])
 def test_bad_requests_are_refused_with_what_is_wrong(raw, status, where):
     with pytest.raises(RequestProblem) as caught:
@@ -73,15 +87,17 @@ def test_bad_requests_are_refused_with_what_is_wrong(raw, status, where):
 def test_a_good_request_passes_as_it_came():
     body = chat()
     assert check_chat_request(json.dumps(body).encode(), "m") == body
-    remote = chat(url="https://example.com/cat.png")  # fetched by the engine, not checked here
-    assert check_chat_request(json.dumps(remote).encode(), "m") == remote
+    remote = chat(url="https://example.com/cat.png")  # an allowed host: fetched by the layer in front, later
+    assert check_chat_request(json.dumps(remote).encode(), "m", Limits(allowed_media_domains=("example.com",))) \
+        == remote
 
 
 @pytest.fixture(scope="module")
 def server(tiny):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"],
-                                "--served-model-name", "rec-tiny", "--port", str(port), "--host", "127.0.0.1"],
+                                "--served-model-name", "rec-tiny", "--port", str(port), "--api-key", API_KEY,
+                                "--allowed-media-domains", "127.0.0.1", "--allowed-media-domains", "localhost"],
                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None), \
         process.stderr.read()[-3000:] if process.poll() is not None else "serve was not ready in 180 s"
@@ -94,7 +110,7 @@ def server(tiny):
 def _client(port):
     import openai
 
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0)
 
 
 @pytest.mark.slow
@@ -114,7 +130,8 @@ def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, 
         client.chat.completions.create(model="rec-tiny", messages=chat("rec-tiny", "data:image/png;base64,aGVsbG8=")
                                        ["messages"], max_tokens=4)
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=b"{oops", method="POST",
-                                     headers={"content-type": "application/json"})
+                                     headers={"content-type": "application/json",
+                                              "authorization": f"Bearer {API_KEY}"})
     with pytest.raises(urllib.error.HTTPError) as malformed:
         urllib.request.urlopen(request, timeout=30)
     assert malformed.value.code == 400 and "not valid JSON" in malformed.value.read().decode()
@@ -123,6 +140,59 @@ def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, 
                                                                           max_tokens=4), range(20)))
     assert len(answers) == 20 and all(a.choices[0].message.content is not None for a in answers)
     assert process.poll() is None
+
+
+class _Listener(http.server.BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_GET(self):
+        _Listener.seen.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(base64.b64decode(png_url().split(",", 1)[1]))
+
+    def log_message(self, *args):
+        pass
+
+
+def _post(port, body: bytes, headers: dict):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body, method="POST",
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.slow
+def test_nobody_in_without_the_key_and_nothing_fetched_from_loopback_or_a_path(server, tmp_path):
+    """The real server on loopback: no key, a wrong key, a text/plain body (what a web page may send without a
+    preflight), a server-side path and a loopback URL (allowed by name, refused by address): each refused in
+    OpenAI's error shape, and the local listener sees no request."""
+    process, port = server
+    listener = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    _Listener.seen = []
+    body = json.dumps(chat("rec-tiny", f"http://127.0.0.1:{listener.server_port}/admin")).encode()
+    key = {"authorization": f"Bearer {API_KEY}"}
+    try:
+        for headers, status, says in (
+                ({"content-type": "application/json"}, 401, "a valid API key is required"),
+                ({"content-type": "application/json", "authorization": "Bearer nope"}, 401, "a valid API key"),
+                ({"content-type": "text/plain", **key}, 415, "must be sent as application/json"),
+                ({"content-type": "application/json", **key}, 400, "a loopback, private or reserved address")):
+            code, answer = _post(port, body, headers)
+            assert (code, set(answer["error"])) == (status, {"message", "type", "param", "code"})
+            assert says in answer["error"]["message"]
+        path = json.dumps(chat("rec-tiny", str(tmp_path / "secret.png"))).encode()
+        code, answer = _post(port, path, {"content-type": "application/json", **key})
+        assert code == 400 and "opens no file of its own" in answer["error"]["message"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as health:  # no key needed
+            assert health.status == 200
+    finally:
+        listener.shutdown()
+    assert _Listener.seen == [] and process.poll() is None
 
 
 @pytest.mark.slow
@@ -155,3 +225,4 @@ def test_a_killed_server_takes_its_engine_with_it(tiny):
     process.wait(timeout=30)
     engine.wait(timeout=60)  # raises psutil.TimeoutExpired if the engine outlives its server
     assert not engine.is_running()
+

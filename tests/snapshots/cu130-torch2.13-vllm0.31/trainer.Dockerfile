@@ -10,6 +10,9 @@ RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
 COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
 
 ENV IMAGEGEN_EXPECTED=/etc/imagegen/expected.json
+# `vlmgrpo serve` listens on loopback unless told; a container's loopback is its own, so here it listens on every
+# address, which `docker run -p` publishes: give it an API key (VLMGRPO_API_KEY) wherever others can reach the port.
+ENV VLMGRPO_SERVE_HOST=0.0.0.0
 
 # Numeric, so that Kubernetes runAsNonRoot can verify it; 1000 is the user "trainer".
 USER 1000:1000

@@ -12,7 +12,8 @@ import click
 from .cli_options import collect_overrides, fail
 from .commands import RECIPES
 from .errors import ConfigError, UserError
-from .serve import ENGINES
+from .serve import API_KEY_VARIABLE, ENGINES, HOST_VARIABLE
+from .serve_app import Limits
 
 
 @click.command("eval")
@@ -66,20 +67,34 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
 @click.command("serve", context_settings={"ignore_unknown_options": True})
 @click.option("--model", required=True, help="Model directory (a run's OUTPUT or OUTPUT/merged) or hub name.")
 @click.option("--served-model-name", help="The name clients put in \"model\" (default: --model as given).")
-@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--host", default="127.0.0.1", envvar=HOST_VARIABLE, show_default=True,
+              help=f"Where to listen (or {HOST_VARIABLE}, which the images set to 0.0.0.0: set an API key there).")
 @click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--api-key", envvar=API_KEY_VARIABLE, help=f"Required of every request but /health, as "
+              f"'Authorization: Bearer KEY' (or {API_KEY_VARIABLE}).")
+@click.option("--allowed-media-domains", multiple=True, help="Hosts whose image URLs are fetched (by this server: "
+              "no redirects, public addresses only); none by default: images come inline as data: URLs. Repeatable.")
+@click.option("--max-image-bytes", type=click.IntRange(1), default=Limits.max_image_bytes, show_default=True)
+@click.option("--max-image-pixels", type=click.IntRange(1), default=Limits.max_image_pixels, show_default=True)
+@click.option("--max-body-bytes", type=click.IntRange(1), default=Limits.max_body_bytes, show_default=True)
+@click.option("--max-in-flight", type=click.IntRange(1), default=Limits.max_in_flight, show_default=True,
+              help="Requests served at once; more are answered 429.")
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="auto: vLLM where it is installed and a GPU is visible, else transformers serve.")
 @click.option("--dtype", default="auto", show_default=True, help="Weights' dtype for the engine.")
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
-def serve_command(model: str, served_model_name: Optional[str], host: str, port: int, engine: str, dtype: str,
+def serve_command(model: str, served_model_name: Optional[str], host: str, port: int, api_key: Optional[str],
+                  allowed_media_domains: tuple[str, ...], max_image_bytes: int, max_image_pixels: int,
+                  max_body_bytes: int, max_in_flight: int, engine: str, dtype: str,
                   engine_args: tuple[str, ...]) -> None:
     """An OpenAI-compatible chat-completions endpoint (images included) for a trained model, served by vLLM or
     `transformers serve`. Arguments after `--` go to the engine as given. SIGTERM lets requests in flight finish."""
     from .serve import ServeSettings, serve
 
     try:
+        limits = Limits(api_key or None, tuple(domain.lower() for domain in allowed_media_domains), max_body_bytes,
+                        max_image_bytes, max_image_pixels, max_in_flight=max_in_flight)
         sys.exit(serve(ServeSettings(model, served_model_name or model, host, port, engine, dtype,
-                                     list(engine_args))))
+                                     list(engine_args), limits)))
     except UserError as error:
         fail(error)

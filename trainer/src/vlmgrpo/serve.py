@@ -25,21 +25,27 @@ from typing import Callable
 
 from .errors import ConfigError, LaunchError
 from .rollouts import VLLM_IMAGES
+from .serve_app import Limits
 
 log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
 READY_TIMEOUT_S = 900  # a 7B model read from network storage takes minutes
 
 
+HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
+API_KEY_VARIABLE = "VLMGRPO_API_KEY"
+
+
 @dataclass
 class ServeSettings:
     model: str
     served_name: str  # what clients put in "model" (default: --model as given, as vLLM does)
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 8000
     engine: str = "auto"
     dtype: str = "auto"
     engine_args: list[str] = field(default_factory=list)  # passed through to the engine as given
+    limits: Limits = field(default_factory=Limits)  # who may ask, and for how much
 
 
 def choose_engine(requested: str, vllm_installed: bool, gpu: bool) -> str:
@@ -133,9 +139,13 @@ def serve(settings: ServeSettings) -> int:
                                    preexec_fn=_stop_with_parent)
     try:
         wait_until_ready(process, port, log_path)
-        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine))
+        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine),
+                        settings.limits)
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
+        if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("serving on %s without an API key: anyone who reaches the port may use the model; set "
+                        "--api-key or %s", settings.host, API_KEY_VARIABLE)
         # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then raises the signal again with the handler
         # it found: ours turns it into an exit that still runs the `finally` below (the engine is stopped).
         for number in (signal.SIGTERM, signal.SIGINT):
