@@ -84,6 +84,15 @@ def test_bad_requests_are_refused_with_what_is_wrong(raw, status, where):
     assert set(caught.value.body()["error"]) == {"message", "type", "param", "code"}
 
 
+def test_max_tokens_over_the_models_context_is_refused(tiny):
+    from vlmgrpo.serve import model_context
+
+    context = model_context(tiny["model"])
+    assert isinstance(context, int) and context > 0
+    with pytest.raises(RequestProblem, match=f"'max_tokens' must be a whole number from 1 to {context}, not"):
+        check_chat_request(json.dumps({**chat(), "max_tokens": 10 ** 9}).encode(), "m", Limits(max_context=context))
+
+
 def test_a_good_request_passes_as_it_came():
     body = chat()
     assert check_chat_request(json.dumps(body).encode(), "m") == body
@@ -205,6 +214,7 @@ def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     process.send_signal(signal.SIGTERM)
     chunks += list(stream)  # the rest of the answer still arrives
     assert len(chunks) > 2 and chunks[-1].choices and chunks[-1].choices[0].finish_reason is not None
+    assert {chunk.model for chunk in chunks} == {"rec-tiny"}  # the served name, never the engine's model path
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
     stderr = process.stderr.read()
     assert "requests in flight were answered" in stderr and "Traceback" not in stderr
@@ -226,3 +236,19 @@ def test_a_killed_server_takes_its_engine_with_it(tiny):
     engine.wait(timeout=60)  # raises psutil.TimeoutExpired if the engine outlives its server
     assert not engine.is_running()
 
+
+
+def test_a_busy_port_is_one_line_before_the_engine_starts(tiny):
+    import socket
+    import time
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"], "--port",
+                                 str(port)], env=ENV, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "serving " not in result.stderr and time.monotonic() - started < 60  # no engine was started

@@ -9,6 +9,7 @@ flight finish, then stops the engine.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -92,6 +93,34 @@ def check_model(model: str) -> None:
                           "OUTPUT, OUTPUT/merged) or merge an adapter first with `vlmgrpo merge`")
 
 
+def model_context(model: str) -> int | None:
+    """The longest sequence the model takes, from its config.json (a vision-language model's text_config); None
+    when the model is not a local directory or does not say."""
+    import json
+
+    try:
+        with open(os.path.join(model, "config.json")) as stream:
+            config = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    for section in (config.get("text_config") or {}, config):
+        if isinstance(section.get("max_position_embeddings"), int):
+            return section["max_position_embeddings"]
+    return None
+
+
+def check_port(host: str, port: int) -> None:
+    """The public port is free now: a busy one is one line before the engine starts, not an error after it loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                              "port, or stop what holds it") from None
+
+
 def answers_health(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
@@ -126,6 +155,7 @@ def serve(settings: ServeSettings) -> int:
     from .serve_app import build_app
 
     check_model(settings.model)
+    check_port(settings.host, settings.port)  # before minutes of loading, not after "ready"
     engine = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
     port = free_port()
     command = engine_command(settings, engine, port)
@@ -139,8 +169,8 @@ def serve(settings: ServeSettings) -> int:
                                    preexec_fn=_stop_with_parent)
     try:
         wait_until_ready(process, port, log_path)
-        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine),
-                        settings.limits)
+        limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model))
+        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine), limits)
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
         if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
