@@ -113,6 +113,11 @@ def test_a_failed_render_leaves_nothing_behind(tmp_path):
         output.write(out, [locked_named("cpu")])
     assert [p.name for p in out.iterdir()] == ["precious"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "templates"]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(UserError, match="exists and is a file, not a folder"):
+        output.write(notes, [locked_named("cpu")])
+    assert notes.read_text() == "mine"
 
 
 def test_images_on_one_cuda_base_share_the_base_layer():

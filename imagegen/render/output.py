@@ -17,6 +17,8 @@ def write(out: Path, images: list[LockedImage]) -> None:
     The new render is assembled in a temporary sibling directory and renamed into place,
     so a failure leaves the previous output (or nothing) behind, never half a render.
     """
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is a file, not a folder; choose an empty or new --out folder")
     if out.exists() and not (out / RENDER_MARKER).exists() and any(out.iterdir()):
         raise UserError(f"{out}: exists and is not an imagegen render; choose an empty or new --out")
     with atomic.replaced_directory(out) as staging:

@@ -31,6 +31,7 @@ from .serve_app import Limits
 log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
 READY_TIMEOUT_S = 900  # a 7B model read from network storage takes minutes
+SHUTDOWN_GRACE_S = 25
 
 
 HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
@@ -180,7 +181,9 @@ def serve(settings: ServeSettings) -> int:
         # it found: ours turns it into an exit that still runs the `finally` below (the engine is stopped).
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, _exit_on_signal)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        # A request still in flight SHUTDOWN_GRACE_S after SIGTERM is cut: within Kubernetes' default 30 s grace.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
         return 0
     finally:
         _stop(process)
