@@ -344,3 +344,19 @@ def podman_pull(ref: str, tmp_path: Path) -> tuple[str, list[str]]:
     finally:
         subprocess.run([*storage, "system", "reset", "-f"], capture_output=True)
         shutil.rmtree(runroot, ignore_errors=True)
+
+
+def push_twice(image_id: str, registry: str, repository: str, client, compression: str):
+    """Push under 1.0.0 and latest, then 1.0.0 again: the second finds it published. (the first outcome, the
+    manifest 1.0.0 holds)."""
+    from imagegen.engine.registry.http import remote_digest
+    from imagegen.stages.publish import push_image
+
+    outcome = push_image(image_id, registry, repository, ["1.0.0"], ["latest"], False, client=client,
+                         compression=compression)
+    again = push_image(image_id, registry, repository, ["1.0.0"], [], False, client=client, compression=compression)
+    assert outcome.pushed_tags == ["1.0.0", "latest"]
+    assert remote_digest(registry, repository, "latest") == outcome.digest == remote_digest(registry, repository,
+                                                                                            "1.0.0")
+    assert again.already_published == ["1.0.0"] and again.pushed_tags == []  # known by its config or inputs label
+    return outcome, registry_manifest(registry, repository, "1.0.0")
