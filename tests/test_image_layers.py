@@ -26,3 +26,11 @@ def test_a_change_to_one_stack_package_sends_at_most_a_tenth_of_the_image_again(
     first = next(index for index, (_, step) in enumerate(sizes) if "requirements/stack.txt" in step)
     again = sum(size for size, _ in sizes[first:])
     assert again <= 0.1 * sum(size for size, _ in sizes), [(size, step[-80:]) for size, step in sizes[first:]]
+
+
+def test_no_file_of_the_image_is_writable_by_anyone(cpu_image):
+    """The image's user (and anyone else in the container) writes only where it is given: /tmp and mounts."""
+    found = docker.from_env().containers.run(cpu_image["id"], ["find", "/", "-xdev", "-type", "f", "-perm", "-o+w",
+                                                              "-not", "-path", "/tmp/*"], entrypoint=[], remove=True,
+                                             network_mode="none")
+    assert found.decode().split() == []

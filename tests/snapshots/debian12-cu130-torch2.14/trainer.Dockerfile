@@ -4,8 +4,10 @@ FROM imagegen-layer/framework:87560e4b7fa13833
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.
+# uv leaves its lock file /opt/venv/.lock writable by anyone (0666): the image's user must not hold the venv's lock.
 RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
-    pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer
+    pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer \
+    && rm -f /opt/venv/.lock
 
 COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
 
