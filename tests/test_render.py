@@ -174,3 +174,11 @@ def test_where_the_matrix_lives_changes_no_rendered_file(tmp_path):
     for image in locked_images():
         assert image.lock.command != elsewhere[image.key].lock.command  # `imagegen lock --matrix TMP ...`
         assert elsewhere[image.key].version_tag == image.version_tag
+
+
+def test_a_templates_folder_without_the_entrypoint_is_one_line(tmp_path):
+    templates = tmp_path / "templates"
+    shutil.copytree(REPO / "templates", templates)
+    (templates / "entrypoint.sh").unlink()
+    with pytest.raises(UserError, match=r"entrypoint.sh: No such file or directory; the templates folder needs it"):
+        contexts_for([locked_named("cpu")], templates=templates)

@@ -114,15 +114,25 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
                           tuple(plan.components.families.values()))
     framework_files = _framework_files(plan, versions, steps)
     if plan.flash_attn_source_build:
-        framework_files[COMPILE_PROBE] = (Path(env.loader.searchpath[0]) / COMPILE_PROBE).read_bytes()
+        framework_files[COMPILE_PROBE] = template_file(env, COMPILE_PROBE)
     framework = _layer(plan, "framework", base.ref, env, framework_files, **shared,
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
                        nvcc=nvcc, toolkit=lock.package(cuda_wheels.TOOLKIT), cuda_wheels_home=cuda_wheels.CUDA_HOME,
                        cuda_major=nvcc.version.split(".")[0] if nvcc else None)
     trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
-    trainer_context["entrypoint.sh"] = (Path(env.loader.searchpath[0]) / "entrypoint.sh").read_bytes()
+    trainer_context["entrypoint.sh"] = template_file(env, "entrypoint.sh")
     trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)
     return [base, framework, trainer]
+
+
+def template_file(env: jinja2.Environment, name: str) -> bytes:
+    """A file the templates folder holds beside the Dockerfile templates, copied into a context as it is."""
+    path = Path(env.loader.searchpath[0]) / name
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise UserError(f"{path}: {error.strerror}; the templates folder needs it (restore it from imagegen's "
+                        "templates/)") from None
 
 
 def wheel_cuda_home(plan: PlannedImage, nvcc: LockedPackage | None) -> str | None:
