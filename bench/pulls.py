@@ -14,13 +14,14 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
 from .cold_engine import fresh_engine, loopback_registry
 from .cold_start import first_step, inputs, layers, podman_pull
 from .common import DOCKER, IMAGEGEN, docker, gb, run, table
-from .cpu_image import build_image
+from .cpu_image import build_image, remove_images
 
 # The cpu image and the GPU line every CI run builds here (CUDA 13.0 from NVIDIA's wheels, devel).
 IMAGES = ("cpu", "debian12-cu130-torch2.14")
@@ -76,28 +77,35 @@ def docker_pulls(pushed: dict[str, dict], data: Path, work: Path) -> dict[str, l
     return found
 
 
-def stack_share(target: str, manifest_layers: list[tuple[str, int]]) -> float:
-    """Of the image's uncompressed bytes, the share a change to one stack package sends again: the layer of the
-    stack's install step and every layer above it (the steps below are cached and their layers the same)."""
+def stack_share(image_id: str) -> float:
+    """Of the image's bytes, the share a change to one stack package sends again: the layer of the stack's install
+    step and every layer above it (the steps below are cached and their layers the same)."""
     history = [line.split("\t", 1) for line in reversed(docker(
-        "history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", target).splitlines())]
-    steps = [created for size, created in history if size != "0B"]
-    first = next(index for index, created in enumerate(steps) if "requirements/stack.txt" in created)
-    sizes = [size for _, size in manifest_layers]
-    return sum(sizes[first:]) / sum(sizes)
+        "history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", image_id).splitlines())]
+    layers = [(int(size), created) for size, created in history if size != "0"]
+    first = next(index for index, (_, created) in enumerate(layers) if "requirements/stack.txt" in created)
+    return sum(size for size, _ in layers[first:]) / sum(size for size, _ in layers)
+
+
+def remove_local(report: dict) -> None:
+    """The main engine's copy of the image, every tag of it and of its layer images, once it is in the registry
+    (built again from the build cache when needed): the pulls' engines need the room."""
+    tags = json.loads(docker("image", "inspect", "--format", "{{json .RepoTags}}", report["image_id"]))
+    remove_images([*tags, *(layer["ref"] for layer in report["layers"])])
 
 
 def measure_image(image: str, data: Path, work: Path) -> dict:
     build = build_image(image, image, work)
+    share = stack_share(build.report["image_id"])
     with loopback_registry(work / f"registry-{image}") as host:
         pushed = {compression: push(image, compression, host, work) for compression in COMPRESSIONS}
+        remove_local(build.report)  # a GPU image is 7 GB
         pulls = docker_pulls(pushed, data, work)
         podman = {compression: podman_pull(pushed[compression]["target"], work) for compression in COMPRESSIONS}
     shutil.rmtree(work / f"registry-{image}", ignore_errors=True)
     raw = [size for _, size in pushed["none"]["layers"]]
     return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": pulls, "podman": podman,
-            "largest_layer": max(raw) / sum(raw), "stack_share": stack_share(build.report["image_id"],
-                                                                            pushed["none"]["layers"])}
+            "largest_layer": max(raw) / sum(raw), "stack_share": share}
 
 
 def mean(values: list[float]) -> float:
@@ -138,7 +146,12 @@ def ratios(image: str, found: dict) -> str:
 def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
     need_tools()
     data = inputs(work)
-    found = {image: measure_image(image, data, work) for image in images}
+    found = {}
+    for image in images:
+        found[image] = measure_image(image, data, work)
+        # Said at once: a later image that fails (a full disk) does not take this one's figures with it.
+        print(json.dumps({image: {key: value for key, value in found[image].items()}}, default=str), file=sys.stderr,
+              flush=True)
     return "\n".join([
         "## 14. Pulling by layer compression: gzip, zstd and none onto an empty engine",
         "",
