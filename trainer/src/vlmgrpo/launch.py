@@ -167,6 +167,7 @@ def generation_batch(config: TrainConfig, processes: int) -> tuple[int, int, str
 
 def check_batch(config: TrainConfig, processes: int) -> None:
     """TRL needs whole groups of num_generations completions in each generation batch."""
+    grpo = config.trl
     completions, generations, made = generation_batch(config, processes)
     if completions % generations:
         raise LaunchError(
