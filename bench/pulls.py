@@ -167,7 +167,6 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
 
 
 if __name__ == "__main__":  # python -m bench.pulls DIR [IMAGE ...]: this section alone, printed
-    import sys
     target = Path(sys.argv[1])
     target.mkdir(parents=True, exist_ok=True)
     print(section(target, tuple(sys.argv[2:]) or IMAGES))
