@@ -115,6 +115,11 @@ def write_json(path: Path, kind: str, results: list) -> None:
     atomic.write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
+def _is_report(payload, kind: str) -> bool:
+    """The shape every report of ours has: {"kind": KIND, "images": [...]}."""
+    return isinstance(payload, dict) and payload.get("kind") == kind and isinstance(payload.get("images"), list)
+
+
 def why_not_replaceable(path: Path, kind: str) -> str | None:
     """Why a `kind` report may not be written to path: a directory, or a file that is not a `kind` report (a
     mistyped --report would replace it whole); None when it is new or an earlier report of that kind."""
@@ -126,7 +131,7 @@ def why_not_replaceable(path: Path, kind: str) -> str | None:
         payload = json.loads(path.read_bytes())
     except (OSError, ValueError):
         payload = None
-    if isinstance(payload, dict) and payload.get("kind") == kind and isinstance(payload.get("images"), list):
+    if _is_report(payload, kind):
         return None
     held = f"a {payload['kind']} report" if isinstance(payload, dict) and payload.get("kind") in KINDS else \
         f"not a {kind} report of imagegen's"
@@ -142,7 +147,7 @@ def read(path: Path, kind: str) -> dict:
         raise ReportError(f"{path}: cannot read the {kind} report: {error}") from None
     except json.JSONDecodeError as error:
         raise ReportError(f"{path}: the {kind} report is not JSON: {error}") from None
-    if not isinstance(payload, dict) or payload.get("kind") != kind or not isinstance(payload.get("images"), list):
+    if not _is_report(payload, kind):
         raise ReportError(f"{path}: not a {kind} report; expected {{\"kind\": \"{kind}\", \"images\": [...]}}")
     results = {}
     for index, entry in enumerate(payload["images"]):
