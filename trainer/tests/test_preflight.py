@@ -127,6 +127,11 @@ def test_files_another_uid_cannot_read_or_write(tiny, shared_dir):
     weights = model / "model.safetensors"
     assert result.stderr.strip() == (f"error: command line: key 'model_name_or_path': {weights} is not readable by "
                                      f"uid 4321 (mode 0600, owner uid 0); make it readable: chmod a+r {weights}")
+    # serve checks the model as train does, before its engine starts (which said "file not found" after loading)
+    served = as_another_user([sys.executable, "-m", "vlmgrpo", "serve", "--model", str(model), "--port", "1"])
+    assert served.returncode == 2 and "Traceback" not in served.stderr
+    assert served.stderr.strip() == (f"error: --model: {weights} is not readable by uid 4321 (mode 0600, owner uid "
+                                     f"0); make it readable: chmod a+r {weights}")
     weights.chmod(0o644)  # the fix the message names; the model passes now, and the output is checked next
     result = as_another_user(command + ["--output", str(shared_dir / "root-owned" / "run"), "--dry-run"])
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,8 @@ from conftest import ENV
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
                            wait_for_health)
-from vlmgrpo.serve_app import Limits, RequestProblem, check_chat_request
+from vlmgrpo.serve_requests import (Limits, RequestProblem, check_chat_request, check_prompt_length,
+                                    prompt_text)
 
 API_KEY = "test-key-of-this-module"
 
@@ -73,6 +75,8 @@ def test_engine_commands_listen_on_loopback_with_the_served_name():
     (json.dumps(chat(url=png_url((5000, 5000)))).encode(), 400, "5000 x 5000 pixels, over this server's limit"),
     (json.dumps({**chat(), "n": 2}).encode(), 400, "'n' must be a whole number from 1 to 1"),
     (json.dumps({**chat(), "max_tokens": -1}).encode(), 400, "'max_tokens' must be a whole number from 1"),
+    (json.dumps({**chat(), "generation_config": json.dumps({"max_new_tokens": 10 ** 9})}).encode(), 400,
+     "'generation_config' is not accepted here"),
     (json.dumps({**chat(), "temperature": -3}).encode(), 400, "'temperature' must be a number from 0 to 2"),
     (json.dumps({"model": "m", "messages": [1]}).encode(), 400, "messages[0] must be an object with a 'role'"),
     (json.dumps({"model": "m", "messages": [{"content": "hi"}]}).encode(), 400, "with a 'role' of system"),
@@ -93,6 +97,19 @@ def test_max_tokens_over_the_models_context_is_refused(tiny):
         check_chat_request(json.dumps({**chat(), "max_tokens": 10 ** 9}).encode(), "m", Limits(max_context=context))
 
 
+def test_a_prompt_longer_than_the_context_is_refused_before_the_engine():
+    body = {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
+                                                                    {"type": "text", "text": "Where is it?"}]}]}
+    assert prompt_text(body) == "Be brief.\nWhere is it?"
+    check_prompt_length(90, {**body, "max_tokens": 10}, Limits(max_context=100))  # exactly the context: served
+    with pytest.raises(RequestProblem, match="the prompt's text is 91 tokens and max_tokens 10, over the model's "
+                                             "context of 100 tokens") as caught:
+        check_prompt_length(91, {**body, "max_tokens": 10}, Limits(max_context=100))
+    assert (caught.value.status, caught.value.code) == (400, "context_length_exceeded")
+    check_prompt_length(10 ** 6, body, Limits())  # a model that does not say its context: the engine checks
+
+
 def test_a_good_request_passes_as_it_came():
     body = chat()
     assert check_chat_request(json.dumps(body).encode(), "m") == body
@@ -102,15 +119,18 @@ def test_a_good_request_passes_as_it_came():
 
 
 @pytest.fixture(scope="module")
-def server(tiny):
+def server(tiny, tmp_path_factory):
+    """One real server for the module: (its process, port, the file its stderr goes to)."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"],
-                                "--served-model-name", "rec-tiny", "--port", str(port), "--api-key", API_KEY,
-                                "--allowed-media-domains", "127.0.0.1", "--allowed-media-domains", "localhost"],
-                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = tmp_path_factory.mktemp("serve") / "stderr.log"
+    with open(stderr, "w") as stream:
+        process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"],
+                                    "--served-model-name", "rec-tiny", "--port", str(port), "--api-key", API_KEY,
+                                    "--allowed-media-domains", "127.0.0.1", "--allowed-media-domains", "localhost",
+                                    "--read-timeout", "3"], env=ENV, stdout=subprocess.DEVNULL, stderr=stream)
     assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None), \
-        process.stderr.read()[-3000:] if process.poll() is not None else "serve was not ready in 180 s"
-    yield process, port
+        stderr.read_text()[-3000:] if process.poll() is not None else "serve was not ready in 180 s"
+    yield process, port, stderr
     if process.poll() is None:
         process.kill()  # the engine gets SIGTERM from the kernel when its parent dies (PR_SET_PDEATHSIG)
         process.wait(timeout=30)
@@ -126,7 +146,7 @@ def _client(port):
 def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, tiny):
     import openai
 
-    process, port = server
+    process, port, _ = server
     client = _client(port)
     image = png_url((84, 84))
     question = chat("rec-tiny", image, "Please provide the bounding box of the yellow rectangle.")["messages"]
@@ -144,11 +164,75 @@ def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, 
     with pytest.raises(urllib.error.HTTPError) as malformed:
         urllib.request.urlopen(request, timeout=30)
     assert malformed.value.code == 400 and "not valid JSON" in malformed.value.read().decode()
-    with ThreadPoolExecutor(max_workers=20) as pool:  # 20 at once, after the bad ones: all answered
-        answers = list(pool.map(lambda _: client.chat.completions.create(model="rec-tiny", messages=question,
-                                                                          max_tokens=4), range(20)))
-    assert len(answers) == 20 and all(a.choices[0].message.content is not None for a in answers)
+    # 50 at once, after the bad ones, one of them asking for 10^9 tokens (which held the engine for good): that one
+    # is refused at once, and the 49 others are answered within their timeout.
+    def ask(i):
+        try:
+            return client.chat.completions.create(model="rec-tiny", messages=question, timeout=120,
+                                                  max_tokens=10 ** 9 if i == 17 else 4)
+        except openai.BadRequestError as error:
+            return error
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        answers = list(pool.map(ask, range(50)))
+    assert isinstance(answers[17], openai.BadRequestError) and "'max_tokens' must be" in str(answers[17])
+    rest = answers[:17] + answers[18:]
+    assert len(rest) == 49 and all(a.choices[0].message.content is not None for a in rest)
     assert process.poll() is None
+
+
+@pytest.mark.slow
+def test_a_prompt_over_the_context_a_half_sent_body_and_a_client_that_hangs_up(server, tiny):
+    """Each refused or dropped by the front, and the server answers the next request."""
+    import socket
+
+    from vlmgrpo.serve import model_context
+
+    process, port, stderr = server
+    key = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    long = chat("rec-tiny", text="yellow " * model_context(tiny["model"]))
+    started = time.monotonic()
+    code, answer = _post(port, json.dumps(long).encode(), key)
+    assert (code, answer["error"]["code"]) == (400, "context_length_exceeded"), answer
+    assert time.monotonic() - started < 30  # the engine never saw it
+    # Greedy, the tiny model never says its end token: 2000 tokens took 7 s here (sampled, it stopped after 393 in 2 s,
+    # sometimes before the client below hung up)
+    body = json.dumps({**chat("rec-tiny"), "max_tokens": 2000, "temperature": 0}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {API_KEY}\r\ncontent-length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as half:  # half the body, then nothing
+        half.sendall(head + body[:len(body) // 2])
+        assert b" 408 " in half.recv(4096).split(b"\r\n")[0]  # --read-timeout 3
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as half:  # half the headers, then nothing
+        half.sendall(head[:40])
+        started = time.monotonic()
+        assert half.recv(4096) == b"" and time.monotonic() - started < 10  # closed by the server
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as gone:  # all of it, then hangs up
+        gone.sendall(head + body)
+        time.sleep(2)
+    deadline = time.monotonic() + 30
+    while "cancelled" not in stderr.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "the client hung up: its request to the engine was cancelled" in stderr.read_text()
+    code, answer = _post(port, json.dumps({**chat("rec-tiny"), "max_tokens": 4}).encode(), key)
+    assert code == 200 and process.poll() is None
+
+
+@pytest.mark.slow
+def test_an_engine_that_dies_is_started_again_and_503_meanwhile(server):
+    process, port, stderr = server
+    engine = [child for child in psutil.Process(process.pid).children() if "serve" in child.cmdline()][0]
+    engine.kill()
+    engine.wait(timeout=30)
+    key = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    body = json.dumps({**chat("rec-tiny"), "max_tokens": 4}).encode()
+    code, answer = _post(port, body, key)
+    assert (code, answer["error"]["code"]) == (503, "engine_unavailable"), answer
+    with pytest.raises(urllib.error.HTTPError) as unhealthy:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10)
+    assert unhealthy.value.code == 503
+    assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None)
+    assert _post(port, body, key)[0] == 200
+    assert "the serving engine exited (-9); starting it again (restart 1" in stderr.read_text()
 
 
 class _Listener(http.server.BaseHTTPRequestHandler):
@@ -179,7 +263,7 @@ def test_nobody_in_without_the_key_and_nothing_fetched_from_loopback_or_a_path(s
     """The real server on loopback: no key, a wrong key, a text/plain body (what a web page may send without a
     preflight), a server-side path and a loopback URL (allowed by name, refused by address): each refused in
     OpenAI's error shape, and the local listener sees no request."""
-    process, port = server
+    process, port, _ = server
     listener = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
     threading.Thread(target=listener.serve_forever, daemon=True).start()
     _Listener.seen = []
@@ -207,7 +291,7 @@ def test_nobody_in_without_the_key_and_nothing_fetched_from_loopback_or_a_path(s
 @pytest.mark.slow
 def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     """Streamed, so the test knows the request is in flight (its first chunk came) when the signal is sent."""
-    process, port = server
+    process, port, stderr_file = server
     stream = _client(port).chat.completions.create(model="rec-tiny", max_tokens=300, stream=True,
                                                    messages=chat("rec-tiny")["messages"])
     chunks = [next(stream)]
@@ -216,7 +300,7 @@ def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     assert len(chunks) > 2 and chunks[-1].choices and chunks[-1].choices[0].finish_reason is not None
     assert {chunk.model for chunk in chunks} == {"rec-tiny"}  # the served name, never the engine's model path
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
-    stderr = process.stderr.read()
+    stderr = stderr_file.read_text()
     assert "requests in flight were answered" in stderr and "Traceback" not in stderr
     engine_port = [line for line in stderr.splitlines() if "serving " in line][0].split("--port ")[1].split()[0]
     with pytest.raises(OSError):  # the engine was stopped too, not left behind

@@ -13,7 +13,7 @@ from .cli_options import collect_overrides, fail
 from .commands import RECIPES
 from .errors import ConfigError, UserError
 from .serve import API_KEY_VARIABLE, ENGINES, HOST_VARIABLE
-from .serve_app import Limits
+from .serve_requests import Limits
 
 
 @click.command("eval")
@@ -79,13 +79,16 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
 @click.option("--max-body-bytes", type=click.IntRange(1), default=Limits.max_body_bytes, show_default=True)
 @click.option("--max-in-flight", type=click.IntRange(1), default=Limits.max_in_flight, show_default=True,
               help="Requests served at once; more are answered 429.")
+@click.option("--read-timeout", type=click.FloatRange(0.1), default=Limits.read_timeout_s, show_default=True,
+              help="Seconds a request's headers and body may take to arrive: a connection still sending its headers "
+              "is closed, a body still arriving is answered 408.")
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="auto: vLLM where it is installed and a GPU is visible, else transformers serve.")
 @click.option("--dtype", default="auto", show_default=True, help="Weights' dtype for the engine.")
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 def serve_command(model: str, served_model_name: Optional[str], host: str, port: int, api_key: Optional[str],
                   allowed_media_domains: tuple[str, ...], max_image_bytes: int, max_image_pixels: int,
-                  max_body_bytes: int, max_in_flight: int, engine: str, dtype: str,
+                  max_body_bytes: int, max_in_flight: int, read_timeout: float, engine: str, dtype: str,
                   engine_args: tuple[str, ...]) -> None:
     """An OpenAI-compatible chat-completions endpoint (images included) for a trained model, served by vLLM or
     `transformers serve`. Arguments after `--` go to the engine as given. SIGTERM lets requests in flight finish."""
@@ -93,7 +96,7 @@ def serve_command(model: str, served_model_name: Optional[str], host: str, port:
 
     try:
         limits = Limits(api_key or None, tuple(domain.lower() for domain in allowed_media_domains), max_body_bytes,
-                        max_image_bytes, max_image_pixels, max_in_flight=max_in_flight)
+                        max_image_bytes, max_image_pixels, max_in_flight=max_in_flight, read_timeout_s=read_timeout)
         sys.exit(serve(ServeSettings(model, served_model_name or model, host, port, engine, dtype,
                                      list(engine_args), limits)))
     except UserError as error:

@@ -18,15 +18,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from .errors import ConfigError, LaunchError
 from .rollouts import VLLM_IMAGES
-from .serve_app import Limits
+from .serve_requests import Limits
 
 log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
@@ -89,9 +90,14 @@ def free_port() -> int:
 
 
 def check_model(model: str) -> None:
+    """As `train` checks its model: a directory with config.json whose files this uid can read (weights saved 0600
+    by another user are otherwise a "file not found" from the engine, after it started), or a hub id."""
+    from .preflight import MODEL, check_source
+
     if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
         raise ConfigError(f"--model {model}: the directory has no config.json; give a model directory (a run's "
                           "OUTPUT, OUTPUT/merged) or merge an adapter first with `vlmgrpo merge`")
+    check_source("--model", model, MODEL)
 
 
 def model_context(model: str) -> int | None:
@@ -150,6 +156,49 @@ def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None
     raise LaunchError(f"the serving engine was not ready after {READY_TIMEOUT_S} s; see {log_path}")
 
 
+class Engine:
+    """The engine's process, started again whenever it dies while we serve (an OOM kill, a crash in a kernel): the
+    front answers 503 and /health says so meanwhile, and requests are served again once it is back."""
+
+    def __init__(self, command: list[str], port: int, log_path: str):
+        self.command, self.port, self.log_path = command, port, log_path
+        self.stopping = threading.Event()
+        self.restarts = 0
+        self.process = self._start("w")
+
+    def _start(self, mode: str) -> subprocess.Popen:
+        with open(self.log_path, mode) as stream:
+            # Its own session: a Ctrl-C or a signal to our process group must not stop it before requests finish;
+            # and SIGTERM when we die, however we die (SIGKILL, OOM), so it is never left behind holding the GPU.
+            return subprocess.Popen(self.command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_stop_with_parent)
+
+    def watch(self) -> None:
+        """Run in a thread once the engine was first ready: restart it each time it exits, waiting longer each
+        time it dies again at once (up to a minute)."""
+        pause = 1.0
+        while not self.stopping.is_set():
+            code = self.process.wait()
+            if self.stopping.is_set():
+                return
+            self.restarts += 1
+            log.warning("the serving engine exited (%s); starting it again (restart %d, log %s)", code,
+                        self.restarts, self.log_path)
+            self.stopping.wait(pause)
+            if self.stopping.is_set():
+                return
+            self.process = self._start("a")
+            ready = wait_for_health(f"http://127.0.0.1:{self.port}/health", READY_TIMEOUT_S,
+                                    lambda: self.process.poll() is None and not self.stopping.is_set())
+            pause = 1.0 if ready else min(pause * 2, 60.0)
+            if ready:
+                log.info("the serving engine is back after restart %d", self.restarts)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        _stop(self.process)
+
+
 def serve(settings: ServeSettings) -> int:
     import uvicorn
 
@@ -157,21 +206,19 @@ def serve(settings: ServeSettings) -> int:
 
     check_model(settings.model)
     check_port(settings.host, settings.port)  # before minutes of loading, not after "ready"
-    engine = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
+    engine_name = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
     port = free_port()
-    command = engine_command(settings, engine, port)
+    command = engine_command(settings, engine_name, port)
     log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"vlmgrpo-serve-{os.getpid()}.log")
-    log.info("serving %s as %r with %s: %s (log %s)", settings.model, settings.served_name, engine,
+    log.info("serving %s as %r with %s: %s (log %s)", settings.model, settings.served_name, engine_name,
              " ".join(command), log_path)
-    with open(log_path, "w") as stream:
-        # Its own session: a Ctrl-C or a signal to our process group must not stop it before requests finish; and
-        # SIGTERM when we die, however we die (SIGKILL, OOM), so it is never left behind holding the GPU.
-        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
-                                   preexec_fn=_stop_with_parent)
+    engine = Engine(command, port, log_path)
     try:
-        wait_until_ready(process, port, log_path)
+        wait_until_ready(engine.process, port, log_path)
+        threading.Thread(target=engine.watch, name="engine-watch", daemon=True).start()
         limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model))
-        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine), limits)
+        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine_name),
+                        limits, prompt_tokens(settings.model))
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
         if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
@@ -183,10 +230,42 @@ def serve(settings: ServeSettings) -> int:
             signal.signal(number, _exit_on_signal)
         # A request still in flight SHUTDOWN_GRACE_S after SIGTERM is cut: within Kubernetes' default 30 s grace.
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S, http=headers_in_time(settings.limits.read_timeout_s))
         return 0
     finally:
-        _stop(process)
+        engine.stop()
+
+
+def headers_in_time(seconds: float):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose first request's headers have not all arrived after
+    `seconds` (uvicorn times out idle keep-alive connections only: one that sends half its headers was held open
+    for good, a file descriptor each)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.loop.call_later(seconds, self._close_if_no_request)
+
+        def _close_if_no_request(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
+def prompt_tokens(model: str) -> Optional[Callable[[str], int]]:
+    """How many tokens the model's tokenizer makes of a text (what the front checks a prompt's length with, before
+    the engine spends minutes on a prompt longer than the model's context); None when it has none to load."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except Exception as exc:  # a model whose tokenizer does not load here: the engine still checks
+        log.warning("no tokenizer of %s loaded here (%s): prompt lengths are left to the engine", model, exc)
+        return None
+    # verbose=False: a text over the model's length is what is being measured, not a warning to print
+    return lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 
 def _stop_with_parent() -> None:
