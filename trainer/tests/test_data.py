@@ -247,6 +247,18 @@ def test_dry_run_decodes_every_image_whole_and_names_the_row_of_a_truncated_one(
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"{data}:2: image cannot be decoded: {images / 'cut.png'} (OSError" in result.output
     assert (images / "a.png").read_bytes() == whole
+    # Without --dry-run the run starts; the row that draws the image is one line naming it, at the step that draws it
+    # (the dataset TRL reads, as it reads it), for REC rows and for chat rows alike.
+    loaded = load_data([str(data)], str(images), "absolute")
+    dataset = to_hf_dataset(loaded.samples, "{Question}")
+    assert len(dataset[0]["images"]) == 1
+    with pytest.raises(DataError) as caught:
+        dataset[1]
+    assert str(caught.value).startswith(f"{data}:2: image cannot be decoded: {images / 'cut.png'} (OSError")
+    from vlmgrpo.chat_data import _materialize as chat_rows
+    with pytest.raises(DataError, match="image cannot be decoded: .*cut.png"):
+        chat_rows({"messages": [json.dumps([{"role": "user", "content": "<image>hi"}])],
+                   "images": [[str(images / "cut.png")]]})
 
 
 def test_a_decompression_bomb_is_a_row_error_not_a_traceback(tmp_path, images, monkeypatch):

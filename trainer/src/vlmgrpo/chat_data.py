@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .data import PLACEHOLDER, DatasetSpec, row_image_paths, content_parts
+from .data import PLACEHOLDER, DatasetSpec, content_parts, load_rgb, row_image_paths
 
 ROLES = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
@@ -173,12 +173,6 @@ def to_sft_dataset(samples: list[ChatSample], with_images: bool):
 
 
 def _materialize(batch: dict[str, list]) -> dict[str, list]:
-    from PIL import Image
-
-    def load(path: str):
-        with Image.open(path) as image:
-            return image.convert("RGB")
-
     messages = [[{"role": m["role"], "content": content_parts(m["content"])} for m in json.loads(row)]
                 for row in batch["messages"]]
-    return {"messages": messages, "images": [[load(p) for p in paths] for paths in batch["images"]]}
+    return {"messages": messages, "images": [[load_rgb(p) for p in paths] for paths in batch["images"]]}

@@ -205,16 +205,41 @@ def _image_size(path: str) -> tuple[Optional[tuple[int, int]], Optional[str]]:
         return None, f"image too large to decode: {path} ({exc})"
 
 
+def _decode_errors() -> tuple:
+    """What PIL raises for an image that does not decode whole: a truncated file, a decompression bomb."""
+    from PIL import Image
+
+    return (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
+def _undecodable(path: str, exc: BaseException) -> str:
+    return f"image cannot be decoded: {path} ({exc.__class__.__name__}: {exc})"
+
+
 def _decoded(path: str) -> Optional[str]:
-    """Why the image cannot be decoded whole (a truncated file, a decompression bomb), None when it can."""
+    """Why the image cannot be decoded whole, None when it can."""
     from PIL import Image
 
     try:
         with Image.open(path) as image:
             image.load()
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        return f"image cannot be decoded: {path} ({exc.__class__.__name__}: {exc})"
+    except _decode_errors() as exc:
+        return _undecodable(path, exc)
     return None
+
+
+def load_rgb(path: str, where: Optional[str] = None):
+    """An image as training reads it (RGB). One that no longer decodes (truncated, replaced since the run's checks
+    read its header) is a DataError naming the row and the file, not a traceback at the step that drew it;
+    `--dry-run` finds them all up front."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except _decode_errors() as exc:
+        raise DataError([f"{where + ': ' if where else ''}{_undecodable(path, exc)}; fix or remove the row "
+                         "(`--dry-run` decodes every image)"]) from None
 
 
 def decode_images(data: "LoadedData") -> None:

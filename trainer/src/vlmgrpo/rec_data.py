@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .boxes import Box, is_valid_box, parse_label, to_absolute
-from .data import PLACEHOLDER, DatasetSpec, content_parts, row_image_paths
+from .data import PLACEHOLDER, DatasetSpec, content_parts, load_rgb, row_image_paths
 from .template import fill_template
 
 
@@ -118,15 +118,10 @@ def to_hf_dataset(samples: list[Sample], question_template: str):
 
 
 def _materialize(batch: dict[str, list], question_template: str) -> dict[str, list]:
-    from PIL import Image
-
-    def load(path: str):
-        with Image.open(path) as image:
-            return image.convert("RGB")
-
     return {
         "prompt": [prompt_messages(q, question_template) for q in batch["question"]],
-        "images": [[load(p) for p in paths] for paths in batch["image_paths"]],
+        "images": [[load_rgb(p, where) for p in paths] for paths, where in zip(batch["image_paths"],
+                                                                                 batch["location"])],
         "answer": batch["answer"],
         "solution": batch["solution"],
         "image_size": batch["image_size"],
