@@ -1,11 +1,15 @@
 """A training run's /metrics scraped by a real Prometheus server (Debian's `prometheus`, which .ci/setup --tests
-installs), and its /health failing on a stalled step and recovering; both on loopback, with the tiny model."""
+installs), its /health failing on a stalled step and recovering, and the shipped alert rules firing through a real
+Alertmanager when the run freezes; all on loopback, with the tiny model."""
 
+import contextlib
+import http.server
 import json
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -89,23 +93,28 @@ def query(base: str, promql: str) -> list:
     return json.loads(body)["data"]["result"]
 
 
-def start_prometheus(tmp_path, target_port: int):
+def start_prometheus(tmp_path, target_port: int, more: str = ""):
+    """A real Prometheus scraping the target every second (and evaluating MORE's rules every second)."""
     port = free_port()
     config = tmp_path / "prometheus.yml"
-    config.write_text(f"global: {{scrape_interval: 1s, scrape_timeout: 1s}}\n"
+    config.write_text(f"global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}\n"
                       f"scrape_configs:\n  - job_name: vlmgrpo\n    static_configs:\n"
-                      f"      - targets: ['127.0.0.1:{target_port}']\n")
-    server = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                               f"--web.listen-address=127.0.0.1:{port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+                      f"      - targets: ['127.0.0.1:{target_port}']\n" + more)
+    server = ready_daemon([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}"], port)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def ready_daemon(command: list[str], port: int) -> subprocess.Popen:
+    """Prometheus or Alertmanager listening on 127.0.0.1:PORT, once its /-/ready answers 200."""
+    server = subprocess.Popen([*command, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while get(f"{base}/-/ready")[0] != 200:
+    while get(f"http://127.0.0.1:{port}/-/ready")[0] != 200:
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            pytest.fail(f"prometheus did not start: {server.communicate()[1][-2000:]}")
+            pytest.fail(f"{command[0]} did not start: {server.communicate()[1][-2000:]}")
         time.sleep(0.2)
-    return server, base
+    return server
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary on PATH (Debian's `prometheus` package; "
@@ -133,3 +142,86 @@ def test_a_real_prometheus_scrapes_the_step(tiny, tmp_path):
         release.touch()
         server.terminate()
         server.wait(timeout=30)
+
+
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+class _Webhook(http.server.BaseHTTPRequestHandler):
+    received: list = []  # (alertname, status) of each alert in each notification
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        _Webhook.received += [(alert["labels"]["alertname"], alert["status"]) for alert in body["alerts"]]
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def start_alertmanager(tmp_path, webhook_port: int):
+    """A real Alertmanager sending every group at once, and its resolution, to the webhook on loopback."""
+    port = free_port()
+    config = tmp_path / "alertmanager.yml"
+    config.write_text("route: {receiver: hook, group_wait: 1s, group_interval: 1s, repeat_interval: 1h}\n"
+                      f"receivers:\n  - name: hook\n    webhook_configs:\n"
+                      f"      - {{url: 'http://127.0.0.1:{webhook_port}/', send_resolved: true}}\n")
+    server = ready_daemon([ALERTMANAGER, f"--config.file={config}", f"--storage.path={tmp_path / 'am'}",
+                           "--cluster.listen-address="], port)
+    return server, port
+
+
+def wait_for(condition, seconds: float, what: str, run) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            run.kill()
+            pytest.fail(f"{what} within {seconds} s; the webhook got {_Webhook.received}\n{run.communicate()[0][-3000:]}")
+        time.sleep(0.5)
+
+
+@pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None, reason="no prometheus or alertmanager binary on PATH "
+                    "(Debian's `prometheus` and `prometheus-alertmanager`; bash .ci/setup --tests installs them)")
+def test_a_frozen_run_fires_no_progress_through_alertmanager_and_resolves_when_it_goes_on(tiny, tmp_path):
+    """The shipped rules with a 1-minute no-progress limit, a real Prometheus scraping a live tiny run every second
+    and a real Alertmanager: SIGSTOP freezes the run (its scrapes fail, its series go stale), VlmgrpoNoProgress
+    reaches the webhook; SIGCONT, the next step finishes and the webhook gets it resolved."""
+    import psutil
+    from click.testing import CliRunner
+
+    from vlmgrpo.cli import main
+
+    _Webhook.received = []
+    hook = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(CliRunner().invoke(main, ["alert-rules", "--no-progress-minutes", "1"]).output)
+    alertmanager, am_port = start_alertmanager(tmp_path, hook.server_port)
+    target = free_port()
+    server, base = start_prometheus(tmp_path, target, f"rule_files: ['{rules}']\nalerting:\n  alertmanagers:\n"
+                                    f"    - static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]\n")
+    run = quick_train(tiny, tmp_path / "run", target, steps=100000, hold_after=10 ** 9, release=tmp_path / "never")
+    frozen = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+    try:
+        wait_for(lambda: any(float(r["value"][1]) >= 2 for r in query(base, "vlmgrpo_step")), 180,
+                 "Prometheus did not see step 2", run)
+        for process in frozen:
+            process.suspend()  # SIGSTOP
+        stopped = time.monotonic()
+        wait_for(lambda: ("VlmgrpoNoProgress", "firing") in _Webhook.received, 120, "no firing alert", run)
+        assert time.monotonic() - stopped >= 55  # not before the 1-minute limit
+        for process in frozen:
+            process.resume()  # SIGCONT
+        wait_for(lambda: ("VlmgrpoNoProgress", "resolved") in _Webhook.received, 60, "no resolution", run)
+        assert {name for name, _ in _Webhook.received} == {"VlmgrpoNoProgress"}  # nothing else fired
+    finally:
+        for process in frozen:
+            with contextlib.suppress(psutil.Error):
+                process.resume()
+        run.kill()
+        run.wait(timeout=60)
+        for daemon in (server, alertmanager):
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        hook.shutdown()

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import click
 
 from .cli_options import collect_overrides, fail
+from .cli_alerts import alert_rules_command
 from .cli_trained import eval_command, serve_command
 from .commands import RECIPES
 from .errors import UserError
@@ -278,3 +279,4 @@ def vllm_serve(args: tuple[str, ...]) -> None:
 
 main.add_command(eval_command)
 main.add_command(serve_command)
+main.add_command(alert_rules_command)

@@ -169,14 +169,18 @@ def nvml_figures(handles: list):
                                     "kernel ran on the GPU (NVML, as nvidia-smi shows).", labels=["gpu"])
     used = GaugeMetricFamily(f"{PREFIX}_gpu_memory_used_bytes", "GPU memory used by every process (NVML).",
                              labels=["gpu"])
+    total = GaugeMetricFamily(f"{PREFIX}_gpu_memory_total_bytes", "GPU memory in all (NVML).", labels=["gpu"])
     for index, handle in enumerate(handles):
         try:
             utilization.add_metric([str(index)], pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            used.add_metric([str(index)], pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            used.add_metric([str(index)], memory.used)
+            total.add_metric([str(index)], memory.total)
         except Exception:  # noqa: BLE001 - a GPU fallen off the bus is not the exporter's failure
             continue
     yield utilization
     yield used
+    yield total
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
