@@ -159,7 +159,7 @@ class GrpoRecipe(Recipe):
         from .callbacks import ZeroRewardWatchdog
         from .model import answer_box_space, load_model, load_processor, peft_config, resize_function
         from .rec_data import to_hf_dataset
-        from .rewards import build_rewards
+        from .rewards import BOX_REWARDS, build_rewards
 
         processor = load_processor(config.model)
         model = load_model(config.model)
@@ -168,7 +168,7 @@ class GrpoRecipe(Recipe):
         template = config.data.question_template
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
                                 config.reward.iou_threshold)
-        if data.validation and trl_config.eval_strategy != "no":
+        if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(
             model=model,

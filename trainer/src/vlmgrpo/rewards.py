@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
+from .answer_rewards import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
 from .boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
 from .errors import ConfigError
 
@@ -22,7 +23,8 @@ ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> process
 # VLM-R1's REC rewards are the defaults; the *_lenient variants read any box anywhere (floats, negative numbers,
 # inner spaces, no <answer> block) and use the plain continuous IoU.
 IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "format_lenient"
-BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT)
+# VLM-R1's rewards for text answers (answer_rewards.py): mcq, yes_no, all_match and format_answer.
+BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
 REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
 # REC accuracy (VLM-R1's evaluation): 1 when the answered box has IoU >= 0.5 with the label. `train` adds it with
@@ -35,19 +37,6 @@ _REASONING_THEN_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>", re.DOTALL)
 _BRACED_BOX_THEN_CLOSE = re.compile(r"\{.*?" + INTEGER_BOX + r".*?\}.*?</answer>", re.DOTALL)
 # format_lenient: exactly <think>...</think><answer>...</answer>, nothing around it, any box in the answer.
 _LENIENT_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
-
-
-def completion_text(completion) -> str:
-    """TRL passes a string for plain prompts and a list of messages for conversational ones."""
-    if isinstance(completion, str):
-        return completion
-    parts = []
-    for message in completion:
-        content = message.get("content", "")
-        if isinstance(content, list):
-            content = "".join(block.get("text", "") for block in content if isinstance(block, dict))
-        parts.append(content or "")
-    return "".join(parts)
 
 
 def predicted_box(box: Optional[Box], space: str, image_size, resize: Optional[ResizeFunc]) -> Optional[Box]:
@@ -158,5 +147,6 @@ def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFu
         FORMAT: lambda: format_reward,
         FORMAT_LENIENT: lambda: format_lenient_reward,
     }
+    factories.update({name: (lambda function=function: function) for name, function in ANSWER_REWARD_FUNCS.items()})
     custom = check_reward_names(names, "config")
     return [factories[name]() if name in factories else custom[name] for name in names]
