@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from imagegen.engine.registry import loopback
+from testbed import registry as loopback
 
 START_TIMEOUT_S = 60
 

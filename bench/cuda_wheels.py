@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from imagegen.engine.registry.loopback import STORAGE
+from testbed.registry import STORAGE
 
 from .cache import options, snapshot_inputs
 from .cold_engine import loopback_registry, registry_bytes

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from imagegen.engine.registry.loopback import free_port
+from testbed.registry import free_port
 
 from .common import REPO, VLMGRPO, table
 from .overhead import Timed, make_inputs

@@ -44,8 +44,8 @@ def build_naive(work: Path) -> str:
     ca_bundle = detect_ca_bundle()
     secrets = {"ca-bundle": ca_bundle} if ca_bundle else {}
     with open(work / "naive.log", "w") as log:
-        outcome = find_build_client().build(naive_context(work), None, [NAIVE_TAG], pins, {}, secrets,
-                                            lambda line: log.write(line + "\n"))
+        outcome = find_build_client().build(naive_context(work), [NAIVE_TAG], lambda line: log.write(line + "\n"),
+                                            build_args=pins, secrets=secrets)
     shutil.rmtree(work / "naive")
     if not outcome.ok:
         raise RuntimeError(f"naive build failed at {outcome.failed_step}:\n" + "\n".join(outcome.log_tail[-20:]))

@@ -1,4 +1,4 @@
-"""Section 9: Slurm on the test cluster (tests/slurm_cluster.py: Debian's slurm-wlm, one slurmctld and two slurmd
+"""Section 9: Slurm on the test cluster (testbed/slurm.py: Debian's slurm-wlm, one slurmctld and two slurmd
 nodes in containers of the cpu image): from `sbatch` to the first finished step of one job on both nodes, and from
 `scontrol requeue` to the first step after the checkpoint, one run each."""
 
@@ -8,7 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.slurm_cluster import CONFIG, ENDED, EXAMPLES, JOB_USER, JOBS, SlurmCluster, build_image, checkpoints, steps
+from testbed.slurm import CONFIG, ENDED, EXAMPLES, JOB_USER, JOBS, SlurmCluster, build_image, checkpoints, steps
 
 from .common import docker, table
 from .cpu_image import build_cpu

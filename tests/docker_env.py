@@ -29,7 +29,7 @@ import pytest
 from imagegen.engine import containers
 from imagegen.engine.containers import ContainerError
 from imagegen.engine.buildkit import BuildClient, BuildClientError, find_build_client
-from imagegen.engine.registry import loopback
+from testbed import registry as loopback
 
 BASE_IMAGE = "local/debian:bookworm"
 TEST_REPOSITORY = "imagegen-test"
@@ -150,7 +150,7 @@ def tags_under(client: docker.DockerClient, host: str) -> list[str]:
 
 @contextmanager
 def serve_registry(workdir: Path, htpasswd: Path | None = None) -> Iterator[str]:
-    """Debian's docker-registry on a free 127.0.0.1 port (imagegen.engine.registry.loopback); yields
+    """Debian's docker-registry on a free 127.0.0.1 port (testbed/registry.py); yields
     "127.0.0.1:PORT"."""
     binary = shutil.which("docker-registry")
     if binary is None:
@@ -281,7 +281,7 @@ def tiny_image(build_client, throwaway_tag, tmp_path):
         context.mkdir()
         (context / "payload").write_text(f"{name} {uuid.uuid4().hex}\n")
         (context / "Dockerfile").write_text("FROM scratch\nCOPY payload /payload\n")
-        outcome = build_client.build(context, None, [throwaway_tag(name)], {}, labels or {}, {}, lambda _: None)
+        outcome = build_client.build(context, [throwaway_tag(name)], lambda _: None, labels=labels or {})
         assert outcome.ok, outcome.log_tail
         return outcome.image_id
 

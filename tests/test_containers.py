@@ -109,7 +109,7 @@ def test_a_file_deleted_in_a_later_layer_is_still_in_an_earlier_one(
         "RUN rm /tmp/leak.whl\n"
     )
     tag = throwaway_tag("layers")
-    outcome = build_client.build(tmp_path, None, [tag], {}, {}, {}, lambda _: None)
+    outcome = build_client.build(tmp_path, [tag], lambda _: None)
     assert outcome.ok, outcome.log_tail
 
     layers = layer_file_paths(tag, client=docker_client)

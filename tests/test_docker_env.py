@@ -9,7 +9,7 @@ def build_marked(build_client, context, base, tag, marker, no_cache=False):
     """Random bytes: a rebuild that wrote the same bytes would share its layer with the first build."""
     context.mkdir()
     (context / "Dockerfile").write_text(f"FROM {base}\nRUN echo {marker} > /marker && head -c 100000 /dev/urandom > /pad\n")
-    outcome = build_client.build(context, None, [tag], {}, {}, {}, lambda _: None, no_cache=no_cache)
+    outcome = build_client.build(context, [tag], lambda _: None, no_cache=no_cache)
     assert outcome.ok, outcome.log_tail
     return outcome.image_id
 

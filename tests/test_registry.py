@@ -15,7 +15,7 @@ import uuid
 import pytest
 import requests
 
-from imagegen.engine.registry import loopback
+from testbed import registry as loopback
 from imagegen.engine.registry.http import Credentials, RegistryError, credentials_for, remote_digest
 from imagegen.engine.registry.oci import attach_artifact, referrers
 from imagegen.stages.publish import push_image

@@ -1,6 +1,6 @@
 """Slurm, real: Debian's slurm-wlm and munge in containers of an image built FROM the image under test (one
 slurmctld, two slurmd nodes on a user-defined network, a shared directory at /shared on all three;
-tests/slurm_cluster.py). `sbatch examples/launch/slurm/train.sbatch` trains one job over gloo on both nodes;
+testbed/slurm.py). `sbatch examples/launch/slurm/train.sbatch` trains one job over gloo on both nodes;
 `scancel --signal=TERM` leaves one checkpoint and ends it; `scontrol requeue` of the ended job continues it at the
 next step; `scontrol requeue` of the running job (preemption's way: SIGTERM to every process of the job, srun's
 too, and SIGKILL after KillWait) leaves one more checkpoint before KillWait runs out and starts the job again, which
@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 
 from tests.docker_env import TEST_REPOSITORY, docker_cli
-from tests.slurm_cluster import (CONFIG, ENDED, EXAMPLES, JOB_USER, JOBS, SlurmCluster, build_image, checkpoints,
+from testbed.slurm import (CONFIG, ENDED, EXAMPLES, JOB_USER, JOBS, SlurmCluster, build_image, checkpoints,
                                  steps)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -22,7 +22,7 @@ def layered_image(build_client, throwaway_tag, tmp_path, name: str, parent: str,
         lines.append(f"COPY {file} /{file}")
     (context / "Dockerfile").write_text("\n".join(lines) + "\n")
     tag = throwaway_tag(name)
-    outcome = build_client.build(context, None, [tag], {}, {INPUTS_LABEL: f"inputs-of-{name}"}, {}, lambda _: None)
+    outcome = build_client.build(context, [tag], lambda _: None, labels={INPUTS_LABEL: f"inputs-of-{name}"})
     assert outcome.ok, outcome.log_tail
     return tag
 

@@ -1,7 +1,7 @@
 """Debian's docker-registry (distribution 2.8) served on a free loopback port, plain HTTP: the registry the tests push
 to (tests/docker_env.py) and the bench's cold-start section pulls from (bench/cold_engine.py). No imagegen command
-uses it; it lives in the package so that tests/ and bench/ share one copy without either importing the other, and
-without pytest. It imports nothing but the standard library."""
+uses it, so it lives beside them, not in imagegen: tests/ and bench/ share one copy without either importing the
+other, and without pytest. It imports nothing but the standard library."""
 
 from __future__ import annotations
 
