@@ -29,7 +29,7 @@ def build_base_layer(build_client, matrix, throwaway_tag, directory):
     base = cpu.contexts[0]
     render.write_files(directory, base.files)
     lines: list[str] = []
-    outcome = build_client.build(directory, None, [throwaway_tag("base-pin")], {}, {}, {}, lines.append)
+    outcome = build_client.build(directory, [throwaway_tag("base-pin")], lines.append)
     return cpu, base, outcome
 
 
@@ -49,7 +49,7 @@ def test_the_lock_pins_the_base_digest_and_a_build_keeps_to_it(registry, docker_
     moved = tmp_path / "moved"
     moved.mkdir()
     (moved / "Dockerfile").write_text(f"FROM {local_base_image}\nRUN touch /moved-upstream\n")
-    other = build_client.build(moved, None, [throwaway_tag("moved")], {}, {}, {}, lambda _: None)
+    other = build_client.build(moved, [throwaway_tag("moved")], lambda _: None)
     assert other.ok and push(docker_client, other.image_id, ref) != pinned
     cpu, base, outcome = build_base_layer(build_client, matrix, throwaway_tag, tmp_path / "context")
     assert base.dockerfile.splitlines()[3] == f"FROM {ref}@{pinned}"
@@ -66,7 +66,7 @@ def test_a_locked_base_digest_the_registry_dropped_fails_the_build_with_what_to_
     unique = tmp_path / "unique"
     unique.mkdir()
     (unique / "Dockerfile").write_text(f"FROM {local_base_image}\nRUN echo {unique_name('base')} > /unique\n")
-    made = build_client.build(unique, None, [throwaway_tag("unique-base")], {}, {}, {}, lambda _: None)
+    made = build_client.build(unique, [throwaway_tag("unique-base")], lambda _: None)
     ref = f"{registry}/{unique_name('imagegen-test/debian')}:bookworm"
     pinned = push(docker_client, made.image_id, ref)
     matrix = locked_matrix(tmp_path, lambda d: image_named(d, "cpu").update(base=ref))

@@ -41,7 +41,7 @@ def test_secret_mount_is_readable_in_run_and_absent_from_the_image(
     lines: list[str] = []
     tag = throwaway_tag("secret")
 
-    outcome = build_client.build(context, None, [tag], {}, {}, {"token": secret}, lines.append)
+    outcome = build_client.build(context, [tag], lines.append, secrets={"token": secret})
 
     assert outcome.ok, outcome.log_tail
     assert outcome.image_id == docker_client.images.get(tag).id
@@ -66,9 +66,8 @@ def test_second_identical_build_comes_entirely_from_cache(
     tag = throwaway_tag("cache")
 
     def build():
-        return build_client.build(
-            context, context / "Dockerfile", [tag], {"FLAVOUR": "cpu"}, {"org.imagegen.test": "cache"}, {}, lambda _: None
-        )
+        return build_client.build(context, [tag], lambda _: None, dockerfile=context / "Dockerfile",
+                                  build_args={"FLAVOUR": "cpu"}, labels={"org.imagegen.test": "cache"})
 
     first, second = build(), build()
 
@@ -92,7 +91,7 @@ def test_host_ca_bundle_as_a_secret_is_usable_and_leaves_no_trace(
     )
     tag = throwaway_tag("ca")
 
-    outcome = build_client.build(context, None, [tag], {}, {}, {"ca": ca_bundle}, lambda _: None)
+    outcome = build_client.build(context, [tag], lambda _: None, secrets={"ca": ca_bundle})
 
     assert outcome.ok, outcome.log_tail
     layer_paths = set().union(*(layer.paths for layer in layer_file_paths(tag, client=docker_client)))
@@ -110,7 +109,7 @@ def test_target_stops_at_the_named_stage(build_client, local_base_image, throwaw
     )
     tag = throwaway_tag("target")
 
-    outcome = build_client.build(context, None, [tag], {}, {}, {}, lambda _: None, target="first")
+    outcome = build_client.build(context, [tag], lambda _: None, target="first")
 
     assert outcome.ok, outcome.log_tail
     assert outcome.total_steps == 1
@@ -122,7 +121,7 @@ def test_failing_run_reports_the_step_and_the_error(build_client, local_base_ima
     marker = f"boom-{uuid.uuid4().hex}"
     context = write_context(tmp_path, f"FROM {local_base_image}\nRUN echo {marker} >&2 && exit 7\n")
 
-    outcome = build_client.build(context, None, [throwaway_tag("failing")], {}, {}, {}, lambda _: None)
+    outcome = build_client.build(context, [throwaway_tag("failing")], lambda _: None)
 
     assert not outcome.ok
     assert outcome.image_id is None
@@ -135,7 +134,7 @@ def test_failing_run_reports_the_step_and_the_error(build_client, local_base_ima
 def test_missing_build_secret_file_is_a_clear_error(build_client, tmp_path):
     context = write_context(tmp_path, "FROM scratch\n")
     with pytest.raises(BuildClientError, match="build secret 'token': no file at"):
-        build_client.build(context, None, [], {}, {}, {"token": tmp_path / "absent"}, lambda _: None)
+        build_client.build(context, [], lambda _: None, secrets={"token": tmp_path / "absent"})
 
 
 def test_preferred_client_that_does_not_exist_is_named_in_the_error(docker_client):

@@ -69,12 +69,13 @@ class BuildClient:
     def build(
         self,
         context: Path,
-        dockerfile: Path | None,
         tags: list[str],
-        build_args: dict[str, str],
-        labels: dict[str, str],
-        secrets: dict[str, Path],
         log: Callable[[str], None],
+        *,
+        labels: dict[str, str] | None = None,
+        secrets: dict[str, Path] | None = None,
+        build_args: dict[str, str] | None = None,
+        dockerfile: Path | None = None,
         target: str | None = None,
         on_step: Callable[[Step], None] | None = None,
         progress: str = "plain",
@@ -86,10 +87,12 @@ class BuildClient:
         Step and cache counts come from the plain progress output: other progress modes
         build the same but report 0 steps. A failed build is an outcome, not an exception.
         """
+        secrets = secrets or {}
         for secret_id, path in secrets.items():
             if not Path(path).is_file():
                 raise BuildClientError(f"build secret {secret_id!r}: no file at {path}")
-        request = _Request(context, dockerfile, tags, build_args, labels, secrets, target, progress, no_cache, platform)
+        request = _Request(context, dockerfile, tags, build_args or {}, labels or {}, secrets, target, progress,
+                           no_cache, platform)
         with tempfile.TemporaryDirectory(prefix="imagegen-build-") as scratch:
             iidfile = Path(scratch) / "iid"
             started = time.monotonic()

@@ -168,7 +168,7 @@ class Builder:
         self.view.start(f"{image.key} {context.layer}", f"building {tags[-1] if final else context.ref} with "
                         f"{self.client.why}", self.guides.get((image.key, context.layer)))
         with self._staged(image, context) as directory:
-            outcome = self.client.build(directory, None, tags, {}, labels, secrets, log, on_step=self.view.step,
+            outcome = self.client.build(directory, tags, log, labels=labels, secrets=secrets, on_step=self.view.step,
                                         no_cache=self.no_cache, platform=image.platform)
         cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
         self.view.finish(f"{'built' if outcome.ok else 'FAILED'} in {progress.clock(outcome.duration_s)}, {cached}"
