@@ -169,3 +169,25 @@ def test_a_selftest_report_becomes_one_check_each():
     assert [(c.name, c.status) for c in selftest.checks_of(report, 0, "")] == [("selftest.version.torch", "pass")]
     assert [(c.name, c.status) for c in selftest.checks_of(report, 1, "")][-1] == ("selftest", "fail")
     assert selftest.checks_of("Traceback ...", 1, "boom")[0].detail == "exit 1, no report: boom"
+
+
+def test_an_image_built_on_a_stand_in_base_says_so_and_still_matches_its_matrix_entry():
+    """--base-image builds the lock's inputs on another base (a mirror, a local Debian): the OCI base label names it,
+    io.imagegen.base.locked the lock's base, and labels.match_matrix accepts that pair and nothing else."""
+    from imagegen.render.tags import built_on
+    from imagegen.stages.checks import labels_match_matrix
+
+    image = locked_named("cpu")
+    locked_base = image.labels["org.opencontainers.image.base.name"]
+    assert built_on(image.labels, None) == image.labels == built_on(image.labels, locked_base)
+    stand_in = built_on(image.labels, "local/debian:bookworm")
+    assert stand_in["org.opencontainers.image.base.name"] == "local/debian:bookworm"
+    assert stand_in["io.imagegen.base.locked"] == locked_base
+
+    def verdict(labels):
+        (check,) = labels_match_matrix.run(SimpleNamespace(image=image, facts={"labels": labels}))
+        return check.status
+
+    assert verdict(image.labels) == verdict(stand_in) == "pass"
+    assert verdict({**image.labels, "org.opencontainers.image.base.name": "local/debian:bookworm"}) == "fail"
+    assert verdict({**stand_in, "io.imagegen.base.locked": "debian:trixie-slim"}) == "fail"

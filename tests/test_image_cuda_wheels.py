@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import ensure_wheelhouse, imagegen
-from tests.docker_env import build_cache_made_inside, docker_cli, prune_cache_mount
+from tests.docker_env import BASE_IMAGE, build_cache_made_inside, docker_cli, prune_cache_mount
 from tests.test_image_vllm import checks_of
 
 
@@ -71,7 +71,10 @@ def test_each_line_builds_and_passes_every_check_that_needs_no_gpu(wheels_image)
 
 def test_the_tag_and_labels_say_cuda_comes_from_nvidias_wheels_on_debian(wheels_image):
     labels, ref = wheels_image["config"]["Labels"], wheels_image["ref"]
-    assert labels["org.opencontainers.image.base.name"].startswith("debian:"), labels
+    # Built on the local Debian that stands in for the lock's (--base-image): the base label says so, and names the
+    # lock's base beside it; the description and the tag are the lock's.
+    assert labels["org.opencontainers.image.base.name"] == BASE_IMAGE, labels
+    assert labels["io.imagegen.base.locked"].startswith("debian:bookworm-slim"), labels  # with @sha256: where locked
     assert "NVIDIA's wheels on debian:" in labels["org.opencontainers.image.description"], labels
     if wheels_image["name"] == DEVEL:
         assert "-cu130-" in ref and ref.split(":")[-1].count("-debian12-") == 1, ref

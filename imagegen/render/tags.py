@@ -28,6 +28,8 @@ from imagegen.matrix.plan import PlannedImage
 
 LABEL_PREFIX = "io.imagegen"
 INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
+BASE_LABEL = "org.opencontainers.image.base.name"
+LOCKED_BASE_LABEL = f"{LABEL_PREFIX}.base.locked"  # the lock's base, where --base-image built on another
 DIGEST_CHARS = 12  # of the inputs digest in the tag; the label carries all of it
 Versions = Mapping[str, "str | None"]
 
@@ -77,7 +79,7 @@ def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
 
 def description(plan: PlannedImage, versions: Versions, toolkit: str | None = None) -> str:
     """The OCI description: torch and its CUDA, Python, then each column component the image sets itself."""
-    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.components
+    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.named_components
              if c.column and c.source == "image" and c.key not in ("python", "torch")]
     return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} "
             f"({_cuda_carried(plan, versions, toolkit)}), "
@@ -104,7 +106,7 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
     components = {
         "image": plan.name,
         "trainer": plan.trainer_version,
-        **{c.label: versions.get(c.key) or "none" for c in plan.components},
+        **{c.label: versions.get(c.key) or "none" for c in plan.named_components},  # `none` where it says so
         # The CUDA the image carries: its base's toolkit, or the one torch's wheels bring; cuda.toolkit: the base's.
         "cuda": plan.cuda or versions.get("torch_cuda") or "none",
         "cuda.toolkit": (toolkit if plan.cuda_source == "wheels" else plan.cuda) or "none",
@@ -116,7 +118,21 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
         "org.opencontainers.image.title": plan.repository.rsplit("/", 1)[-1],
         "org.opencontainers.image.description": description(plan, versions, toolkit),
         "org.opencontainers.image.version": tag,
-        "org.opencontainers.image.base.name": base_ref,
+        BASE_LABEL: base_ref,
         "org.opencontainers.image.licenses": "Apache-2.0",
         **{f"{LABEL_PREFIX}.{key}": value for key, value in components.items()},
     }
+
+
+def built_on(labels: dict[str, str], base_ref: str | None) -> dict[str, str]:
+    """The labels of an image built on base_ref (--base-image: a mirror, a local base) instead of its lock's base:
+    the OCI base label names what the layers below really are, and LOCKED_BASE_LABEL the lock's base they stand in
+    for (the tag and the inputs stay the lock's)."""
+    if not base_ref or base_ref == labels.get(BASE_LABEL):
+        return labels
+    return {**labels, BASE_LABEL: base_ref, LOCKED_BASE_LABEL: labels[BASE_LABEL]}
+
+
+def base_label_matches(labels: dict[str, str], locked_base: str) -> bool:
+    """The image's base label is the lock's base, or it was built on another that stood in for it."""
+    return locked_base in (labels.get(BASE_LABEL), labels.get(LOCKED_BASE_LABEL))

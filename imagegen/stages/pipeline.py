@@ -8,8 +8,8 @@ from typing import Callable
 
 from imagegen.engine import containers, progress
 from imagegen.core import platforms, sizes
-from imagegen.stages import checks, publish, results as reports, sbom
-from imagegen.render import output
+from imagegen.stages import checks, publish, sbom
+from imagegen.render import output, tags
 from imagegen.render.contexts import RenderOptions
 from imagegen.stages.build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
 from imagegen.engine.buildkit import find_build_client
@@ -18,7 +18,7 @@ from imagegen.core.text import aligned
 from imagegen.render.locked import LockedImage
 from imagegen.engine.registry import skopeo
 from imagegen.engine.registry.http import Credentials
-from imagegen.stages.results import BuildResult, PushResult, TestResult
+from imagegen.stages.results import BuildResult, PushResult, ReportError, TestResult, read_report, write_json
 
 Echo = Callable[[str], None]
 
@@ -87,7 +87,8 @@ def build_test_push(run: Run, echo: Echo) -> int:
             built.append(BuildResult(image.name, image.ref(), "skipped", platform=image.platform))
             continue
         allowed = {UNHASHED_LABEL: unhashed[image.name]} if image.name in unhashed else {}
-        result = builder.build(image, list(image.contexts), {**image.labels, **provenance, **allowed})
+        labels = tags.built_on(image.labels, run.render_options.base_image(image.platform))
+        result = builder.build(image, list(image.contexts), {**labels, **provenance, **allowed})
         result.unhashed = list(allowed.values())
         built.append(result)
         if result.status == "built":
@@ -100,11 +101,11 @@ def build_test_push(run: Run, echo: Echo) -> int:
                 pushed.append(_push_tested(image, result.image_id, tested[-1], run, echo))
     if run.registry:
         pushed += _push_indexes(run.images, pushed, run.registry, run.force, run.credentials, echo)
-    reports.write_json(run.report_path, "build", built)
+    write_json(run.report_path, "build", built)
     if run.test:
-        reports.write_json(run.report_path.with_name("test.json"), "test", tested)
+        write_json(run.report_path.with_name("test.json"), "test", tested)
     if run.registry:
-        reports.write_json(run.report_path.with_name("push.json"), "push", pushed)
+        write_json(run.report_path.with_name("push.json"), "push", pushed)
     echo(build_summary(built, tested, pushed))
     failed = any(r.status != "built" for r in built) or any(not t.passed for t in tested) \
         or any(p.status != "pushed" for p in pushed)
@@ -122,8 +123,8 @@ def unhashed_artifacts(images: list[LockedImage]) -> dict[str, str]:
 def _last_layer_times(report_path: Path) -> dict[tuple[str, str], float]:
     """How long each layer took when the previous run built it: a guide while it builds again."""
     try:
-        previous = reports.read(report_path, "build") if report_path.exists() else {}
-    except reports.ReportError:
+        previous = read_report(report_path, "build") if report_path.exists() else {}
+    except ReportError:
         return {}  # a report of another shape only loses the guide
     return {(result.image, layer.layer): layer.duration_s for result in previous.values()
             for layer in result.layers if layer.status == "built"}
@@ -148,7 +149,7 @@ def test_images(image_ref: str | None, images: list[LockedImage], checking: Chec
                 echo: Echo) -> int:
     targets = [(image_ref, None)] if image_ref else [(image.ref(), image) for image in images]
     results = [_test_one(ref, image, checking, echo) for ref, image in targets]
-    reports.write_json(report_path, "test", results)
+    write_json(report_path, "test", results)
     echo(test_summary(results))
     return 0 if all(result.passed for result in results) else 1
 
@@ -165,7 +166,7 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
         results = [publish.push_index(members, registry, force, credentials) for members in grouped.values()]
         for result in results:
             echo(_push_line(result))
-        reports.write_json(report_path, "push", results)
+        write_json(report_path, "push", results)
         return 0 if all(result.status == "pushed" for result in results) else 1
     tests = None if skip_tests else _read_tests(test_report)
     client = containers.docker_client()
@@ -178,7 +179,7 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
                                               compression))
         echo(_push_line(results[-1]))
     results += _push_indexes(images, results, registry, force, credentials, echo)
-    reports.write_json(report_path, "push", results)
+    write_json(report_path, "push", results)
     return 0 if all(result.status == "pushed" for result in results) else 1
 
 
@@ -240,7 +241,7 @@ def _multi_platform_images(images: list[LockedImage]) -> dict[str, list[LockedIm
 def _read_tests(path: Path) -> dict[str, TestResult]:
     if not path.exists():
         raise UserError(f"{path}: no test report; run `imagegen test` first, or pass --skip-tests")
-    return reports.read(path, "test")
+    return read_report(path, "test")
 
 
 def _push_line(result: PushResult) -> str:
