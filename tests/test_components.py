@@ -49,8 +49,11 @@ def test_a_made_up_component_is_its_row_its_facts_and_a_relock(tmp_path):
     table = listing.table(listing.listed(plan, [image.plan])).splitlines()
     column = table[0].index("Liger")  # columns are aligned: the value starts under its heading
     assert table[1][column:].split()[0] == "0.8.5"
-    other = plan.locked["cu124-torch2.6"]
-    assert other.labels["io.imagegen.liger_kernel"] == "none"  # an image that leaves it out says so
+    # An image that never names it has no label for it: its labels, expected.json and tag are as before the row.
+    before_other, other = before.locked["cu124-torch2.6"], plan.locked["cu124-torch2.6"]
+    assert "io.imagegen.liger_kernel" not in other.labels and other.labels == before_other.labels
+    assert other.version_tag == before_other.version_tag
+    assert other.contexts[1].files["expected.json"] == before_other.contexts[1].files["expected.json"]
 
 
 def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):

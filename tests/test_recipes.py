@@ -56,7 +56,13 @@ def test_recipe_add_a_cuda_version(tmp_path):
 @pytest.mark.network
 def test_recipe_add_a_component(tmp_path):
     assert "### Add a component" in RECIPES
-    path = locked_matrix(tmp_path, add_liger)  # 1-2: its row, its facts, its version in the cpu image
+    def row_and_version(data):  # 1, and 2's version: what the recipe has one write by hand
+        add_liger(data)
+        del data["packages"]["liger-kernel"]
+    path = locked_matrix(tmp_path, row_and_version)
+    told = imagegen("validate", *on(path))
+    assert told.returncode == 2 and "`imagegen facts update liger-kernel==0.8.5`" in told.stderr + told.stdout
+    assert imagegen("facts", "update", "liger-kernel==0.8.5", *on(path)).returncode == 0  # 2's facts, from PyPI
     assert imagegen("validate", *on(path)).returncode == 2  # the cpu lock is stale until the re-lock
     locked = imagegen("lock", *on(path), "--image", "cpu")  # 3
     assert locked.returncode == 0, locked.stderr
@@ -65,6 +71,13 @@ def test_recipe_add_a_component(tmp_path):
         assert {p["name"]: p["version"] for p in section["packages"]}["liger-kernel"] == "0.8.5"
     listed = json.loads(imagegen("matrix", *on(path), "--image", "cpu", "--format", "json").stdout)
     assert {image["labels"]["io.imagegen.liger_kernel"] for image in listed} == {"0.8.5"}
+    # Every other image keeps its tag and labels: nothing to publish again but the cpu image.
+    before = locked_matrix(tmp_path / "before", lambda data: None)
+
+    def others(matrix_path):
+        return {(row["name"], row["platform"]): (row["version_tag"], row["labels"]) for row in json.loads(imagegen(
+            "matrix", *on(matrix_path), "--all", "--format", "json").stdout) if row["name"] != "cpu"}
+    assert others(path) == others(before) and len(others(path)) > 3
 
 
 REWARD = '''\
@@ -121,6 +134,7 @@ def run(context):
 '''
 
 
+@pytest.mark.slow
 def test_recipe_add_an_in_image_check(tmp_path, monkeypatch):
     """Step 1 for each side, as a file of its own in a directory the package's __path__ takes (as a new file in the
     package would be); step 3: the runners report it."""

@@ -50,6 +50,9 @@ def test_rendered_dockerfile_matches_snapshot(context):
     if os.environ.get("UPDATE_SNAPSHOTS") == "1":
         snapshot.parent.mkdir(parents=True, exist_ok=True)
         snapshot.write_text(context.dockerfile)
+    if not snapshot.is_file():
+        pytest.fail(f"no snapshot {snapshot.relative_to(SNAPSHOTS.parent.parent)} for the new image {context.image}: make "
+                    "it with UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest tests/test_render.py -k snapshot, then read it")
     assert context.dockerfile == snapshot.read_text()
 
 

@@ -62,13 +62,13 @@ class Components:
     def __contains__(self, key: str) -> bool:
         return any(c.key == key for c in self.rows)
 
+    def only(self, keys) -> Components:
+        """The rows whose key is among keys, in the table's order."""
+        return Components(tuple(c for c in self.rows if c.key in keys))
+
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(c.key for c in self.rows)
-
-    @property
-    def image_keys(self) -> tuple[str, ...]:
-        return tuple(c.key for c in self.rows if c.image_key)
 
     @property
     def in_name(self) -> tuple[str, ...]:

@@ -112,8 +112,9 @@ class ImageEntry:
     flavor: str
     torch_build: str | None
     platforms: tuple[str, ...]
-    # Each component the image sets (or inherits from defaults), by key; None where it says `none`. A component
-    # torch decides (cuDNN, NCCL) is absent unless the image repeats it (torchvision may).
+    # Each component the image sets (or inherits from defaults), by key; None where it says `none`. A component it
+    # never names is absent, so that adding one to some images leaves the others' labels and tags as they were. A
+    # component torch decides (cuDNN, NCCL) is absent unless the image repeats it (torchvision may).
     versions: dict[str, str | None]
     source_builds: frozenset[str]  # artifact components ({version: ..., build: source}) compiled in the build
     deepspeed_ops: tuple[str, ...]
@@ -227,13 +228,14 @@ def _image(index: int, e: dict, table: Components) -> ImageEntry:
         e = {**e, **{k: "" for k in missing}}
     versions, source_builds = {}, set()
     for component in table:
-        value = e.get(component.key, NONE if component.source == IMAGE else None)
+        if component.key not in e:
+            continue
+        value = e[component.key]
         if isinstance(value, dict):  # {version: ..., build: source|wheel}
             if value["build"] == "source":
                 source_builds.add(component.key)
             value = value["version"]
-        if component.source == IMAGE or value is not None:
-            versions[component.key] = None if value == NONE else value
+        versions[component.key] = None if value == NONE else value
     return ImageEntry(
         index=index,
         name=e["name"],

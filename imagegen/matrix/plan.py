@@ -46,7 +46,8 @@ class PlannedImage:
     name: str  # the image's name in the matrix
     platform: str  # linux/amd64
     platforms: tuple[str, ...]  # every platform of the image, this one among them
-    versions: Mapping[str, str | None]  # every component's version by key (the table's order); None: left out
+    # every component the image names (its own, the defaults, torch's) by key, in the table's order; None: `none`
+    versions: Mapping[str, str | None]
     components: Components
     flavor: str
     base_image: str
@@ -76,6 +77,12 @@ class PlannedImage:
 
     def version(self, key: str) -> str | None:
         return self.versions.get(key)
+
+    @property
+    def named_components(self) -> Components:
+        """The rows of the component table the image names: what its labels, description and expected.json hold
+        (one it never names is left out, so adding it to other images changes nothing here)."""
+        return self.components.only(self.versions)
 
     @property
     def key(self) -> str:
@@ -168,14 +175,15 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
 
 
 def versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
-    """Every component's version, in the table's order: the image's own, and what its torch build says."""
+    """The version of each component the image has, in the table's order: the image's own (`none` included), and
+    what its torch build says. A component the image never names is not among them."""
     torch = matrix.torch[image.torch]
     torch_cuda = rules.torch_cuda(matrix, image)
     build = torch.builds[torch_cuda]
     from_torch = {"torch_cuda": torch_cuda, "cudnn": build.cudnn, "nccl": build.nccl,
                   "torchvision": torch.torchvision}
     return {c.key: from_torch.get(c.key) if c.source == "torch" else image.versions.get(c.key)
-            for c in matrix.components}
+            for c in matrix.components if c.source == "torch" or c.key in image.versions}
 
 
 def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool) -> tuple[str, ...]:

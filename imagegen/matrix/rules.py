@@ -265,8 +265,9 @@ def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Pr
     name = matrix.components[key].distribution
     release = matrix.packages.get(name, {}).get(version)
     if release is None:
-        return [matrix.problem(_at(image, key), f"no facts for {name} {version}: add packages.{name}.\"{version}\" "
-                               "with its Requires-Python (`imagegen facts check` prints what the index says)",
+        return [matrix.problem(_at(image, key), f"no facts for {name} {version}: `imagegen facts update "
+                               f"{name}=={version}` adds packages.{name}.\"{version}\" with its Requires-Python and "
+                               "torch as PyPI says",
                                "package-facts")]
     problems = []
     pythons = _specifier(release.python or "")

@@ -18,7 +18,6 @@ from imagegen.locking.lockfile import InstallStep, Lock, LockedPackage, install_
 from imagegen.matrix import cuda_wheels
 from imagegen.matrix.plan import PlannedImage
 
-LAYERS = ("base", "framework", "trainer")
 LAYER_REPOSITORY = "imagegen-layer"
 RENDER_MARKER = ".imagegen-render"
 WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty in a render
@@ -166,13 +165,15 @@ LOCK_HEADER = "# {image}: every Python distribution imagegen installed, as locks
 def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
     """What `vlmgrpo selftest` and `imagegen test` must find inside (expected.json): each component's version,
     the distribution it is read from, and the distribution-name prefix the lock pins it by, so that the image's
-    own checks follow the component table."""
+    own checks follow the component table. Only the components the image names: one added to other images leaves
+    this file, and so the image's inputs digest and tag, as they were."""
+    named = plan.named_components
     return {
         "versions": dict(versions),
-        "distributions": plan.components.distributions,
-        "families": plan.components.families,
-        "labels": {c.key: c.label for c in plan.components},  # io.imagegen.<label> says each key's version
-        "in_name": list(plan.components.in_name),  # the components its version tag names (tags.version_prefix)
+        "distributions": named.distributions,
+        "families": named.families,
+        "labels": {c.key: c.label for c in named},  # io.imagegen.<label> says each key's version
+        "in_name": list(named.in_name),  # the components its version tag names (tags.version_prefix)
         "gpu_count": None,
         "cuda_archs": list(plan.cuda_archs),
         "min_driver": plan.min_driver,

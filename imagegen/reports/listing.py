@@ -40,7 +40,7 @@ def listed(plan: Plan, chosen: list[PlannedImage]) -> list[Listed]:
 CELL: dict[str, Callable[[Listed], str]] = {
     "torch": lambda row: f"{row.versions['torch']}+cu{row.versions['torch_cuda'].replace('.', '')}"
                          + ("" if row.plan.torch_index_url else " (PyPI)"),
-    "flash_attn": lambda row: (row.versions["flash_attn"] or "none")
+    "flash_attn": lambda row: (row.versions.get("flash_attn") or "none")
                               + (" (source)" if row.plan.flash_attn_source_build else ""),
 }
 

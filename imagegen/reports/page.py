@@ -15,10 +15,10 @@ from pathlib import Path
 import jinja2
 
 from imagegen.core import atomic, platforms, sizes
-from imagegen.stages import results as reports
 from imagegen.matrix.components import Components
 from imagegen.reports.listing import Listed, version_columns
-from imagegen.stages.results import FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult
+from imagegen.stages.results import (FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult,
+                                     read_report)
 
 LOG_TAIL_LINES = 6
 NOT_RUN = "not run"
@@ -61,7 +61,7 @@ def report_files(directory: Path | None, build: Path, test: Path, push: Path) ->
 
 def read_reports(files: dict[str, list[Path]]) -> Reports:
     found = {kind: [path for path in files[kind] if path.exists()] for kind in KINDS}
-    results = {kind: {name: result for path in found[kind] for name, result in reports.read(path, kind).items()}
+    results = {kind: {name: result for path in found[kind] for name, result in read_report(path, kind).items()}
                for kind in KINDS}
     return Reports(builds=results["build"], tests=results["test"], pushes=results["push"],
                    sources={kind: paths for kind, paths in found.items() if paths})

@@ -138,7 +138,7 @@ def why_not_replaceable(path: Path, kind: str) -> str | None:
     return f"{path} exists and is {held}: writing the {kind} report there would replace it; name another file"
 
 
-def read(path: Path, kind: str) -> dict:
+def read_report(path: Path, kind: str) -> dict:
     """The results of one report by image (and platform: cpu-arm64, see platforms.key);
     ReportError when it is not a `kind` report."""
     try:

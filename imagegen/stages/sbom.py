@@ -24,7 +24,6 @@ from imagegen.stages import inventory
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SUFFIX = ".cdx.json"
-LICENSE_CLASSIFIER = "License :: "
 HASH_ALGORITHMS = {"sha256": HashAlgorithm.SHA_256, "sha384": HashAlgorithm.SHA_384,
                    "sha512": HashAlgorithm.SHA_512, "sha1": HashAlgorithm.SHA_1, "md5": HashAlgorithm.MD5}
 

@@ -1,6 +1,6 @@
 # imagegen trainer layer for cpu: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:0f0a57b6377af6ee
+FROM imagegen-layer/framework:294a929a154c3a2a
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.
