@@ -259,6 +259,7 @@ def release_server(monkeypatch):
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_flash_attn_wheels_per_cuda_major_are_compared_with_the_release_s_assets(tmp_path, release_server):
     real = yaml.safe_load(MATRIX_PATH.read_text())["flash_attn"]["2.8.3"]
 

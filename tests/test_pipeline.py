@@ -183,27 +183,34 @@ def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, 
     assert report["largest_paths"][0]["path"] in result.stderr
 
 
+@pytest.fixture(scope="module")
+def cpu_published(cpu_image, cpu_arm64_image, auth_registry, tmp_path_factory) -> dict:
+    """The cpu image for both platforms pushed to the private registry by `imagegen push`, after a push without
+    credentials: the push's arguments, its folder and the two results. The rebuild test below finds it there."""
+    work = tmp_path_factory.mktemp("cpu-published")
+    tested = imagegen("test", "--image", "cpu", "--platform", "linux/amd64", "--skip-train",
+                      "--report", str(work / "amd64.json"))
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    both = read_report(work / "amd64.json") + [cpu_arm64_image["test"]]
+    (work / "test.json").write_text(json.dumps({"kind": "test", "images": both}))
+    push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(work / "test.json")]
+    anonymous = imagegen(*push, "--report", str(work / "anonymous.json"), env={"DOCKER_CONFIG": str(work)})
+    started = time.monotonic()
+    result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
+                      "--report", str(work / "push.json"), stdin=auth_registry.password + "\n")
+    print(f"push of the cpu image for two platforms with their SBOMs: {time.monotonic() - started:.1f} s")
+    return {"push": push, "work": work, "anonymous": anonymous, "result": result}
+
+
 def test_push_to_a_private_registry_publishes_both_platforms_under_one_tag_with_their_sboms(
-        cpu_image, cpu_arm64_image, auth_registry, tmp_path):
+        cpu_image, cpu_arm64_image, cpu_published, auth_registry):
     """The cpu image for linux/amd64 and linux/arm64: each platform's image with its SBOM, then one index
     under the version tag and the alias, from which `docker pull` takes the platform it asks for."""
-    tested = imagegen("test", "--image", "cpu", "--platform", "linux/amd64", "--skip-train",
-                      "--report", str(tmp_path / "amd64.json"))
-    assert tested.returncode == 0, tested.stderr[-2000:]
-    both = read_report(tmp_path / "amd64.json") + [cpu_arm64_image["test"]]
-    (tmp_path / "test.json").write_text(json.dumps({"kind": "test", "images": both}))
-    push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(tmp_path / "test.json")]
-
-    anonymous = imagegen(*push, "--report", str(tmp_path / "anonymous.json"), env={"DOCKER_CONFIG": str(tmp_path)})
+    tmp_path, push, anonymous, result = (cpu_published[key] for key in ("work", "push", "anonymous", "result"))
     assert anonymous.returncode == 1
     refused = read_report(tmp_path / "anonymous.json")[0]
     assert refused["status"] == "failed" and f"log in with `docker login {auth_registry.host}`" in refused["reason"]
-
-    started = time.monotonic()
-    result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
-                      "--report", str(tmp_path / "push.json"), stdin=auth_registry.password + "\n")
     assert result.returncode == 0, result.stderr[-3000:]
-    print(f"push of the cpu image for two platforms with their SBOMs: {time.monotonic() - started:.1f} s")
     amd64, arm64, index = read_report(tmp_path / "push.json")
     version_tag = cpu_image["ref"].rsplit(":", 1)[1]
     assert [(r["platform"], r["status"], r["pushed_tags"]) for r in (amd64, arm64, index)] == [
@@ -259,20 +266,20 @@ def manifest_of(auth_registry, reference: str, accept: str = "application/vnd.do
         return json.loads(response.read())
 
 
-def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu_image, registry, docker_client,
-                                                                               own_repository, tmp_path):
+def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu_image, cpu_published, auth_registry,
+                                                                               docker_client, own_repository, tmp_path):
     """Every step runs again (--no-cache): a new image id, the same inputs and so the same version tag; the
-    registry already holds that tag, so the push says so and exits 0. The rebuild goes under a repository
-    of its own, so the session's cpu image keeps its tags."""
-    namespace = f"{registry}/{unique_name('rebuild')}"
-    first = imagegen("push", "--image", "cpu", "--platform", "linux/amd64", "--registry", namespace, "--skip-tests",
-                     "--report", str(tmp_path / "first.json"))
-    assert first.returncode == 0, first.stderr[-2000:]
+    registry already holds that tag (the session's cpu image, pushed above: pushing 6 GB once more for this test
+    took minutes), so the push says so and exits 0. The rebuild goes under a repository of its own here, so the
+    session's cpu image keeps its tags; both push to <registry>/vlm-grpo."""
+    assert cpu_published["result"].returncode == 0, cpu_published["result"].stderr[-2000:]
+    (first,) = [r for r in read_report(cpu_published["work"] / "push.json") if r["platform"] == "linux/amd64"]
     matrix = real_locked_matrix(tmp_path, lambda d: d.update(repository=own_repository))
     with build_cache_made_inside(docker_client):
         rebuilt = imagegen("build", "--matrix", str(matrix), *CPU_BUILD_ARGS, "--no-cache", "--test", "--skip-train",
-                           "--push", "--registry", namespace, "--context-dir", str(tmp_path / "contexts"),
-                           "--report", str(tmp_path / "build.json"))
+                           "--push", "--registry", auth_registry.host, "--registry-user", auth_registry.username,
+                           "--registry-password-stdin", "--context-dir", str(tmp_path / "contexts"),
+                           "--report", str(tmp_path / "build.json"), stdin=auth_registry.password + "\n")
         (build,) = read_report(tmp_path / "build.json")
         try:
             assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
@@ -282,7 +289,7 @@ def test_a_rebuild_of_the_same_inputs_on_a_clean_engine_is_already_published(cpu
             # The cpu image is built for two platforms: this one goes under its version tag with its arch.
             assert pushed["status"] == "pushed"
             assert pushed["already_published"] == [build["ref"].rsplit(":", 1)[1] + "-amd64"]
-            assert pushed["digest"] == read_report(tmp_path / "first.json")[0]["digest"]
+            assert pushed["digest"] == first["digest"]
             assert "(already published)" in rebuilt.stderr
         finally:  # the rebuild's images are this test's own: gigabytes, each layer built anew
             made = {layer["image_id"] for layer in build["layers"]} - {layer["image_id"] for layer in

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from imagegen.workspace import repository_root
@@ -37,6 +38,7 @@ def test_the_repository_is_found_from_the_current_directory_upwards_or_named(tmp
     assert repository_root(tmp_path, environ={"IMAGEGEN_REPO": str(first)}) == first
 
 
+@pytest.mark.slow
 def test_two_clones_are_each_read_alone_whatever_checkout_imagegen_was_installed_from(tmp_path):
     first, second = clone(tmp_path / "first"), clone(tmp_path / "second", drop=("cpu",))
     listed = imagegen("matrix", "--format", "json", cwd=first)

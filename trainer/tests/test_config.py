@@ -114,6 +114,7 @@ def test_deepspeed_presets_ship_in_the_package():
         assert json.load(open(resolve_deepspeed(preset)))["zero_optimization"]["stage"] == stage
 
 
+@pytest.mark.slow
 def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model_name_or_path: m\nnum_generation: 4\n")

@@ -50,6 +50,7 @@ def as_uid(command, env, uid=12345):
                           capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_vlmgrpo_itself_sets_up_home_and_caches_for_an_arbitrary_uid():
     """`python -m vlmgrpo info` as uid 12345 (no passwd entry) with HOME unset, no entrypoint: its HOME is a fresh
     writable directory with every cache under it (an unwritable HOME is the unit tests' and the next test's)."""

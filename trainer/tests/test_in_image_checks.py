@@ -74,6 +74,7 @@ def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
     assert names[-1] == "train.tiny_grpo"  # a broken check hides no other
 
 
+@pytest.mark.slow
 def test_a_wheel_family_is_checked_by_its_installed_distribution(tmp_path, monkeypatch):
     fake_distribution(tmp_path / "site", "imagegen-fake-cudnn-cu12", "9.1.0.70")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))

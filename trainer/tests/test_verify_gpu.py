@@ -59,6 +59,7 @@ def test_without_a_gpu_nothing_is_measured_and_it_says_why(verify_gpu, tmp_path,
     assert json.loads((tmp_path / "r.json").read_text()) == result
 
 
+@pytest.mark.slow
 def test_cpu_smoke_takes_the_gpu_runs_code_paths(verify_gpu, tmp_path, capsys):
     code, result, err = run(verify_gpu, ["--cpu-smoke", "--out", str(tmp_path / "r.json")], capsys)
     assert code == 0, err[-3000:]

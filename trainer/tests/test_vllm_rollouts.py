@@ -46,6 +46,7 @@ def test_use_vllm_with_vllm_and_no_gpu_is_one_line(tiny, tmp_path, fake_vllm, mo
                                    "set use_vllm: false")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(rollouts.vllm_installed(), reason="vLLM is installed here")
 def test_a_real_process_says_both_lines_without_a_traceback(tiny, tmp_path, fake_vllm):
     args = train_args(tiny, tmp_path / "out", "--use-vllm", "--dry-run")
