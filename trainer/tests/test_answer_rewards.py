@@ -8,23 +8,63 @@ from pathlib import Path
 import pytest
 
 from conftest import read_jsonl, vlmgrpo
+from vlmgrpo.accuracy_methods import jsonl_accuracy, method_problem
 from vlmgrpo.answer_rewards import ANSWER_REWARD_FUNCS, choice_of
+from vlmgrpo.detection_rewards import weighted_sum_score
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.rewards import build_rewards
 
 TABLE = json.loads((Path(__file__).parent / "data" / "vlm_r1_answer_rewards.json").read_text())
+SCORED = [row for row in TABLE["rows"] if "reward" in row]
+# Where VLM-R1 raises (and a training run stops), vlmgrpo gives a number; these are ours, said in detection_rewards.
+OURS_WHERE_VLM_R1_RAISES = {"UnboundLocalError": 0.3 * 0.75, "JSONDecodeError": 0.0}
 
 
 def test_the_table_names_the_commit_its_values_come_from():
     assert "om-ai-lab/VLM-R1 at 90052f478646e38bc67363862f699b7afca6b337" in TABLE["source"]
-    assert {row["method"] for row in TABLE["rows"]} == {"mcq", "yes_no", "all_match", "format_answer"}
+    assert {row["method"] for row in TABLE["rows"]} == {"mcq", "yes_no", "all_match", "format_answer",
+                                                         "weighted_sum"}
 
 
-@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda row: f"{row['method']}:{row['completion'][:30]!r}")
+@pytest.mark.parametrize("row", [row for row in SCORED if row["method"] in ANSWER_REWARD_FUNCS],
+                         ids=lambda row: f"{row['method']}:{row['completion'][:30]!r}")
 def test_each_reward_gives_vlm_r1_s_value(row):
     reward = ANSWER_REWARD_FUNCS[row["method"]]
     completion = [{"role": "assistant", "content": row["completion"]}]  # as TRL passes a conversational one
     assert reward(prompts=[None], completions=[completion], answer=[row["solution"]]) == [row["reward"]]
+
+
+def test_weighted_sum_gives_vlm_r1_s_value_to_the_bit_and_a_number_where_vlm_r1_raises():
+    rows = [row for row in TABLE["rows"] if row["method"] == "weighted_sum"]
+    assert len(rows) > 30
+    for row in rows:
+        expected = row["reward"] if "reward" in row else OURS_WHERE_VLM_R1_RAISES[row["vlm_r1_raises"]]
+        assert weighted_sum_score(row["completion"], row["solution"]) == pytest.approx(expected, abs=0), row
+
+
+def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_its_tags():
+    """One batch, four methods: each row gets its method's number, from the label as grpo_jsonl.py passes it (answer
+    tags removed: "<answer>a cat</answer> on a mat" is the label "a cat on a mat")."""
+    rows = [row for row in SCORED if row["method"] in ("mcq", "yes_no", "all_match", "weighted_sum")]
+    chosen = [next(row for row in rows if row["method"] == method and row["reward"] not in (0.0, 1.0))
+              if method == "weighted_sum" else next(row for row in rows if row["method"] == method)
+              for method in ("mcq", "yes_no", "all_match", "weighted_sum")]
+    completions = [[{"role": "assistant", "content": row["completion"]}] for row in chosen]
+    got = jsonl_accuracy(prompts=[None] * 4, completions=completions, answer=[row["solution"] for row in chosen],
+                         accu_reward_method=[row["method"] for row in chosen])
+    assert got == [row["reward"] for row in chosen]
+    answered = ["<answer>A cat on a mat.</answer>", "<answer>a cat</answer>"]
+    assert jsonl_accuracy(prompts=[None] * 2, completions=answered, answer=["<answer>a cat</answer> on a mat"] * 2,
+                          accu_reward_method=["all_match"] * 2) == [1.0, 0.0]
+
+
+def test_a_method_vlmgrpo_does_not_compute_yet_or_a_misspelt_one_is_named():
+    assert method_problem("weighted_sum") is None
+    assert "not in vlmgrpo yet (it needs math-verify)" in method_problem("math")
+    assert "give the row, or its file's reward_method, one of: mcq, yes_no, all_match, weighted_sum" in \
+        method_problem("default")
+    assert method_problem("mcp") == ("accu_reward_method 'mcp' is not one of VLM-R1's; use one of: mcq, yes_no, "
+                                     "all_match, weighted_sum")
 
 
 def test_a_choice_named_among_others_is_found_by_its_words():
@@ -42,23 +82,30 @@ def test_they_are_built_in_rewards_by_name_and_a_near_miss_says_so():
 
 
 @pytest.mark.slow
-def test_grpo_trains_on_multiple_choice_rows_without_a_box(tiny, tmp_path):
-    """Two real GRPO steps on the tiny model: rows whose answer is a letter, no box anywhere, scored by mcq and
+def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, tmp_path):
+    """Two real GRPO steps on the tiny model: rows whose answer is a letter, a yes or a JSON list of boxes, no REC box
+    anywhere; mcq scores them all, jsonl_accuracy each by its method (the file's mcq, or the row's own), and
     format_answer; the box rewards' check of every row does not apply."""
-    rows = tmp_path / "mcq.jsonl"
+    rows = tmp_path / "mixed.jsonl"
     images = sorted(Path(tiny["image_root"]).glob("*.png"))[:4]
+    boxes = '```json\n[{"bbox_2d": [4, 4, 20, 20], "label": "rectangle"}]\n```'
+    answers = [("<answer>A</answer>", None), ("<answer>B</answer>", None), ("<answer>yes</answer>", "yes_no"),
+               (f"<answer>{boxes}</answer>", "weighted_sum")]
     with rows.open("w") as out:
-        for i, image in enumerate(images):
+        for image, (answer, method) in zip(images, answers):
             question = "<image>What colour is the rectangle? A. yellow B. blue C. red"
-            out.write(json.dumps({"image": image.name, "conversations": [
-                {"from": "human", "value": question}, {"from": "gpt", "value": f"<answer>{'ABC'[i % 3]}</answer>"}]})
-                + "\n")
+            row = {"image": image.name, "conversations": [{"from": "human", "value": question},
+                                                          {"from": "gpt", "value": answer}]}
+            out.write(json.dumps({**row, **({"accu_reward_method": method} if method else {})}) + "\n")
     output = tmp_path / "out"
     vlmgrpo("train", "--model", tiny["model"], "--data", rows, "--image-root", tiny["image_root"], "--output", output,
             "--num-generations", "2", "--batch-size", "2", "--max-completion-length", "8", "--max-steps", "2",
-            "--save-steps", "100", "--set", "reward_funcs=[mcq, format_answer]",
+            "--save-steps", "100", "--set", "reward_funcs=[mcq, jsonl_accuracy, format_answer]",
+            "--set", "reward_method=mcq", "--set", "dump_completions=true",
             "--set", "question_template={Question} Answer with the letter in <answer> </answer> tags.", check=True)
     metrics = read_jsonl(output / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
-    assert set(metrics[-1]["rewards"]) == {"mcq", "format_answer"}
+    assert set(metrics[-1]["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"}
     assert all(0.0 <= value <= 1.0 for m in metrics for value in m["rewards"].values())
+    dumped = read_jsonl(output / "completions.jsonl")
+    assert dumped and all(set(row["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"} for row in dumped)

@@ -170,8 +170,8 @@ def test_vlm_r1_colon_joined_files_and_image_folders(tmp_path, images):
     loaded = load_data([f"{first}:{second}"], f"{images}:{other}", "absolute")
     assert [s.image_sizes[0] for s in loaded.samples] == [(200, 100), (64, 32), (64, 32)]
     problems = errors_of([f"{first}:{second}"], f"{images}:{other}:{images}")
-    assert problems == ["image_root lists 3 ':'-joined folders for 2 data file(s); give one folder per data file, in "
-                        "the same order (as VLM-R1's --image_folders)"]
+    assert problems == ["image_root lists 3 ':'-joined values for 2 data file(s); give one per data file, in the "
+                        "same order (as VLM-R1's --image_folders)"]
 
 
 def test_sampling_all_and_percentages_round_up_as_vlm_r1():
@@ -279,3 +279,41 @@ def test_a_byte_that_is_not_utf8_is_an_error_at_its_row_in_jsonl_and_json_lists(
         (problem,) = errors_of([str(path)], images)
         line = 2 if path == rows else 3
         assert problem.startswith(f"{path}:{line}: not UTF-8: byte 0xe9 at column ")
+
+
+def test_each_row_s_accuracy_method_is_its_own_else_its_file_s_as_vlm_r1_resolves_it(tmp_path, images):
+    """accu_reward_method in a row wins; else the file's place in the ':'-joined reward_method (VLM-R1's
+    --reward_method); a mixture's mapping names its own. The method reaches the rewards as a dataset column."""
+    answer = "<answer>B</answer>"
+    first = write_jsonl(tmp_path / "a.jsonl", [conv_row(answer=answer), {**conv_row(answer=answer),
+                                                                         "accu_reward_method": "yes_no"}])
+    second = write_jsonl(tmp_path / "b.jsonl", [conv_row(answer=answer)])
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text(f"datasets:\n  - {{path: {second}, reward_method: weighted_sum}}\n  - {{path: {first}}}\n")
+    checked = functools.partial(validate_row, require_box=False, check_method=True)
+    loaded = load_data([f"{first}:{second}"], str(images), "absolute", validate=checked, reward_method="mcq:all_match")
+    assert [s.reward_method for s in loaded.samples] == ["mcq", "yes_no", "all_match"]
+    assert to_hf_dataset(loaded.samples, "{question}")[1]["accu_reward_method"] == "yes_no"
+    loaded = load_data([str(mixture)], str(images), "absolute", validate=checked, reward_method="mcq")
+    assert [s.reward_method for s in loaded.samples] == ["weighted_sum", "mcq", "yes_no"]
+    with pytest.raises(DataError) as info:
+        load_data([f"{first}:{second}"], str(images), "absolute", validate=checked, reward_method="mcq:mcq:mcq")
+    assert info.value.problems == ["reward_method lists 3 ':'-joined values for 2 data file(s); give one per data "
+                                   "file, in the same order (as VLM-R1's --reward_method)"]
+
+
+def test_a_row_whose_method_jsonl_accuracy_cannot_compute_is_named_before_training(tmp_path, images):
+    """VLM-R1's default is "default" (math-verify, not in vlmgrpo yet): a file without a method is refused row by
+    row when jsonl_accuracy is among the rewards, and not otherwise; a misspelt method is named at its line."""
+    data = write_jsonl(tmp_path / "d.jsonl", [conv_row(answer="<answer>B</answer>"),
+                                              {**conv_row(answer="<answer>B</answer>"), "accu_reward_method": "mcp"}])
+    checked = functools.partial(validate_row, require_box=False, check_method=True)
+    with pytest.raises(DataError) as info:
+        load_data([str(data)], str(images), "absolute", validate=checked)
+    assert info.value.problems == [
+        f"{data}:1: accu_reward_method 'default' is VLM-R1's but not in vlmgrpo yet (it needs math-verify and "
+        "Levenshtein); give the row, or its file's reward_method, one of: mcq, yes_no, all_match, weighted_sum",
+        f"{data}:2: accu_reward_method 'mcp' is not one of VLM-R1's; use one of: mcq, yes_no, all_match, weighted_sum"]
+    unchecked = load_data([str(data)], str(images), "absolute", validate=functools.partial(validate_row,
+                                                                                           require_box=False))
+    assert [s.reward_method for s in unchecked.samples] == ["default", "mcp"]

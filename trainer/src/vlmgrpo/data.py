@@ -36,6 +36,7 @@ class DatasetSpec:
     sampling: Optional[str] = None  # first:N, end:N, random:N, or N% instead of N
     box_space: str = ABSOLUTE
     declared_in: str = "config"
+    reward_method: Optional[str] = None  # the accuracy method of rows that name none (accuracy_methods.py)
 
 
 @dataclass
@@ -80,15 +81,16 @@ class LoadedData:
 # --- dataset specs ---------------------------------------------------------------------------------------------
 
 
-def _spec_from_mapping(entry: dict, base: Path, declared_in: str, default_root, default_space) -> DatasetSpec:
+def _spec_from_mapping(entry: dict, base: Path, declared_in: str, default_root, default_space,
+                       default_method=None) -> DatasetSpec:
     path = entry.get("path", entry.get("json_path"))  # json_path: VLM-R1's data_config key
     if not isinstance(path, str):
         raise DataError([f"{declared_in}: dataset entry {entry!r} has no 'path'"])
     unknown = set(entry) - {"path", "json_path", "image_root", "image_folder", "sampling", "sampling_strategy",
-                            "box_space"}
+                            "box_space", "reward_method"}
     if unknown:
         raise DataError([f"{declared_in}: dataset entry for {path}: unknown key(s) {', '.join(sorted(unknown))}; "
-                         "allowed: path, image_root, sampling, box_space"])
+                         "allowed: path, image_root, sampling, box_space, reward_method"])
     root = entry.get("image_root", entry.get("image_folder", default_root))
     return DatasetSpec(
         path=str(base / path) if not os.path.isabs(path) else path,
@@ -96,10 +98,11 @@ def _spec_from_mapping(entry: dict, base: Path, declared_in: str, default_root, 
         sampling=entry.get("sampling", entry.get("sampling_strategy")),
         box_space=entry.get("box_space", default_space),
         declared_in=declared_in,
+        reward_method=entry.get("reward_method", default_method),
     )
 
 
-def _mixture_specs(path: str, default_root, default_space) -> list[DatasetSpec]:
+def _mixture_specs(path: str, default_root, default_space, default_method) -> list[DatasetSpec]:
     try:
         content = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -108,35 +111,40 @@ def _mixture_specs(path: str, default_root, default_space) -> list[DatasetSpec]:
     if not isinstance(entries, list):
         raise DataError([f"{path}: a mixture file needs a 'datasets:' list of {{path, image_root, sampling}}"])
     base = Path(path).parent
-    return [_spec_from_mapping(e if isinstance(e, dict) else {"path": e}, base, path, default_root, default_space)
-            for e in entries]
+    return [_spec_from_mapping(e if isinstance(e, dict) else {"path": e}, base, path, default_root, default_space,
+                               default_method) for e in entries]
 
 
-def _image_roots(count: int, image_root: Optional[str]) -> list[Optional[str]]:
-    """One image root per data file: the same for all, or VLM-R1's ':'-joined list, one per file in order."""
-    if not image_root or JOIN not in image_root:
-        return [image_root] * count
-    roots = image_root.split(JOIN)
-    if len(roots) != count:
-        raise DataError([f"image_root lists {len(roots)} ':'-joined folders for {count} data file(s); give one "
-                         "folder per data file, in the same order (as VLM-R1's --image_folders)"])
-    return roots
+def _per_file(count: int, joined: Optional[str], key: str, vlm_r1_option: str) -> list[Optional[str]]:
+    """One value per data file: the same for all, or VLM-R1's ':'-joined list, one per file in order."""
+    if not joined or JOIN not in joined:
+        return [joined] * count
+    values = joined.split(JOIN)
+    if len(values) != count:
+        raise DataError([f"{key} lists {len(values)} ':'-joined values for {count} data file(s); give one per data "
+                         f"file, in the same order (as VLM-R1's {vlm_r1_option})"])
+    return values
 
 
-def expand_specs(entries: list[Any], image_root: Optional[str], box_space: str) -> list[DatasetSpec]:
+def expand_specs(entries: list[Any], image_root: Optional[str], box_space: str,
+                 reward_method: Optional[str] = None) -> list[DatasetSpec]:
     entries = [part for entry in entries
                for part in (str(entry).split(JOIN) if not isinstance(entry, dict) else [entry])]
     files = [i for i, e in enumerate(entries) if not isinstance(e, dict) and not e.endswith(MIXTURE_SUFFIXES)]
-    roots = dict(zip(files, _image_roots(len(files), image_root)))
-    shared_root = None if image_root and JOIN in image_root else image_root  # mixtures and mappings name their own
+    roots = dict(zip(files, _per_file(len(files), image_root, "image_root", "--image_folders")))
+    methods = dict(zip(files, _per_file(len(files), reward_method, "reward_method", "--reward_method")))
+    # mixtures and mappings name their own root and method, or take the one given for all
+    shared_root = None if image_root and JOIN in image_root else image_root
+    shared_method = None if reward_method and JOIN in reward_method else reward_method
     specs = []
     for index, entry in enumerate(entries):
         if isinstance(entry, dict):
-            specs.append(_spec_from_mapping(entry, Path("."), "config", shared_root, box_space))
+            specs.append(_spec_from_mapping(entry, Path("."), "config", shared_root, box_space, shared_method))
         elif entry.endswith(MIXTURE_SUFFIXES):
-            specs.extend(_mixture_specs(entry, shared_root, box_space))
+            specs.extend(_mixture_specs(entry, shared_root, box_space, shared_method))
         else:
-            specs.append(DatasetSpec(path=entry, image_root=roots[index], box_space=box_space))
+            specs.append(DatasetSpec(path=entry, image_root=roots[index], box_space=box_space,
+                                     reward_method=methods[index]))
     if not specs:
         raise DataError(["no data: set 'data' in the config or pass --data FILE"])
     return specs
@@ -294,7 +302,8 @@ def load_spec(spec: DatasetSpec, seed: int, validate: RowValidator) -> tuple[lis
 
 
 def load_data(entries: list[Any], image_root: Optional[str], box_space: str = ABSOLUTE, seed: int = 42, *,
-              validate: RowValidator, eval_entries: Sequence[Any] = ()) -> LoadedData:
+              validate: RowValidator, eval_entries: Sequence[Any] = (), reward_method: Optional[str] = None
+              ) -> LoadedData:
     """Read and validate every dataset (and the evaluation datasets); raise one DataError listing all problems.
 
     validate: rec_data.validate_row (GRPO rows whose answers hold a box; functools.partial it with
@@ -303,7 +312,7 @@ def load_data(entries: list[Any], image_root: Optional[str], box_space: str = AB
     problems: list[str] = []
     sources = [(entries, loaded.samples)] + ([(eval_entries, loaded.validation)] if eval_entries else [])
     for entries_of, rows in sources:
-        for spec in expand_specs(entries_of, image_root, box_space):
+        for spec in expand_specs(entries_of, image_root, box_space, reward_method):
             samples, report, spec_problems = load_spec(spec, seed, validate)
             rows.extend(samples)
             loaded.reports.append(report)

@@ -22,7 +22,7 @@ from .data import LoadedData, RowValidator, load_data
 from .errors import ConfigError, LaunchError
 from .launch import resolve_deepspeed, under_torchrun
 from .rec_data import validate_row
-from .rewards import BOX_REWARDS, check_reward_names
+from .rewards import BOX_REWARDS, JSONL_ACCURACY, check_reward_names
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -213,7 +213,8 @@ def load_rows(config: TrainConfig, validate_row: RowValidator) -> LoadedData:
                           "by val_split_ratio, not both")
     seed = config.trl.get("data_seed") or config.trl.get("seed", 42)
     data = load_data(config.data.data, config.data.image_root, getattr(config.data, "box_space", ABSOLUTE),
-                     seed=seed, validate=validate_row, eval_entries=config.data.eval_data)
+                     seed=seed, validate=validate_row, eval_entries=config.data.eval_data,
+                     reward_method=getattr(config.data, "reward_method", None))
     data.split_validation(config.data.val_split_ratio, seed)
     return data
 
@@ -226,7 +227,8 @@ def load_checked_data(config: TrainConfig) -> LoadedData:
     if weights is not None and len(weights) != len(names):
         raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
                           f"{len(names)} reward_funcs {names}")
-    return load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names)))
+    return load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names),
+                                               check_method=JSONL_ACCURACY in names))
 
 
 def check_evaluation(config: TrainConfig) -> None:

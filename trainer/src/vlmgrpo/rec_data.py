@@ -8,7 +8,7 @@ Two row forms are read, in either file type:
                   -- placeholders optional; without them the images go before the question.
 A row without "image" is text-only, as in VLM-R1. Boxes are stored in original-image pixels of the first image
 whatever space the dataset declares (a text-only row's box as written). Rows may carry an "id" (`vlmgrpo score`
-refers to rows by it).
+refers to rows by it) and an "accu_reward_method" (the jsonl_accuracy reward's method for the row, as in VLM-R1).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .accuracy_methods import DEFAULT_METHOD, method_problem
 from .boxes import Box, is_valid_box, parse_label, to_absolute
 from .data import PLACEHOLDER, DatasetSpec, content_parts, load_rgb, row_image_paths
 from .template import fill_template
@@ -32,6 +33,7 @@ class Sample:
     answer: str  # the row's answer as text
     solution: Optional[Box]  # original-image pixels of the first image; None when the answer holds no box
     image_sizes: list[tuple[int, int]]  # (width, height)
+    reward_method: str = DEFAULT_METHOD  # jsonl_accuracy's: the row's accu_reward_method, else its file's
 
 
 def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Optional[str]]:
@@ -50,12 +52,16 @@ def _question_and_answer(record: dict) -> tuple[Optional[str], Any, bool, Option
     return None, None, False, "row has neither 'conversations' nor 'problem'/'solution'"
 
 
-def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any],
-                 require_box: bool = True) -> tuple[Optional[Sample], list[str]]:
+def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any], require_box: bool = True,
+                 check_method: bool = False) -> tuple[Optional[Sample], list[str]]:
+    """check_method: the row's accuracy method must be one jsonl_accuracy computes (it is among the rewards)."""
     where = f"{spec.path}:{line}"
     if not isinstance(record, dict):
         return None, [f"{where}: row is not a JSON object"]
     problems = []
+    method = record.get("accu_reward_method", spec.reward_method or DEFAULT_METHOD)
+    if check_method and method_problem(method):
+        problems.append(method_problem(method))
     question, answer, placeholders_required, problem = _question_and_answer(record)
     if problem:
         problems.append(problem)
@@ -82,7 +88,7 @@ def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any
         return None, [f"{where}: {p}" for p in problems]
     solution = to_absolute(box, spec.box_space, image_sizes[0]) if box and image_sizes else box
     answer_text = answer if isinstance(answer, str) else json.dumps(answer)
-    return Sample(where, record.get("id", where), paths, question, answer_text, solution, image_sizes), []
+    return Sample(where, record.get("id", where), paths, question, answer_text, solution, image_sizes, method), []
 
 
 # --- the training dataset ------------------------------------------------------------------------------------
@@ -109,6 +115,7 @@ def to_hf_dataset(samples: list[Sample], question_template: str):
             "solution": list(s.solution) if s.solution else None,
             "image_size": list(s.image_sizes[0]) if s.image_sizes else None,
             "location": s.location,
+            "accu_reward_method": s.reward_method,
         }
         for s in samples
     ]
@@ -126,4 +133,5 @@ def _materialize(batch: dict[str, list], question_template: str) -> dict[str, li
         "solution": batch["solution"],
         "image_size": batch["image_size"],
         "location": batch["location"],
+        "accu_reward_method": batch["accu_reward_method"],
     }

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
+from .accuracy_methods import JSONL_ACCURACY, jsonl_accuracy
 from .answer_rewards import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
 from .boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
 from .errors import ConfigError
@@ -23,8 +24,9 @@ ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> process
 # VLM-R1's REC rewards are the defaults; the *_lenient variants read any box anywhere (floats, negative numbers,
 # inner spaces, no <answer> block) and use the plain continuous IoU.
 IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "format_lenient"
-# VLM-R1's rewards for text answers (answer_rewards.py): mcq, yes_no, all_match and format_answer.
-BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS)
+# VLM-R1's rewards for text answers (answer_rewards.py): mcq, yes_no, all_match and format_answer; and its
+# grpo_jsonl.py accuracy, each row scored by its own method (accuracy_methods.py).
+BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS, JSONL_ACCURACY)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
 REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
 # REC accuracy (VLM-R1's evaluation): 1 when the answered box has IoU >= 0.5 with the label. `train` adds it with
@@ -146,6 +148,7 @@ def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFu
         IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),
         FORMAT: lambda: format_reward,
         FORMAT_LENIENT: lambda: format_lenient_reward,
+        JSONL_ACCURACY: lambda: jsonl_accuracy,
     }
     factories.update({name: (lambda function=function: function) for name, function in ANSWER_REWARD_FUNCS.items()})
     custom = check_reward_names(names, "config")

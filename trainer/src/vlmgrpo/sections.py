@@ -63,7 +63,7 @@ class ModelConfig(trl.ModelConfig):
 class DataConfig:
     data: list[Any] = field(default_factory=list, metadata=_help(
         "Training rows. Each entry: a .jsonl/.json file (or several, ':'-joined), a .yaml mixture file, or a "
-        "mapping {path, image_root, sampling, box_space}."))
+        "mapping {path, image_root, sampling, box_space, reward_method}."))
     image_root: Optional[str] = field(default=None, metadata=_help(
         "Directory relative image paths are resolved against; ':'-joined, one per data file in order."))
     val_split_ratio: float = field(default=0.0, metadata=_help(
@@ -80,13 +80,18 @@ class RecDataConfig(DataConfig):
         "Space of the dataset's label boxes: absolute (pixels) or norm1000 (0-1000).", choices=[ABSOLUTE, NORM1000]))
     question_template: str = field(default=REC_QUESTION_TEMPLATE, metadata=_help(
         "The prompt: {question} (or VLM-R1's {Question}) is replaced by the row's question."))
+    reward_method: Optional[str] = field(default=None, metadata=_help(
+        "The jsonl_accuracy reward's method for rows that name none in accu_reward_method (VLM-R1's --reward_method): "
+        "one for every data file, or ':'-joined, one per file in order; a data mapping may set its own. "
+        "mcq, yes_no, all_match or weighted_sum."))
 
 
 @dataclass
 class RewardConfig:
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"], metadata=_help(
-        "Rewards: iou, format (VLM-R1's), iou_lenient, format_lenient, or module:function / "
-        "path/to/file.py:function."))
+        "Rewards: iou, format (VLM-R1's), iou_lenient, format_lenient; for text answers mcq, yes_no, all_match, "
+        "format_answer, and jsonl_accuracy (each row by its accuracy method, as VLM-R1's grpo_jsonl.py); or "
+        "module:function / path/to/file.py:function."))
     iou_threshold: Optional[float] = field(default=None, metadata=_help(
         "Turns the IoU reward into a hit reward: 1.0 at or above the threshold, else 0.0."))
     answer_box_space: str = field(default="auto", metadata=_help(
