@@ -303,17 +303,20 @@ def test_each_row_s_accuracy_method_is_its_own_else_its_file_s_as_vlm_r1_resolve
 
 
 def test_a_row_whose_method_jsonl_accuracy_cannot_compute_is_named_before_training(tmp_path, images):
-    """VLM-R1's default is "default" (math-verify, not in vlmgrpo yet): a file without a method is refused row by
-    row when jsonl_accuracy is among the rewards, and not otherwise; a misspelt method is named at its line."""
+    """A file without a method takes VLM-R1's "default"; a row left to a method not in vlmgrpo yet, or a misspelt
+    one, is named at its line when jsonl_accuracy is among the rewards, and not otherwise."""
     data = write_jsonl(tmp_path / "d.jsonl", [conv_row(answer="<answer>B</answer>"),
                                               {**conv_row(answer="<answer>B</answer>"), "accu_reward_method": "mcp"}])
     checked = functools.partial(validate_row, require_box=False, check_method=True)
     with pytest.raises(DataError) as info:
-        load_data([str(data)], str(images), "absolute", validate=checked)
+        load_data([str(data)], str(images), "absolute", validate=checked, reward_method="od_ap")
+    methods = "default, mcq, yes_no, math, all_match, weighted_sum"
     assert info.value.problems == [
-        f"{data}:1: accu_reward_method 'default' is VLM-R1's but not in vlmgrpo yet (it needs math-verify and "
-        "Levenshtein); give the row, or its file's reward_method, one of: mcq, yes_no, all_match, weighted_sum",
-        f"{data}:2: accu_reward_method 'mcp' is not one of VLM-R1's; use one of: mcq, yes_no, all_match, weighted_sum"]
+        f"{data}:1: accu_reward_method 'od_ap' is VLM-R1's but not in vlmgrpo yet (it needs pycocotools); give the "
+        f"row, or its file's reward_method, one of: {methods}",
+        f"{data}:2: accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"]
     unchecked = load_data([str(data)], str(images), "absolute", validate=functools.partial(validate_row,
                                                                                            require_box=False))
     assert [s.reward_method for s in unchecked.samples] == ["default", "mcp"]
+    first = write_jsonl(tmp_path / "first.jsonl", [conv_row(answer="<answer>B</answer>")])
+    assert load_data([str(first)], str(images), "absolute", validate=checked).samples[0].reward_method == "default"

@@ -83,7 +83,7 @@ class RecDataConfig(DataConfig):
     reward_method: Optional[str] = field(default=None, metadata=_help(
         "The jsonl_accuracy reward's method for rows that name none in accu_reward_method (VLM-R1's --reward_method): "
         "one for every data file, or ':'-joined, one per file in order; a data mapping may set its own. "
-        "mcq, yes_no, all_match or weighted_sum."))
+        "default (VLM-R1's, when unset), math, mcq, yes_no, all_match or weighted_sum."))
 
 
 @dataclass
