@@ -23,7 +23,8 @@ OURS_WHERE_VLM_R1_RAISES = {"UnboundLocalError": 0.3 * 0.75, "JSONDecodeError": 
 def test_the_table_names_the_commit_its_values_come_from():
     assert "om-ai-lab/VLM-R1 at 90052f478646e38bc67363862f699b7afca6b337" in TABLE["source"]
     assert {row["method"] for row in TABLE["rows"]} == {"mcq", "yes_no", "all_match", "format_answer",
-                                                         "weighted_sum", "default", "math"}
+                                                         "weighted_sum", "default", "math", "map", "od_ap",
+                                                         "od_ap50", "odLength"}
 
 
 @pytest.mark.parametrize("row", [row for row in SCORED if row["method"] in ANSWER_REWARD_FUNCS],
@@ -42,20 +43,25 @@ def test_weighted_sum_gives_vlm_r1_s_value_to_the_bit_and_a_number_where_vlm_r1_
         assert weighted_sum_score(row["completion"], row["solution"]) == pytest.approx(expected, abs=0), row
 
 
-@pytest.mark.parametrize("row", [row for row in TABLE["rows"] if row["method"] in ("default", "math")],
+LIBRARY_METHODS = ("default", "math", "map", "od_ap", "od_ap50", "odLength")
+
+
+@pytest.mark.parametrize("row", [row for row in TABLE["rows"] if row["method"] in LIBRARY_METHODS],
                          ids=lambda row: f"{row['method']}:{row['completion'][:30]!r}")
-def test_default_and_math_give_vlm_r1_s_value_with_math_verify_and_levenshtein(row):
-    """The label as grpo_jsonl.py's solution column holds it (answer tags removed)."""
-    assert SCORES[row["method"]](row["completion"], vlm_r1_solution(row["solution"])) == row["reward"]
+def test_the_methods_on_math_verify_levenshtein_and_pycocotools_give_vlm_r1_s_value(row):
+    """The label as grpo_jsonl.py's solution column holds it (answer tags removed); 0.0 where VLM-R1 raises on a
+    label it cannot read."""
+    expected = row["reward"] if "reward" in row else 0.0
+    assert SCORES[row["method"]](row["completion"], vlm_r1_solution(row["solution"])) == expected
 
 
 def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_its_tags():
     """One batch, four methods: each row gets its method's number, from the label as grpo_jsonl.py passes it (answer
     tags removed: "<answer>a cat</answer> on a mat" is the label "a cat on a mat")."""
-    methods = ("mcq", "yes_no", "all_match", "weighted_sum", "default", "math")
+    methods = ("mcq", "yes_no", "all_match", "weighted_sum", "default", "math", "map", "od_ap", "od_ap50", "odLength")
     chosen = [next(row for row in SCORED if row["method"] == method and row["reward"] not in (0.0, 1.0))
-              if method in ("weighted_sum", "default") else next(row for row in SCORED if row["method"] == method)
-              for method in methods]
+              if method in ("weighted_sum", "default", "map", "od_ap", "odLength")
+              else next(row for row in SCORED if row["method"] == method) for method in methods]
     completions = [[{"role": "assistant", "content": row["completion"]}] for row in chosen]
     got = jsonl_accuracy(prompts=[None] * len(chosen), completions=completions,
                          answer=[row["solution"] for row in chosen], accu_reward_method=list(methods))
@@ -66,12 +72,11 @@ def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_i
 
 
 def test_a_method_vlmgrpo_does_not_compute_yet_or_a_misspelt_one_is_named():
-    assert method_problem("weighted_sum") is None and method_problem("default") is None
-    assert "not in vlmgrpo yet (it needs pycocotools)" in method_problem("od_ap")
-    assert "give the row, or its file's reward_method, one of: default, mcq, yes_no, math, all_match, weighted_sum" \
-        in method_problem("llm")
-    assert method_problem("mcp") == ("accu_reward_method 'mcp' is not one of VLM-R1's; use one of: default, mcq, "
-                                     "yes_no, math, all_match, weighted_sum")
+    methods = "default, mcq, yes_no, math, map, weighted_sum, od_ap, od_ap50, odLength, all_match"
+    assert all(method_problem(method) is None for method in methods.split(", "))
+    assert method_problem("llm") == ("accu_reward_method 'llm' is VLM-R1's but not in vlmgrpo yet (it needs a judge "
+                                     f"model); give the row, or its file's reward_method, one of: {methods}")
+    assert method_problem("mcp") == f"accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"
 
 
 def test_a_choice_named_among_others_is_found_by_its_words():
@@ -92,13 +97,14 @@ def test_they_are_built_in_rewards_by_name_and_a_near_miss_says_so():
 def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, tmp_path):
     """Two real GRPO steps on the tiny model: rows whose answer is a letter, a yes, a number or a JSON list of boxes,
     no REC box anywhere; mcq scores them all, jsonl_accuracy each by its method (the file's mcq, or the row's own:
-    math-verify and Levenshtein run in training), and format_answer; the box rewards' check does not apply."""
+    math-verify, Levenshtein and pycocotools run in training), and format_answer; the box rewards' check does not
+    apply."""
     rows = tmp_path / "mixed.jsonl"
     images = sorted(Path(tiny["image_root"]).glob("*.png"))[:4]
     boxes = '```json\n[{"bbox_2d": [4, 4, 20, 20], "label": "rectangle"}]\n```'
     answers = [("<answer>A</answer>", None), ("<answer>B</answer>", None), ("<answer>yes</answer>", "yes_no"),
                (f"<answer>{boxes}</answer>", "weighted_sum"), ("<answer>4</answer>", "math"),
-               ("<answer>a red rectangle</answer>", "default")]
+               ("<answer>a red rectangle</answer>", "default"), (f"<answer>{boxes}</answer>", "od_ap")]
     with rows.open("w") as out:
         for image, (answer, method) in zip(images + images, answers):
             question = "<image>What colour is the rectangle? A. yellow B. blue C. red"

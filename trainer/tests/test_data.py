@@ -309,10 +309,10 @@ def test_a_row_whose_method_jsonl_accuracy_cannot_compute_is_named_before_traini
                                               {**conv_row(answer="<answer>B</answer>"), "accu_reward_method": "mcp"}])
     checked = functools.partial(validate_row, require_box=False, check_method=True)
     with pytest.raises(DataError) as info:
-        load_data([str(data)], str(images), "absolute", validate=checked, reward_method="od_ap")
-    methods = "default, mcq, yes_no, math, all_match, weighted_sum"
+        load_data([str(data)], str(images), "absolute", validate=checked, reward_method="llm")
+    methods = "default, mcq, yes_no, math, map, weighted_sum, od_ap, od_ap50, odLength, all_match"
     assert info.value.problems == [
-        f"{data}:1: accu_reward_method 'od_ap' is VLM-R1's but not in vlmgrpo yet (it needs pycocotools); give the "
+        f"{data}:1: accu_reward_method 'llm' is VLM-R1's but not in vlmgrpo yet (it needs a judge model); give the "
         f"row, or its file's reward_method, one of: {methods}",
         f"{data}:2: accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"]
     unchecked = load_data([str(data)], str(images), "absolute", validate=functools.partial(validate_row,

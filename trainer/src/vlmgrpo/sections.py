@@ -82,8 +82,8 @@ class RecDataConfig(DataConfig):
         "The prompt: {question} (or VLM-R1's {Question}) is replaced by the row's question."))
     reward_method: Optional[str] = field(default=None, metadata=_help(
         "The jsonl_accuracy reward's method for rows that name none in accu_reward_method (VLM-R1's --reward_method): "
-        "one for every data file, or ':'-joined, one per file in order; a data mapping may set its own. "
-        "default (VLM-R1's, when unset), math, mcq, yes_no, all_match or weighted_sum."))
+        "one for every data file, or ':'-joined, one per file in order; a data mapping may set its own. default "
+        "(VLM-R1's, when unset), math, mcq, yes_no, all_match, weighted_sum, map, od_ap, od_ap50, odLength."))
 
 
 @dataclass
