@@ -72,11 +72,37 @@ def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_i
 
 
 def test_a_method_vlmgrpo_does_not_compute_yet_or_a_misspelt_one_is_named():
-    methods = "default, mcq, yes_no, math, map, weighted_sum, od_ap, od_ap50, odLength, all_match"
+    methods = "default, mcq, yes_no, math, map, weighted_sum, od_ap, od_ap50, odLength, all_match, llm"
     assert all(method_problem(method) is None for method in methods.split(", "))
-    assert method_problem("llm") == ("accu_reward_method 'llm' is VLM-R1's but not in vlmgrpo yet (it needs a judge "
-                                     f"model); give the row, or its file's reward_method, one of: {methods}")
     assert method_problem("mcp") == f"accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"
+
+
+@pytest.mark.slow
+def test_rows_judged_by_llm_need_a_judge_that_answers_before_any_weights_load(tmp_path):
+    """--dry-run: no judge named, then one whose port nobody listens on: exit 2, one line each, nothing loaded."""
+    import socket
+
+    data = tmp_path / "judged.jsonl"
+    data.write_text(json.dumps({"conversations": [{"from": "human", "value": "2+2?"},
+                                                  {"from": "gpt", "value": "<answer>4</answer>"}],
+                                "accu_reward_method": "llm"}) + "\n")
+    model = tmp_path / "model"  # checked for config.json and readability, never loaded
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    (model / "model.safetensors").write_bytes(b"not weights")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nobody listens there
+    common = ("train", "--model", model, "--data", data, "--output", tmp_path / "out", "--dry-run",
+              "--set", "reward_funcs=[jsonl_accuracy]")
+    unset = vlmgrpo(*common)
+    assert unset.returncode == 2 and "Traceback" not in unset.stderr
+    assert unset.stderr.strip().endswith("key 'judge_url': rows are scored by the llm method (accu_reward_method): set "
+                                         "judge_url and judge_model to the judge's OpenAI-compatible endpoint")
+    closed = vlmgrpo(*common, "--set", f"judge_url=http://127.0.0.1:{port}/v1", "--set", "judge_model=judge")
+    assert closed.returncode == 2 and "Traceback" not in closed.stderr and len(closed.stderr.strip().splitlines()) == 1
+    assert f"key 'judge_url': the judge at http://127.0.0.1:{port}/v1 did not answer GET /models (APIConnectionError" \
+        in closed.stderr
 
 
 def test_a_choice_named_among_others_is_found_by_its_words():

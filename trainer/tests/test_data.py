@@ -302,19 +302,20 @@ def test_each_row_s_accuracy_method_is_its_own_else_its_file_s_as_vlm_r1_resolve
                                    "file, in the same order (as VLM-R1's --reward_method)"]
 
 
-def test_a_row_whose_method_jsonl_accuracy_cannot_compute_is_named_before_training(tmp_path, images):
-    """A file without a method takes VLM-R1's "default"; a row left to a method not in vlmgrpo yet, or a misspelt
-    one, is named at its line when jsonl_accuracy is among the rewards, and not otherwise."""
+def test_a_misspelt_method_is_named_at_its_row_before_training(tmp_path, images):
+    """A file without a method takes VLM-R1's "default"; a misspelt method is named at its line when jsonl_accuracy
+    is among the rewards, and not otherwise."""
     data = write_jsonl(tmp_path / "d.jsonl", [conv_row(answer="<answer>B</answer>"),
                                               {**conv_row(answer="<answer>B</answer>"), "accu_reward_method": "mcp"}])
     checked = functools.partial(validate_row, require_box=False, check_method=True)
     with pytest.raises(DataError) as info:
-        load_data([str(data)], str(images), "absolute", validate=checked, reward_method="llm")
-    methods = "default, mcq, yes_no, math, map, weighted_sum, od_ap, od_ap50, odLength, all_match"
-    assert info.value.problems == [
-        f"{data}:1: accu_reward_method 'llm' is VLM-R1's but not in vlmgrpo yet (it needs a judge model); give the "
-        f"row, or its file's reward_method, one of: {methods}",
-        f"{data}:2: accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"]
+        load_data([str(data)], str(images), "absolute", validate=checked, reward_method="default:x")
+    assert info.value.problems == ["reward_method lists 2 ':'-joined values for 1 data file(s); give one per data "
+                                   "file, in the same order (as VLM-R1's --reward_method)"]
+    with pytest.raises(DataError) as info:
+        load_data([str(data)], str(images), "absolute", validate=checked, reward_method="mcq")
+    methods = "default, mcq, yes_no, math, map, weighted_sum, od_ap, od_ap50, odLength, all_match, llm"
+    assert info.value.problems == [f"{data}:2: accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"]
     unchecked = load_data([str(data)], str(images), "absolute", validate=functools.partial(validate_row,
                                                                                            require_box=False))
     assert [s.reward_method for s in unchecked.samples] == ["default", "mcp"]

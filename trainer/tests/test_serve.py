@@ -181,6 +181,33 @@ def test_the_official_client_gets_answers_and_errors_from_a_real_server(server, 
 
 
 @pytest.mark.slow
+def test_vlmgrpo_serve_of_a_model_is_the_llm_method_s_judge(server, monkeypatch, caplog):
+    """The llm accuracy method against this real server as its judge: checked (the model listed, the key read from
+    the variable the config names), then asked with VLM-R1's prompt. The tiny model answers no number, so each row is
+    scored by VLM-R1's fallback, exact match, with a warning that says so: a real answer, not a failed call."""
+    import logging
+
+    from vlmgrpo.judge import Judge, _verdict
+
+    _, port, _ = server
+    judge = Judge(f"http://127.0.0.1:{port}/v1", "rec-tiny", "VLMGRPO_TEST_JUDGE_KEY", timeout_s=120)
+    with pytest.raises(ConfigError, match="did not answer GET /models \\(AuthenticationError"):
+        judge.check("config")  # no key in the variable yet: 401
+    monkeypatch.setenv("VLMGRPO_TEST_JUDGE_KEY", API_KEY)
+    judge.check("config")
+    with pytest.raises(ConfigError, match="serves rec-tiny, not 'gpt-4o'"):
+        Judge(judge.url, "gpt-4o", judge.api_key_env).check("config")
+    score, why = _verdict(judge.client(), "rec-tiny", "4", "4")
+    assert why == "" or why.startswith("the judge said "), why  # the model answered
+    with caplog.at_level(logging.WARNING, logger="vlmgrpo"):
+        scores = judge.scores(["<think>..</think><answer>4</answer>", "<answer>5</answer>"],
+                              ["4", "<answer>4</answer>"])
+    if why:
+        assert scores == [1.0, 0.0]
+        assert "judge rec-tiny: 2 of 2 answers scored by exact match instead (the judge said" in caplog.text
+
+
+@pytest.mark.slow
 def test_a_prompt_over_the_context_a_half_sent_body_and_a_client_that_hangs_up(server, tiny):
     """Each refused or dropped by the front, and the server answers the next request."""
     import socket

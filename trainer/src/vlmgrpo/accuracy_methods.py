@@ -3,38 +3,36 @@ own `accu_reward_method`, else its data file's `reward_method` (the config's ':'
 --reward_method), else "default". The methods give VLM-R1's numbers (answer_rewards.py, detection_rewards.py,
 math_rewards.py, od_rewards.py).
 
-VLM-R1 names eleven methods. `llm`, which needs a judge model, is not in vlmgrpo yet: a row left to it is refused with
-the rows, before any weights load, naming the row and what to use instead.
+VLM-R1 names eleven methods; `llm` asks a judge model (judge.py), which is checked before any weights load.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .answer_rewards import ALL_MATCH, MCQ, YES_NO, all_match_score, completion_text, mcq_score, yes_no_score
 from .detection_rewards import weighted_sum_score
 from .math_rewards import default_score, math_score
+from .errors import ConfigError
 from .od_rewards import map_score, od_ap50_score, od_length_score, od_score
+
+if TYPE_CHECKING:
+    from .judge import Judge
 
 JSONL_ACCURACY = "jsonl_accuracy"
 DEFAULT_METHOD = "default"
-WEIGHTED_SUM, MATH = "weighted_sum", "math"
+WEIGHTED_SUM, MATH, LLM = "weighted_sum", "math", "llm"
 SCORES = {DEFAULT_METHOD: default_score, MCQ: mcq_score, YES_NO: yes_no_score, MATH: math_score,
           "map": map_score, WEIGHTED_SUM: weighted_sum_score, "od_ap": od_score, "od_ap50": od_ap50_score,
           "odLength": od_length_score, ALL_MATCH: all_match_score}
-# VLM-R1's methods vlmgrpo does not compute yet, and what each needs.
-NOT_YET = {"llm": "a judge model"}
+METHODS = (*SCORES, LLM)  # every method VLM-R1's grpo_jsonl.py names
 
 
 def method_problem(method: object) -> Optional[str]:
     """Why a row cannot be scored by this method, or None."""
-    if method in SCORES:
+    if method in METHODS:
         return None
-    available = ", ".join(SCORES)
-    if method in NOT_YET:
-        return (f"accu_reward_method {method!r} is VLM-R1's but not in vlmgrpo yet (it needs {NOT_YET[method]}); "
-                f"give the row, or its file's reward_method, one of: {available}")
-    return f"accu_reward_method {method!r} is not one of VLM-R1's; use one of: {available}"
+    return f"accu_reward_method {method!r} is not one of VLM-R1's; use one of: {', '.join(METHODS)}"
 
 
 def vlm_r1_solution(answer: object) -> str:
@@ -44,9 +42,24 @@ def vlm_r1_solution(answer: object) -> str:
     return answer.replace("<answer>", "").replace("</answer>", "").strip()
 
 
-def jsonl_accuracy(prompts, completions, answer, accu_reward_method, **kwargs) -> list[float]:
-    return [SCORES[method](completion_text(completion), vlm_r1_solution(label))
-            for completion, label, method in zip(completions, answer, accu_reward_method)]
+def make_jsonl_accuracy(judge: Optional["Judge"] = None):
+    """The reward; the llm rows of each call are judged together, judge.concurrency at a time."""
+    def jsonl_accuracy(prompts, completions, answer, accu_reward_method, **kwargs) -> list[float]:
+        texts = [completion_text(completion) for completion in completions]
+        labels = [vlm_r1_solution(label) for label in answer]
+        scores = [SCORES[method](text, label) if method != LLM else 0.0
+                  for text, label, method in zip(texts, labels, accu_reward_method)]
+        judged = [index for index, method in enumerate(accu_reward_method) if method == LLM]
+        if judged and judge is None:
+            raise ConfigError("rows are scored by the llm method: set judge_url and judge_model")
+        if judged:
+            verdicts = judge.scores([texts[i] for i in judged], [labels[i] for i in judged])
+            for index, score in zip(judged, verdicts):
+                scores[index] = score
+        return scores
+
+    jsonl_accuracy.__name__ = JSONL_ACCURACY  # TRL logs rewards under the function's name
+    return jsonl_accuracy
 
 
-jsonl_accuracy.__name__ = JSONL_ACCURACY  # TRL logs rewards under the function's name
+jsonl_accuracy = make_jsonl_accuracy()

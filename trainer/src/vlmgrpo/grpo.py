@@ -159,6 +159,7 @@ class GrpoRecipe(Recipe):
         from .callbacks import ZeroRewardWatchdog
         from .model import answer_box_space, load_model, load_processor, peft_config, resize_function
         from .rec_data import to_hf_dataset
+        from .judge import Judge
         from .rewards import BOX_REWARDS, build_rewards
 
         processor = load_processor(config.model)
@@ -167,7 +168,7 @@ class GrpoRecipe(Recipe):
         log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
         template = config.data.question_template
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
-                                config.reward.iou_threshold)
+                                config.reward.iou_threshold, Judge.from_config(config.reward))
         if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(

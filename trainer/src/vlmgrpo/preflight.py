@@ -22,6 +22,7 @@ from .data import LoadedData, RowValidator, load_data
 from .errors import ConfigError, LaunchError
 from .launch import resolve_deepspeed, under_torchrun
 from .rec_data import validate_row
+from .accuracy_methods import LLM
 from .rewards import BOX_REWARDS, JSONL_ACCURACY, check_reward_names
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
@@ -227,8 +228,23 @@ def load_checked_data(config: TrainConfig) -> LoadedData:
     if weights is not None and len(weights) != len(names):
         raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
                           f"{len(names)} reward_funcs {names}")
-    return load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names),
+    data = load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names),
                                                check_method=JSONL_ACCURACY in names))
+    if JSONL_ACCURACY in names and any(row.reward_method == LLM for row in data.samples + data.validation):
+        check_judge(config)
+    return data
+
+
+def check_judge(config: TrainConfig) -> None:
+    """Rows scored by the llm method need a judge that answers now, not a reward of 0 at step 1."""
+    from .judge import Judge
+
+    judge = Judge.from_config(config.reward)
+    if judge is None:
+        raise ConfigError(f"{config.where('judge_url')}: key 'judge_url': rows are scored by the llm method "
+                          "(accu_reward_method): set judge_url and judge_model to the judge's OpenAI-compatible "
+                          "endpoint")
+    judge.check(config.where("judge_url"))
 
 
 def check_evaluation(config: TrainConfig) -> None:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from .accuracy_methods import JSONL_ACCURACY, jsonl_accuracy
+from .accuracy_methods import JSONL_ACCURACY, make_jsonl_accuracy
 from .answer_rewards import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
 from .boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
 from .errors import ConfigError
@@ -142,13 +142,15 @@ def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
     return custom
 
 
-def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float]):
+def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float],
+                  judge=None):
+    """judge: the llm method's (judge.Judge), for jsonl_accuracy."""
     factories = {
         IOU: lambda: make_iou_reward(answer_space, resize, threshold),
         IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),
         FORMAT: lambda: format_reward,
         FORMAT_LENIENT: lambda: format_lenient_reward,
-        JSONL_ACCURACY: lambda: jsonl_accuracy,
+        JSONL_ACCURACY: lambda: make_jsonl_accuracy(judge),
     }
     factories.update({name: (lambda function=function: function) for name, function in ANSWER_REWARD_FUNCS.items()})
     custom = check_reward_names(names, "config")

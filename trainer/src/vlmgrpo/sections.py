@@ -101,6 +101,17 @@ class RewardConfig:
         "Warn when a reward stays 0, or every group has zero reward std, for this many consecutive logged steps."))
     dump_completions: bool = field(default=False, metadata=_help(
         "Append every sampled completion with its rewards to OUTPUT/completions.jsonl."))
+    judge_url: Optional[str] = field(default=None, metadata=_help(
+        "jsonl_accuracy's llm method: the judge's OpenAI-compatible endpoint (http://HOST:PORT/v1: vLLM, transformers "
+        "serve, vlmgrpo serve), checked before any weights load."))
+    judge_model: Optional[str] = field(default=None, metadata=_help("The model the judge endpoint serves."))
+    judge_api_key_env: str = field(default="OPENAI_API_KEY", metadata=_help(
+        "The environment variable that holds the judge endpoint's API key."))
+    judge_timeout: float = field(default=30.0, metadata=_help("Seconds one judge call may take."))
+    judge_max_retries: int = field(default=2, metadata=_help("Retries of a judge call that failed."))
+    judge_concurrency: int = field(default=8, metadata=_help("Judge calls in flight at once."))
+    judge_max_tokens: int = field(default=16, metadata=_help(
+        "Tokens the judge may answer with (its verdict is a number such as 1.0)."))
 
 
 @dataclass
