@@ -40,7 +40,8 @@ def test_weighted_sum_gives_vlm_r1_s_value_to_the_bit_and_a_number_where_vlm_r1_
     assert len(rows) > 30
     for row in rows:
         expected = row["reward"] if "reward" in row else OURS_WHERE_VLM_R1_RAISES[row["vlm_r1_raises"]]
-        assert weighted_sum_score(row["completion"], row["solution"]) == pytest.approx(expected, abs=0), row
+        assert weighted_sum_score(row["completion"], vlm_r1_solution(row["solution"])) == pytest.approx(expected,
+                                                                                                        abs=0), row
 
 
 LIBRARY_METHODS = ("default", "math", "map", "od_ap", "od_ap50", "odLength")
@@ -49,7 +50,7 @@ LIBRARY_METHODS = ("default", "math", "map", "od_ap", "od_ap50", "odLength")
 @pytest.mark.parametrize("row", [row for row in TABLE["rows"] if row["method"] in LIBRARY_METHODS],
                          ids=lambda row: f"{row['method']}:{row['completion'][:30]!r}")
 def test_the_methods_on_math_verify_levenshtein_and_pycocotools_give_vlm_r1_s_value(row):
-    """The label as grpo_jsonl.py's solution column holds it (answer tags removed); 0.0 where VLM-R1 raises on a
+    """The label as grpo_jsonl.py's solution column holds it (vlm_r1_solution); 0.0 where VLM-R1 raises on a
     label it cannot read."""
     expected = row["reward"] if "reward" in row else 0.0
     assert SCORES[row["method"]](row["completion"], vlm_r1_solution(row["solution"])) == expected
@@ -57,7 +58,7 @@ def test_the_methods_on_math_verify_levenshtein_and_pycocotools_give_vlm_r1_s_va
 
 def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_its_tags():
     """One batch, four methods: each row gets its method's number, from the label as grpo_jsonl.py passes it (answer
-    tags removed: "<answer>a cat</answer> on a mat" is the label "a cat on a mat")."""
+    tags removed, then wrapped again: "<answer>a cat</answer> on a mat" is "<answer> a cat on a mat </answer>")."""
     methods = ("mcq", "yes_no", "all_match", "weighted_sum", "default", "math", "map", "od_ap", "od_ap50", "odLength")
     chosen = [next(row for row in SCORED if row["method"] == method and row["reward"] not in (0.0, 1.0))
               if method in ("weighted_sum", "default", "map", "od_ap", "odLength")

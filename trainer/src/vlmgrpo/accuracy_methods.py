@@ -36,10 +36,10 @@ def method_problem(method: object) -> Optional[str]:
 
 
 def vlm_r1_solution(answer: object) -> str:
-    """The label as grpo_jsonl.py hands it to a method: the gpt turn with its answer tags removed, stripped."""
-    if not isinstance(answer, str):
-        return str(answer)
-    return answer.replace("<answer>", "").replace("</answer>", "").strip()
+    """The label as grpo_jsonl.py hands it to a method: the gpt turn with its answer tags removed and stripped, then
+    wrapped in "<answer> " and " </answer>" again (make_conversation_from_jsonl)."""
+    text = answer.replace("<answer>", "").replace("</answer>", "").strip() if isinstance(answer, str) else str(answer)
+    return f"<answer> {text} </answer>"
 
 
 def make_jsonl_accuracy(judge: Optional["Judge"] = None):

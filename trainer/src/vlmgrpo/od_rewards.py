@@ -8,10 +8,8 @@ scored as one synthetic 2048 x 2048 image, each label a category, every answered
 - `odLength`: od_ap times gt/answered when the answer has more boxes than the label.
 
 They give VLM-R1's number wherever it gives one (tests/data/vlm_r1_answer_rewards.json). Where it raises instead
-they give 0.0 (a label list that is not JSON, a label box without a label or a readable box). VLM-R1's od_reward reads
-the label's own <answer> block, which grpo_jsonl.py has removed from its solution column, so there od_ap, od_ap50 and
-odLength raise on every answered row; here the label without tags is that block (the table's od rows hold the value
-of VLM-R1's od_reward given the label in its tags).
+they give 0.0 (a label list that is not JSON, a label box without a label or a readable box). The od methods read the
+label's <answer> block (grpo_jsonl.py's solution column always has one), or the whole label when it has none.
 """
 
 from __future__ import annotations
