@@ -122,10 +122,10 @@ def test_they_are_built_in_rewards_by_name_and_a_near_miss_says_so():
 
 @pytest.mark.slow
 def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, tmp_path):
-    """Two real GRPO steps on the tiny model: rows whose answer is a letter, a yes, a number or a JSON list of boxes,
-    no REC box anywhere; mcq scores them all, jsonl_accuracy each by its method (the file's mcq, or the row's own:
-    math-verify, Levenshtein and pycocotools run in training), and format_answer; the box rewards' check does not
-    apply."""
+    """Four real GRPO steps on the tiny model, one pass over eight rows: answers that are a letter, a yes, a number, a
+    phrase or a JSON list of boxes, and a two-image row (VLM-R1's GUI task), no REC box anywhere. mcq scores them
+    all, jsonl_accuracy each by its method (the file's mcq, or the row's own: math-verify, Levenshtein and
+    pycocotools run in training), and format_answer; the box rewards' check does not apply."""
     rows = tmp_path / "mixed.jsonl"
     images = sorted(Path(tiny["image_root"]).glob("*.png"))[:4]
     boxes = '```json\n[{"bbox_2d": [4, 4, 20, 20], "label": "rectangle"}]\n```'
@@ -138,15 +138,20 @@ def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, 
             row = {"image": image.name, "conversations": [{"from": "human", "value": question},
                                                           {"from": "gpt", "value": answer}]}
             out.write(json.dumps({**row, **({"accu_reward_method": method} if method else {})}) + "\n")
+        # VLM-R1's GUI task: two screenshots, one <image> each, answered yes or no (run_grpo_gui.sh: all_match)
+        out.write(json.dumps({"image": [images[0].name, images[1].name], "accu_reward_method": "all_match",
+                              "conversations": [{"from": "human", "value": "<image><image>Do the two screens differ?"},
+                                                {"from": "gpt", "value": "<answer>yes</answer>"}]}) + "\n")
     output = tmp_path / "out"
     vlmgrpo("train", "--model", tiny["model"], "--data", rows, "--image-root", tiny["image_root"], "--output", output,
-            "--num-generations", "2", "--batch-size", "2", "--max-completion-length", "8", "--max-steps", "2",
+            "--num-generations", "2", "--batch-size", "2", "--max-completion-length", "8", "--max-steps", "4",
             "--save-steps", "100", "--set", "reward_funcs=[mcq, jsonl_accuracy, format_answer]",
             "--set", "reward_method=mcq", "--set", "dump_completions=true",
             "--set", "question_template={Question} Answer with the letter in <answer> </answer> tags.", check=True)
     metrics = read_jsonl(output / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert set(metrics[-1]["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"}
     assert all(0.0 <= value <= 1.0 for m in metrics for value in m["rewards"].values())
     dumped = read_jsonl(output / "completions.jsonl")
-    assert dumped and all(set(row["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"} for row in dumped)
+    assert all(set(row["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"} for row in dumped)
+    assert {row["row"] for row in dumped} == {f"{rows}:{line}" for line in range(1, 9)}  # every row, two images too
