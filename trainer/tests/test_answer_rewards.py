@@ -3,9 +3,11 @@ vlm_r1_answer_rewards.json was computed by running VLM-R1's functions (the commi
 real GRPO run on multiple-choice rows with no box, scored by them."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import read_jsonl, vlmgrpo
 from vlmgrpo.accuracy_methods import SCORES, jsonl_accuracy, method_problem, vlm_r1_solution
@@ -155,3 +157,25 @@ def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, 
     dumped = read_jsonl(output / "completions.jsonl")
     assert all(set(row["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"} for row in dumped)
     assert {row["row"] for row in dumped} == {f"{rows}:{line}" for line in range(1, 9)}  # every row, two images too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task, method", [("ovd", "od_ap"), ("math", "math"), ("mcq", "mcq"), ("gui", "all_match")])
+def test_each_task_example_trains_two_steps_on_make_tiny_s_rows(task, method, tiny, tmp_path):
+    """examples/<task>_tiny.yaml as a user runs it, next to make-tiny's output (its paths are relative to the file):
+    two GRPO steps on the task's rows, each scored by the file's method through jsonl_accuracy."""
+    from conftest import REPO
+
+    work = tmp_path / "examples"
+    work.mkdir()
+    shutil.copy(REPO / "examples" / f"{task}_tiny.yaml", work)
+    (work / "tiny").symlink_to(Path(tiny["model"]).parent)  # make-tiny's OUT: model/ and data/ (tasks/ inside)
+    rows = read_jsonl(Path(tiny["image_root"]).parent / "tasks" / f"{task}.jsonl")
+    assert len(rows) == 8 and all(len(row["conversations"]) == 2 for row in rows)
+    output = tmp_path / "out"
+    result = vlmgrpo("train", "--config", work / f"{task}_tiny.yaml", "--output", output, "--max-steps", "2",
+                     "--set", "dump_completions=true", check=True)
+    assert "step 2/2" in result.stdout and "jsonl_accuracy=" in result.stdout
+    assert yaml.safe_load((work / f"{task}_tiny.yaml").read_text())["reward_method"] == method
+    dumped = read_jsonl(output / "completions.jsonl")
+    assert dumped and all(0.0 <= row["rewards"]["jsonl_accuracy"] <= 1.0 for row in dumped)

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from .template import REC_QUESTION_TEMPLATE, fill_template
+from .tiny_tasks import write_task_rows
 
 # Qwen2-VL's special tokens; ids follow the training order, so the model config reads them from the tokenizer.
 SPECIAL_TOKENS = [
@@ -242,7 +243,7 @@ def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> 
     out_dir = Path(out_dir)
     image_dir = out_dir / "images"
     image_dir.mkdir(parents=True, exist_ok=True)
-    lines, sft_lines = [], []
+    lines, sft_lines, rectangles = [], [], []
     for index in range(rows):
         width, height = rng.choice([56, 84, 112]), rng.choice([56, 84, 112])
         x1, y1 = rng.randint(0, width // 2), rng.randint(0, height // 2)
@@ -252,6 +253,7 @@ def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> 
         ImageDraw.Draw(image).rectangle([x1, y1, x2 - 1, y2 - 1], fill=COLORS[color])
         name = f"{index:04d}.png"
         image.save(image_dir / name)
+        rectangles.append((name, color, [x1, y1, x2, y2]))
         box = json.dumps({"bbox_2d": [x1, y1, x2, y2]})
         question = QUESTION.format(color=color)
         lines.append({"id": index, "image": name, "conversations": [
@@ -263,6 +265,7 @@ def make_images_and_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> 
     data_file = out_dir / "rec.jsonl"
     write_jsonl(data_file, lines)
     write_jsonl(out_dir / "rec_sft.jsonl", sft_lines)
+    write_task_rows(out_dir, rectangles, list(COLORS))  # VLM-R1's other tasks on the same images
     return data_file
 
 
@@ -298,7 +301,8 @@ def make_chat_rows(out_dir: str | Path, rows: int = 16, seed: int = 0) -> dict[s
 
 def make_tiny(out_dir: str | Path, rows: int = 16, seed: int = 0, family: str = "qwen2_5_vl") -> dict[str, str]:
     """Model in OUT/model; for a vision-language family images in OUT/data/images and rows in OUT/data/rec.jsonl (and
-    as SFT answers in rec_sft.jsonl), for a text-only one chat rows in OUT/data/{messages,sharegpt,alpaca}.jsonl."""
+    as SFT answers in rec_sft.jsonl, and for VLM-R1's other tasks in OUT/data/tasks/{ovd,math,mcq,gui}.jsonl), for a
+    text-only one chat rows in OUT/data/{messages,sharegpt,alpaca}.jsonl."""
     out_dir = Path(out_dir)
     model_dir = make_model(out_dir / "model", seed=seed, family=family)
     if family in TEXT_FAMILIES:
