@@ -110,6 +110,42 @@ def test_bad_input_is_one_error_before_any_weight_loads(tiny, labelled, tmp_path
     assert result.returncode == 2 and "--max-samples 0" in result.stderr
 
 
+def _boxes(*boxes) -> str:
+    return "```json\n" + json.dumps([{"bbox_2d": box, "label": "square"} for box in boxes]) + "\n```"
+
+
+def test_eval_of_task_rows_gives_each_file_s_mean_score_by_its_method(tiny, tmp_path):
+    """jsonl_accuracy among the rewards: a detection file scored by od_ap (COCO AP over IoU 0.50:0.95, computed here
+    from each answer's IoU with the one labelled box) and a multiple-choice file by mcq, per file and overall."""
+    Image.new("RGB", (100, 100), "white").save(tmp_path / "white.png")
+    def row(index, answer, method):
+        return json.dumps({"id": index, "image": "white.png", "accu_reward_method": method, "conversations": [
+            {"from": "human", "value": "<image>Find the square."}, {"from": "gpt", "value": answer}]}) + "\n"
+    detection, choice = tmp_path / "ovd.jsonl", tmp_path / "mcq.jsonl"
+    detection.write_text("".join(row(f"d{i}", _boxes(TRUTH), "od_ap") for i in range(3)))
+    choice.write_text("".join(row(f"c{i}", "B", "mcq") for i in range(2)))
+    # IoU with TRUTH: 1.0, 0.62 (matched at the thresholds 0.50, 0.55, 0.60 of ten), and no box at all
+    answers = {"d0": f"<answer>{_boxes(TRUTH)}</answer>", "d1": f"<answer>{_boxes([0, 0, 100, 62])}</answer>",
+               "d2": "<answer>nothing here</answer>", "c0": "<answer>B</answer>", "c1": "<answer>C</answer>"}
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text("".join(json.dumps({"id": key, "completion": text}) + "\n" for key, text in answers.items()))
+    thresholds = [0.5 + 0.05 * i for i in range(10)]
+    expected_ap = [1.0, sum(t <= 0.62 for t in thresholds) / 10, 0.0]
+    assert expected_ap[1] == 0.3
+    output = tmp_path / "out"
+    result = in_process("eval", "--model", tiny["model"], "--data", detection, "--data", choice, "--image-root",
+                        tmp_path, "--output", output, "--completions", completions,
+                        "--set", "reward_funcs=[jsonl_accuracy]", check=True)
+    summary = json.loads((output / "eval.json").read_text())
+    assert summary["per_file"][str(detection)]["accuracy"] == pytest.approx(sum(expected_ap) / 3)
+    assert summary["per_file"][str(detection)]["methods"] == ["od_ap"]
+    assert summary["per_file"][str(choice)]["accuracy"] == 0.5
+    assert summary["accuracy"] == pytest.approx((sum(expected_ap) + 1.0) / 5) and summary["correct"] == 2
+    predictions = read_jsonl(output / "predictions.jsonl")
+    assert [(p["id"], p["method"]) for p in predictions][:2] == [("d0", "od_ap"), ("d1", "od_ap")]
+    assert predictions[1]["score"] == pytest.approx(0.3) and json.loads(result.stdout)["total"] == 5
+
+
 @pytest.mark.slow
 def test_eval_generates_with_a_base_model_batched_as_one_by_one(tiny, tmp_path):
     common = ["eval", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],

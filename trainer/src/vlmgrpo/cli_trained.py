@@ -38,7 +38,8 @@ from .serve_requests import Limits
 def eval_command(config_path: Optional[str], output: str, max_samples: Optional[int], eval_batch_size: int,
                  max_new_tokens: Optional[int], completions_path: Optional[str], dry_run: bool, **options) -> None:
     """REC accuracy as VLM-R1 reports it: the share of answers whose first box has IoU >= 0.5 with the ground truth,
-    per data file and overall. Writes OUTPUT/eval.json and OUTPUT/predictions.jsonl."""
+    per data file and overall. With jsonl_accuracy among the config's rewards, VLM-R1's other tasks: each row scored
+    by its accuracy method, the mean per data file and overall. Writes OUTPUT/eval.json and OUTPUT/predictions.jsonl."""
     from .config import load_config
     from .evaluate import EvalSettings, evaluate
     from .preflight import check_model_source, load_checked_data
@@ -49,8 +50,9 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
             if value is not None and value < 1:
                 raise ConfigError(f"{name} {value}: give a whole number of at least 1")
         overrides = collect_overrides(options)
-        overrides.setdefault("reward_funcs", ["iou"])  # every row needs a box to be scored against
         config = load_config(config_path, overrides, RECIPES["train"])
+        if "jsonl_accuracy" not in config.reward.reward_funcs:  # REC: every row needs a box to be scored against
+            config = load_config(config_path, {"reward_funcs": ["iou"], **overrides}, RECIPES["train"])
         check_model_source(config)
         data = load_checked_data(config)
         if dry_run:
@@ -58,8 +60,9 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
             return
         tokens = max_new_tokens or config.trl.get("max_completion_length") or 256
         summary = evaluate(config, data, EvalSettings(output, max_samples, eval_batch_size, tokens, completions_path))
-        click.echo(json.dumps({key: summary[key] for key in ("accuracy", "correct", "total", "no_box")}
-                              | {"per_file": {path: found["accuracy"] for path, found in summary["per_file"].items()}}))
+        shown = {key: summary[key] for key in ("accuracy", "correct", "total", "no_box") if key in summary}
+        click.echo(json.dumps(shown | {"per_file": {path: found["accuracy"]
+                                                    for path, found in summary["per_file"].items()}}))
     except UserError as error:
         fail(error)
 

@@ -17,7 +17,7 @@ from . import atomic
 from .config import TrainConfig
 from .data import LoadedData
 from .rec_data import Sample, implicit_image_prefix, prompt_messages
-from .rec_eval import Prediction, data_file, judge, summarise
+from .rec_eval import data_file, judge, summarise
 from .template import fill_template
 
 log = logging.getLogger("vlmgrpo")
@@ -86,8 +86,11 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings,
 
 
 def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> dict:
+    from .judge import Judge
     from .model import answer_space_and_resize, is_vision_language, load_processing_class
+    from .rewards import JSONL_ACCURACY
     from .score import read_completions
+    from .task_eval import judge_tasks, summarise_tasks
 
     samples = first_rows(data.samples, settings.max_samples)
     vision = is_vision_language(config.model.model_name_or_path)
@@ -97,21 +100,27 @@ def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> d
         samples, texts = [samples[index] for _, _, index in given], [text for _, text, _ in given]
     else:
         texts = list(generate(config, samples, settings, processor, vision))
-    space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path,
-                                            processor)
-    predictions = [judge(sample, text, space, resize) for sample, text in zip(samples, texts)]
     described = {"model": config.model.model_name_or_path, "adapter": config.model.adapter_name_or_path,
-                 "answer_box_space": space, "max_samples_per_file": settings.max_samples,
-                 "completions": settings.completions, "question_template": config.data.question_template}
+                 "max_samples_per_file": settings.max_samples, "completions": settings.completions,
+                 "question_template": config.data.question_template}
     if not settings.completions:
         described.update(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
                          do_sample=bool(config.trl.get("do_sample", False)))
-    summary = summarise(samples, predictions, described)
+    if JSONL_ACCURACY in config.reward.reward_funcs:  # VLM-R1's other tasks: each row by its accuracy method
+        predictions = judge_tasks(samples, texts, Judge.from_config(config.reward))
+        summary = summarise_tasks(predictions, described)
+        write_results(settings.output, summary, predictions)
+        return summary
+    space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path,
+                                            processor)
+    predictions = [judge(sample, text, space, resize) for sample, text in zip(samples, texts)]
+    summary = summarise(samples, predictions, {**described, "answer_box_space": space})
     write_results(settings.output, summary, predictions)
     return summary
 
 
-def write_results(output: str, summary: dict, predictions: list[Prediction]) -> None:
+def write_results(output: str, summary: dict, predictions: list) -> None:
+    """predictions: rec_eval.Prediction or task_eval.TaskPrediction, each with as_json()."""
     os.makedirs(output, exist_ok=True)
     atomic.write_text(os.path.join(output, "predictions.jsonl"),
                   "".join(json.dumps(p.as_json()) + "\n" for p in predictions))
