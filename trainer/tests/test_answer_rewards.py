@@ -26,7 +26,7 @@ def test_the_table_names_the_commit_its_values_come_from():
     assert "om-ai-lab/VLM-R1 at 90052f478646e38bc67363862f699b7afca6b337" in TABLE["source"]
     assert {row["method"] for row in TABLE["rows"]} == {"mcq", "yes_no", "all_match", "format_answer",
                                                          "weighted_sum", "default", "math", "map", "od_ap",
-                                                         "od_ap50", "odLength"}
+                                                         "od_ap50", "odLength", "length", "repetition"}
 
 
 @pytest.mark.parametrize("row", [row for row in SCORED if row["method"] in ANSWER_REWARD_FUNCS],
@@ -56,6 +56,26 @@ def test_the_methods_on_math_verify_levenshtein_and_pycocotools_give_vlm_r1_s_va
     label it cannot read."""
     expected = row["reward"] if "reward" in row else 0.0
     assert SCORES[row["method"]](row["completion"], vlm_r1_solution(row["solution"])) == expected
+
+
+def test_length_and_repetition_give_vlm_r1_s_value():
+    """The table counts one token per character (tokens); the reward encodes the completion with the model's
+    tokenizer, as VLM-R1 does."""
+    from vlmgrpo.shaping_rewards import length_score, make_length_reward, repetition_reward
+
+    rows = [row for row in TABLE["rows"] if row["method"] in ("length", "repetition")]
+    assert {row["method"] for row in rows} == {"length", "repetition"} and all("reward" in row for row in rows)
+    for row in rows:
+        got = length_score(row["tokens"]) if row["method"] == "length" else \
+            repetition_reward(prompts=[None], completions=[[{"role": "assistant", "content": row["completion"]}]])[0]
+        assert got == row["reward"], row
+
+    class Characters:
+        @staticmethod
+        def encode(text):
+            return list(text)
+    length = make_length_reward(Characters)
+    assert length.__name__ == "length" and length(prompts=[None], completions=["x" * 1024]) == [0.5]
 
 
 def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_its_tags():
@@ -127,7 +147,8 @@ def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, 
     """Four real GRPO steps on the tiny model, one pass over eight rows: answers that are a letter, a yes, a number, a
     phrase or a JSON list of boxes, and a two-image row (VLM-R1's GUI task), no REC box anywhere. mcq scores them
     all, jsonl_accuracy each by its method (the file's mcq, or the row's own: math-verify, Levenshtein and
-    pycocotools run in training), and format_answer; the box rewards' check does not apply."""
+    pycocotools run in training), format_answer, and VLM-R1's length and repetition shaping; the box rewards' check
+    does not apply."""
     rows = tmp_path / "mixed.jsonl"
     images = sorted(Path(tiny["image_root"]).glob("*.png"))[:4]
     boxes = '```json\n[{"bbox_2d": [4, 4, 20, 20], "label": "rectangle"}]\n```'
@@ -147,15 +168,17 @@ def test_grpo_trains_on_text_and_detection_rows_each_scored_by_its_method(tiny, 
     output = tmp_path / "out"
     vlmgrpo("train", "--model", tiny["model"], "--data", rows, "--image-root", tiny["image_root"], "--output", output,
             "--num-generations", "2", "--batch-size", "2", "--max-completion-length", "8", "--max-steps", "4",
-            "--save-steps", "100", "--set", "reward_funcs=[mcq, jsonl_accuracy, format_answer]",
+            "--save-steps", "100", "--set", "reward_funcs=[mcq, jsonl_accuracy, format_answer, length, repetition]",
             "--set", "reward_method=mcq", "--set", "dump_completions=true",
             "--set", "question_template={Question} Answer with the letter in <answer> </answer> tags.", check=True)
     metrics = read_jsonl(output / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert set(metrics[-1]["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"}
+    names = {"mcq", "jsonl_accuracy", "format_answer", "length", "repetition"}
+    assert set(metrics[-1]["rewards"]) == names
     assert all(0.0 <= value <= 1.0 for m in metrics for value in m["rewards"].values())
     dumped = read_jsonl(output / "completions.jsonl")
-    assert all(set(row["rewards"]) == {"mcq", "jsonl_accuracy", "format_answer"} for row in dumped)
+    assert all(set(row["rewards"]) == names for row in dumped)
+    assert all(0.5 <= row["rewards"]["length"] <= 1.0 for row in dumped)  # 8 tokens at most: near 1.0
     assert {row["row"] for row in dumped} == {f"{rows}:{line}" for line in range(1, 9)}  # every row, two images too
 
 

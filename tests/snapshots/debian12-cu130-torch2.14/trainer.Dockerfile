@@ -1,6 +1,6 @@
 # imagegen trainer layer for debian12-cu130-torch2.14: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:7602cde265046df2
+FROM imagegen-layer/framework:f7bf35d10b5e573e
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

@@ -168,7 +168,8 @@ class GrpoRecipe(Recipe):
         log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
         template = config.data.question_template
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
-                                config.reward.iou_threshold, Judge.from_config(config.reward))
+                                config.reward.iou_threshold, Judge.from_config(config.reward),
+                                getattr(processor, "tokenizer", processor))
         if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(

@@ -17,6 +17,7 @@ from .accuracy_methods import JSONL_ACCURACY, make_jsonl_accuracy
 from .answer_rewards import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
 from .boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
 from .errors import ConfigError
+from .shaping_rewards import LENGTH, REPETITION, make_length_reward, repetition_reward
 
 RewardFunc = Callable[..., list]
 ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> processor input (width, height)
@@ -26,7 +27,7 @@ ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> process
 IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "format_lenient"
 # VLM-R1's rewards for text answers (answer_rewards.py): mcq, yes_no, all_match and format_answer; and its
 # grpo_jsonl.py accuracy, each row scored by its own method (accuracy_methods.py).
-BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS, JSONL_ACCURACY)
+BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS, JSONL_ACCURACY, LENGTH, REPETITION)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
 REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
 # REC accuracy (VLM-R1's evaluation): 1 when the answered box has IoU >= 0.5 with the label. `train` adds it with
@@ -143,14 +144,16 @@ def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
 
 
 def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float],
-                  judge=None):
-    """judge: the llm method's (judge.Judge), for jsonl_accuracy."""
+                  judge=None, tokenizer=None):
+    """judge: the llm method's (judge.Judge), for jsonl_accuracy; tokenizer: the model's, for length."""
     factories = {
         IOU: lambda: make_iou_reward(answer_space, resize, threshold),
         IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),
         FORMAT: lambda: format_reward,
         FORMAT_LENIENT: lambda: format_lenient_reward,
         JSONL_ACCURACY: lambda: make_jsonl_accuracy(judge),
+        LENGTH: lambda: make_length_reward(tokenizer),
+        REPETITION: lambda: repetition_reward,
     }
     factories.update({name: (lambda function=function: function) for name, function in ANSWER_REWARD_FUNCS.items()})
     custom = check_reward_names(names, "config")

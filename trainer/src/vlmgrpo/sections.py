@@ -90,8 +90,8 @@ class RecDataConfig(DataConfig):
 class RewardConfig:
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"], metadata=_help(
         "Rewards: iou, format (VLM-R1's), iou_lenient, format_lenient; for text answers mcq, yes_no, all_match, "
-        "format_answer, and jsonl_accuracy (each row by its accuracy method, as VLM-R1's grpo_jsonl.py); or "
-        "module:function / path/to/file.py:function."))
+        "format_answer, and jsonl_accuracy (each row by its accuracy method, as VLM-R1's grpo_jsonl.py); its shaping "
+        "length and repetition; or module:function / path/to/file.py:function."))
     iou_threshold: Optional[float] = field(default=None, metadata=_help(
         "Turns the IoU reward into a hit reward: 1.0 at or above the threshold, else 0.0."))
     answer_box_space: str = field(default="auto", metadata=_help(
