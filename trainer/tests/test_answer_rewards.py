@@ -78,6 +78,22 @@ def test_length_and_repetition_give_vlm_r1_s_value():
     assert length.__name__ == "length" and length(prompts=[None], completions=["x" * 1024]) == [0.5]
 
 
+def test_task_type_picks_vlm_r1_s_question_template_unless_one_is_given(tmp_path):
+    from vlmgrpo.commands import RECIPES
+    from vlmgrpo.config import load_config
+    from vlmgrpo.template import REC_QUESTION_TEMPLATE, TASK_DEFAULT_TEMPLATE
+
+    def template(**overrides):
+        return load_config(None, overrides, RECIPES["train"]).data.question_template
+    assert template() == REC_QUESTION_TEMPLATE  # the REC recipe's, as before
+    assert template(task_type="gui") == template(task_type="default") == TASK_DEFAULT_TEMPLATE
+    assert template(task_type="odLength").startswith("First thinks about") and \
+        template(task_type="odLength").endswith("</answer>\n{question}")
+    assert template(task_type="ic", question_template="{question}?") == "{question}?"  # given: it stands
+    with pytest.raises(ConfigError, match="key 'task_type': 'ovd' is not one of: rec, ic, odLength, default, gui"):
+        template(task_type="ovd")
+
+
 def test_jsonl_accuracy_scores_each_row_by_its_own_method_on_the_label_without_its_tags():
     """One batch, four methods: each row gets its method's number, from the label as grpo_jsonl.py passes it (answer
     tags removed, then wrapped again: "<answer>a cat</answer> on a mat" is "<answer> a cat on a mat </answer>")."""

@@ -25,6 +25,7 @@ import yaml
 from .config_checks import check_choices, check_question_template, check_ranges
 from .errors import ConfigError
 from .sections import DataConfig, ModelConfig, RecDataConfig, RewardConfig, RunConfig
+from .template import task_template
 from .values import check_value
 
 # Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
@@ -247,6 +248,8 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
     check_choices(config)
     check_ranges(config)
     if isinstance(config.data, RecDataConfig):
+        if config.data.task_type and "question_template" not in origins:
+            config.data.question_template = task_template(config.data.task_type)
         check_question_template(config)
     return config
 

@@ -17,7 +17,7 @@ def check_choices(config) -> None:
         for f in dataclasses.fields(section):
             allowed = f.metadata.get("choices")
             value = getattr(section, f.name)
-            if allowed and value not in allowed:
+            if allowed and value is not None and value not in allowed:  # None: an optional key left unset
                 raise ConfigError(f"{config.where(f.name)}: key '{f.name}': {value!r} is not one of: "
                                   f"{', '.join(allowed)}")
 

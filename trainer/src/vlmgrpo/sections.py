@@ -13,7 +13,7 @@ from typing import Any, Optional
 import trl
 
 from .boxes import ABSOLUTE, NORM1000, RESIZED
-from .template import REC_QUESTION_TEMPLATE
+from .template import REC_QUESTION_TEMPLATE, TASK_TYPES
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -80,6 +80,9 @@ class RecDataConfig(DataConfig):
         "Space of the dataset's label boxes: absolute (pixels) or norm1000 (0-1000).", choices=[ABSOLUTE, NORM1000]))
     question_template: str = field(default=REC_QUESTION_TEMPLATE, metadata=_help(
         "The prompt: {question} (or VLM-R1's {Question}) is replaced by the row's question."))
+    task_type: Optional[str] = field(default=None, metadata=_help(
+        "VLM-R1's --task_type: the question_template of its Qwen module for the task (rec, ic, odLength; default and "
+        "gui get its default template), unless question_template is set.", choices=list(TASK_TYPES)))
     reward_method: Optional[str] = field(default=None, metadata=_help(
         "The jsonl_accuracy reward's method for rows that name none in accu_reward_method (VLM-R1's --reward_method): "
         "one for every data file, or ':'-joined, one per file in order; a data mapping may set its own. default "
