@@ -218,3 +218,24 @@ def test_each_task_example_trains_two_steps_on_make_tiny_s_rows(task, method, ti
     assert yaml.safe_load((work / f"{task}_tiny.yaml").read_text())["reward_method"] == method
     dumped = read_jsonl(output / "completions.jsonl")
     assert dumped and all(0.0 <= row["rewards"]["jsonl_accuracy"] <= 1.0 for row in dumped)
+
+
+@pytest.mark.slow
+def test_two_image_rows_train_on_internvl_too(tmp_path):
+    """VLM-R1's GUI rows (two images, one <image> each) on InternVL, whose processor tiles each image: two GRPO
+    steps, every row's two images checked before the weights load."""
+    from vlmgrpo.tiny import make_tiny
+
+    tiny = make_tiny(tmp_path / "tiny", rows=4, family="internvl")
+    rows = Path(tiny["image_root"]).parent / "tasks" / "gui.jsonl"
+    assert all(len(row["image"]) == 2 for row in read_jsonl(rows))
+    result = vlmgrpo("train", "--model", tiny["model"], "--data", rows, "--image-root", tiny["image_root"], "--output",
+                     tmp_path / "out", "--num-generations", "2", "--batch-size", "2", "--max-completion-length", "8",
+                     "--max-steps", "2", "--save-steps", "100", "--set", "reward_funcs=[jsonl_accuracy, format_answer]",
+                     "--set", "reward_method=all_match", "--set", "task_type=gui", check=True)
+    assert "step 2/2" in result.stdout
+    broken = tmp_path / "broken.jsonl"  # one <image> for two images: refused at its line, no weights loaded
+    broken.write_text(rows.read_text().splitlines()[0].replace("<image><image>", "<image>") + "\n")
+    refused = vlmgrpo("train", "--model", tiny["model"], "--data", broken, "--image-root", tiny["image_root"],
+                      "--output", tmp_path / "out2", "--dry-run", "--set", "reward_funcs=[jsonl_accuracy]")
+    assert refused.returncode == 2 and f"{broken}:1: 1 <image> placeholder(s) for 2 image(s)" in refused.stderr
