@@ -212,9 +212,15 @@ def test_each_task_example_trains_two_steps_on_make_tiny_s_rows(task, method, ti
     rows = read_jsonl(Path(tiny["image_root"]).parent / "tasks" / f"{task}.jsonl")
     assert len(rows) == 8 and all(len(row["conversations"]) == 2 for row in rows)
     output = tmp_path / "out"
+    # mcq also holds out a quarter of its rows: the task's metric on them is logged as REC accuracy is
+    held_out = ("--set", "val_split_ratio=0.25", "--set", "eval_steps=2") if task == "mcq" else ()
     result = vlmgrpo("train", "--config", work / f"{task}_tiny.yaml", "--output", output, "--max-steps", "2",
-                     "--set", "dump_completions=true", check=True)
+                     "--set", "dump_completions=true", *held_out, check=True)
     assert "step 2/2" in result.stdout and "jsonl_accuracy=" in result.stdout
+    if held_out:
+        evaluation = [m for m in read_jsonl(output / "metrics.jsonl") if m.get("eval_rewards")][-1]
+        assert set(evaluation["eval_rewards"]) == {"jsonl_accuracy", "format_answer"}
+        assert 0.0 <= evaluation["eval_rewards"]["jsonl_accuracy"] <= 1.0
     assert yaml.safe_load((work / f"{task}_tiny.yaml").read_text())["reward_method"] == method
     dumped = read_jsonl(output / "completions.jsonl")
     assert dumped and all(0.0 <= row["rewards"]["jsonl_accuracy"] <= 1.0 for row in dumped)
