@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import read_jsonl, vlmgrpo
+from conftest import in_process, read_jsonl, vlmgrpo
 from vlmgrpo.accuracy_methods import SCORES, jsonl_accuracy, method_problem, vlm_r1_solution
 from vlmgrpo.answer_rewards import ANSWER_REWARD_FUNCS, choice_of
 from vlmgrpo.detection_rewards import weighted_sum_score
@@ -116,9 +116,10 @@ def test_a_method_vlmgrpo_does_not_compute_yet_or_a_misspelt_one_is_named():
     assert method_problem("mcp") == f"accu_reward_method 'mcp' is not one of VLM-R1's; use one of: {methods}"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 16 s alone, most of it the first import of torch and TRL
 def test_rows_judged_by_llm_need_a_judge_that_answers_before_any_weights_load(tmp_path):
-    """--dry-run: no judge named, then one whose port nobody listens on: exit 2, one line each, nothing loaded."""
+    """--dry-run: no judge named, then one whose port nobody listens on: exit 2, one line each, nothing loaded (in
+    this process: the line is the point; a real process's one-line errors are tested in test_preflight)."""
     import socket
 
     data = tmp_path / "judged.jsonl"
@@ -134,11 +135,11 @@ def test_rows_judged_by_llm_need_a_judge_that_answers_before_any_weights_load(tm
         port = probe.getsockname()[1]  # closed again: nobody listens there
     common = ("train", "--model", model, "--data", data, "--output", tmp_path / "out", "--dry-run",
               "--set", "reward_funcs=[jsonl_accuracy]")
-    unset = vlmgrpo(*common)
+    unset = in_process(*common)
     assert unset.returncode == 2 and "Traceback" not in unset.stderr
     assert unset.stderr.strip().endswith("key 'judge_url': rows are scored by the llm method (accu_reward_method): set "
                                          "judge_url and judge_model to the judge's OpenAI-compatible endpoint")
-    closed = vlmgrpo(*common, "--set", f"judge_url=http://127.0.0.1:{port}/v1", "--set", "judge_model=judge")
+    closed = in_process(*common, "--set", f"judge_url=http://127.0.0.1:{port}/v1", "--set", "judge_model=judge")
     assert closed.returncode == 2 and "Traceback" not in closed.stderr and len(closed.stderr.strip().splitlines()) == 1
     assert f"key 'judge_url': the judge at http://127.0.0.1:{port}/v1 did not answer GET /models (APIConnectionError" \
         in closed.stderr
