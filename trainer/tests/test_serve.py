@@ -208,6 +208,30 @@ def test_vlmgrpo_serve_of_a_model_is_the_llm_method_s_judge(server, monkeypatch,
 
 
 @pytest.mark.slow
+def test_grpo_steps_on_rows_judged_by_llm_ask_this_server(server, tiny, tmp_path):
+    """Two GRPO steps whose rows are scored by the llm method, the judge being this real server: the preflight
+    reaches it, every completion is judged through it (no call fails: a failed one would be named in a warning), and
+    the reward is logged."""
+    from conftest import read_jsonl, vlmgrpo
+
+    _, port, _ = server
+    rows = tmp_path / "judged.jsonl"
+    rows.write_text("".join(json.dumps({**row, "accu_reward_method": "llm"}) + "\n"
+                            for row in read_jsonl(tiny["data"])[:2]))
+    output = tmp_path / "out"
+    result = vlmgrpo("train", "--model", tiny["model"], "--data", rows, "--image-root", tiny["image_root"],
+                     "--output", output, "--num-generations", "2", "--batch-size", "2", "--max-completion-length", "8",
+                     "--max-steps", "2", "--save-steps", "100", "--set", "reward_funcs=[jsonl_accuracy]",
+                     "--set", f"judge_url=http://127.0.0.1:{port}/v1", "--set", "judge_model=rec-tiny",
+                     "--set", "judge_api_key_env=VLMGRPO_TEST_JUDGE_KEY",
+                     env={**ENV, "VLMGRPO_TEST_JUDGE_KEY": API_KEY}, check=True)
+    assert "step 2/2" in result.stdout
+    assert "Error" not in "".join(line for line in result.stderr.splitlines() if "judge rec-tiny" in line)
+    metrics = read_jsonl(output / "metrics.jsonl")
+    assert all(0.0 <= m["rewards"]["jsonl_accuracy"] <= 1.0 for m in metrics)
+
+
+@pytest.mark.slow
 def test_a_prompt_over_the_context_a_half_sent_body_and_a_client_that_hangs_up(server, tiny):
     """Each refused or dropped by the front, and the server answers the next request."""
     import socket
