@@ -13,7 +13,7 @@ MCQ, YES_NO, ALL_MATCH, FORMAT_ANSWER = "mcq", "yes_no", "all_match", "format_an
 ANSWER_REWARDS = (MCQ, YES_NO, ALL_MATCH, FORMAT_ANSWER)
 
 _TAGGED = re.compile(r"<answer>(.*?)</answer>")  # a label's answer block: one line, as VLM-R1 reads labels
-_TAGGED_ANY_LINES = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # a completion's, over several lines
+ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # a completion's, over several lines
 # A choice: one capital letter with no letter before it, then punctuation or the end of the text.
 _CHOICE = re.compile(r"(?<![A-Z])([A-Z])(?=[\.\,\?\!\:\;]|$)")
 # Words near a choice that make it the likelier answer when a text names several (VLM-R1's list, Chinese included).
@@ -36,14 +36,21 @@ def completion_text(completion) -> str:
     return "".join(parts)
 
 
-def _label_answer(label: str) -> str:
+def label_answer(label: str) -> str:
+    """The label's first answer block on one line, else the whole label; stripped (VLM-R1 reads labels so)."""
     found = _TAGGED.search(label)
     return found.group(1).strip() if found else label.strip()
 
 
 def _first_answer(text: str) -> str:
-    found = _TAGGED_ANY_LINES.search(text)
+    found = ANSWER_BLOCK.search(text)
     return found.group(1).strip() if found else text.strip()
+
+
+def last_answer(text: str) -> str:
+    """The completion's last answer block, over lines, else the whole text; stripped."""
+    blocks = ANSWER_BLOCK.findall(text)
+    return blocks[-1].strip() if blocks else text.strip()
 
 
 def choice_of(text: str) -> Optional[str]:
@@ -65,7 +72,7 @@ def choice_of(text: str) -> Optional[str]:
 def mcq_score(completion: str, label: str) -> float:
     """1.0 when the completion's answer names the label's choice. A label naming no letter is compared whole, tags and
     all, which no extracted letter equals: 0.0 (VLM-R1)."""
-    wanted = choice_of(_label_answer(label))
+    wanted = choice_of(label_answer(label))
     answered = choice_of(_first_answer(completion))
     return 1.0 if answered and answered == (wanted or label.strip()) else 0.0
 
@@ -76,13 +83,13 @@ def yes_no_score(completion: str, label: str) -> float:
     def said(text: str) -> str:
         found = _YES_OR_NO.search(text)
         return found.group(1) if found else ""
-    return 1.0 if said(_first_answer(completion.lower())) == said(_label_answer(label.lower())) else 0.0
+    return 1.0 if said(_first_answer(completion.lower())) == said(label_answer(label.lower())) else 0.0
 
 
 def normalized(text: str) -> str:
     """The last answer block (or the whole text), line breaks joined with a space unless one is there already,
     without outer spaces and trailing dots, in lower case (VLM-R1's clean_text)."""
-    blocks = _TAGGED_ANY_LINES.findall(text)
+    blocks = ANSWER_BLOCK.findall(text)
     if blocks:
         text = blocks[-1]
     for brk in ("\n", "\r"):

@@ -16,14 +16,14 @@ from typing import Any
 
 from .answer_rewards import normalized
 
-_JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)
+JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)  # a list of labelled boxes, as VLM-R1's detection rows hold it
 IOU_THRESHOLD, POSITION_WEIGHT, LABEL_WEIGHT, COMPLETENESS_WEIGHT = 0.5, 0.7, 0.0, 0.3
 
 
 def _boxes(text: str, *, strict: bool) -> list:
     """The items of the first ```json block of the (normalized) text; none when there is no block. An answer whose
     block is not JSON has none (VLM-R1); a label's raises there, and scores 0.0 here (strict: None)."""
-    found = _JSON_BLOCK.search(normalized(text))
+    found = JSON_BLOCK.search(normalized(text))
     if not found or not found.group(1).strip():  # an empty block holds no boxes
         return []
     try:

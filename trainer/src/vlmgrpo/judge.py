@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .answer_rewards import label_answer, last_answer
 from .errors import ConfigError
 
 log = logging.getLogger("vlmgrpo")
@@ -28,8 +28,6 @@ INSTRUCTION = ("You are a evaluation expert. First, analyze the student's respon
                "extracted answer matches the correct solution in meaning, or '0.0' if the student's response does "
                "not contain a clear or correct answer. No other output is allowed.")
 QUESTION = "Student's response: {answer}\nCorrect solution: {label}\nOutput only 1.0 or 0.0:"
-_LABEL_ANSWER = re.compile(r"<answer>(.*?)</answer>")
-_ANSWER_BLOCKS = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ class Judge:
                               f"not {self.model!r}")
 
     def scores(self, completions: list[str], labels: list[str]) -> list[float]:
-        pairs = [(_answer_of(completion), _label_of(label)) for completion, label in zip(completions, labels)]
+        pairs = [(last_answer(completion), label_answer(label)) for completion, label in zip(completions, labels)]
         client = self.client()
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             verdicts = list(pool.map(lambda pair: _verdict(client, self.model, *pair, self.max_tokens), pairs))
@@ -82,16 +80,6 @@ class Judge:
             log.warning("judge %s: %d of %d answers scored by exact match instead (%s)", self.model, len(fallen),
                         len(pairs), fallen[0])
         return [score for score, _ in verdicts]
-
-
-def _label_of(label: str) -> str:
-    found = _LABEL_ANSWER.search(label)
-    return found.group(1).strip() if found else label.strip()
-
-
-def _answer_of(completion: str) -> str:
-    blocks = _ANSWER_BLOCKS.findall(completion)
-    return blocks[-1].strip() if blocks else completion.strip()
 
 
 def _verdict(client, model: str, answer: str, label: str, max_tokens: int = 16) -> tuple[float, str]:

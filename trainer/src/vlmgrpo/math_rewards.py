@@ -16,10 +16,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from .answer_rewards import choice_of, normalized
+from .answer_rewards import choice_of, label_answer, last_answer, normalized
 
-_LABEL_ANSWER = re.compile(r"<answer>(.*?)</answer>")  # the label's first block, on one line (as VLM-R1 reads it)
-_ANSWER_BLOCKS = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _DIGIT = re.compile(r"\d")
 
 
@@ -48,10 +46,7 @@ def _similarity(answer: str, label: str) -> float:
 
 
 def default_score(completion: str, label: str) -> float:
-    found = _LABEL_ANSWER.search(label)
-    wanted = found.group(1).strip() if found else label.strip()
-    blocks = _ANSWER_BLOCKS.findall(completion)
-    answer = blocks[-1].strip() if blocks else completion.strip()
+    wanted, answer = label_answer(label), last_answer(completion)
     if _verified(answer, wanted):
         return 1.0
     if _DIGIT.search(wanted):

@@ -17,11 +17,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import re
 from typing import Any
 
-_JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+from .answer_rewards import ANSWER_BLOCK
+from .detection_rewards import JSON_BLOCK
+
 CANVAS = 2048  # VLM-R1 scores every row as one image of this size
 AP, AP50 = 0, 1  # COCOeval.stats: AP at IoU 0.50:0.95, AP at IoU 0.50
 
@@ -29,7 +29,7 @@ AP, AP50 = 0, 1  # COCOeval.stats: AP at IoU 0.50:0.95, AP at IoU 0.50
 def _items(text: str, *, strict: bool) -> list:
     """The items of the text's last ```json block (none without one, or when it is empty). An answer's block that
     is not a JSON list holds none; a label's raises (strict)."""
-    blocks = _JSON_BLOCK.findall(text)
+    blocks = JSON_BLOCK.findall(text)
     body = blocks[-1].strip() if blocks else ""
     if strict:
         return list(json.loads(body)) if body else []
@@ -94,11 +94,11 @@ def map_score(completion: str, label: str, stat: int = AP, length: bool = False)
 
 
 def od_score(completion: str, label: str, stat: int = AP, length: bool = False) -> float:
-    blocks = _ANSWER_BLOCK.findall(completion)
+    blocks = ANSWER_BLOCK.findall(completion)
     if not blocks:
         return 0.0
     answer = blocks[-1].strip()
-    found = _ANSWER_BLOCK.search(label)
+    found = ANSWER_BLOCK.search(label)
     wanted = found.group(1).strip() if found else label.strip()
     if wanted == "None" and answer == "None":
         return 1.0

@@ -60,8 +60,9 @@ def validate_row(record: Any, spec: DatasetSpec, line: int, sizes: dict[str, Any
         return None, [f"{where}: row is not a JSON object"]
     problems = []
     method = record.get("accu_reward_method", spec.reward_method or DEFAULT_METHOD)
-    if check_method and method_problem(method):
-        problems.append(method_problem(method))
+    wrong_method = method_problem(method) if check_method else None
+    if wrong_method:
+        problems.append(wrong_method)
     question, answer, placeholders_required, problem = _question_and_answer(record)
     if problem:
         problems.append(problem)

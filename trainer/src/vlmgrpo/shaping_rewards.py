@@ -18,9 +18,9 @@ import math
 import re
 
 from .answer_rewards import completion_text
+from .detection_rewards import JSON_BLOCK
 
 LENGTH, REPETITION = "length", "repetition"
-_JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)
 _ANY_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
 _BOX_LIST = re.compile(r'\[\s*{.*?"bbox_2d".*?"label".*?}\s*\]', re.DOTALL)
 COSINE_TOKENS, WORDS = 1024, 6
@@ -40,7 +40,7 @@ def make_length_reward(tokenizer):
 
 
 def _box_text(text: str):
-    found = _JSON_BLOCK.search(text)
+    found = JSON_BLOCK.search(text)
     if found:
         return found.group(1).strip()
     found = _ANY_BLOCK.search(text)
