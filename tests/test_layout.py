@@ -117,6 +117,22 @@ def test_no_import_cycle(root, package):
     assert not found, f"modules that import each other in a circle: {found}"
 
 
+# The trainer's subpackages that are leaves of its flow: what each may import of the rest of vlmgrpo. A reward is
+# scored from a completion and a row, so the rewards know nothing of the config, the data reader, the run or the model.
+TRAINER_LEAVES = {"vlmgrpo.rewards": {"vlmgrpo.boxes", "vlmgrpo.errors"}}
+
+
+@pytest.mark.parametrize("subpackage", sorted(TRAINER_LEAVES))
+def test_a_trainer_leaf_subpackage_imports_only_what_it_may(subpackage):
+    edges = graph(REPO / "trainer/src/vlmgrpo", "vlmgrpo")
+    allowed = TRAINER_LEAVES[subpackage]
+    outside = {f"{module} imports {target}" for module, targets in edges.items()
+               if module == subpackage or module.startswith(subpackage + ".")
+               for target in targets if not (target == subpackage or target.startswith(subpackage + "."))
+               and target not in allowed and target != "vlmgrpo"}
+    assert not outside, sorted(outside)
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []

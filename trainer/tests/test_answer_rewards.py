@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from conftest import in_process, read_jsonl, vlmgrpo
-from vlmgrpo.accuracy_methods import SCORES, jsonl_accuracy, method_problem, vlm_r1_solution
-from vlmgrpo.answer_rewards import ANSWER_REWARD_FUNCS, choice_of
-from vlmgrpo.detection_rewards import weighted_sum_score
+from vlmgrpo.rewards.accuracy import SCORES, jsonl_accuracy, method_problem, vlm_r1_solution
+from vlmgrpo.rewards.answer import ANSWER_REWARD_FUNCS, choice_of
+from vlmgrpo.rewards.detection import weighted_sum_score
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.rewards import build_rewards
 
@@ -61,7 +61,7 @@ def test_the_methods_on_math_verify_levenshtein_and_pycocotools_give_vlm_r1_s_va
 def test_length_and_repetition_give_vlm_r1_s_value():
     """The table counts one token per character (tokens); the reward encodes the completion with the model's
     tokenizer, as VLM-R1 does."""
-    from vlmgrpo.shaping_rewards import length_score, make_length_reward, repetition_reward
+    from vlmgrpo.rewards.shaping import length_score, make_length_reward, repetition_reward
 
     rows = [row for row in TABLE["rows"] if row["method"] in ("length", "repetition")]
     assert {row["method"] for row in rows} == {"length", "repetition"} and all("reward" in row for row in rows)

@@ -187,7 +187,7 @@ def test_vlmgrpo_serve_of_a_model_is_the_llm_method_s_judge(server, monkeypatch,
     scored by VLM-R1's fallback, exact match, with a warning that says so: a real answer, not a failed call."""
     import logging
 
-    from vlmgrpo.judge import Judge, _verdict
+    from vlmgrpo.rewards.judge import Judge, _verdict
 
     _, port, _ = server
     judge = Judge(f"http://127.0.0.1:{port}/v1", "rec-tiny", "VLMGRPO_TEST_JUDGE_KEY", timeout_s=120)

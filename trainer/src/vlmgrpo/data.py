@@ -36,7 +36,7 @@ class DatasetSpec:
     sampling: Optional[str] = None  # first:N, end:N, random:N, or N% instead of N
     box_space: str = ABSOLUTE
     declared_in: str = "config"
-    reward_method: Optional[str] = None  # the accuracy method of rows that name none (accuracy_methods.py)
+    reward_method: Optional[str] = None  # the accuracy method of rows that name none (rewards/accuracy.py)
 
 
 @dataclass

@@ -86,7 +86,7 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings,
 
 
 def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> dict:
-    from .judge import Judge
+    from .rewards.judge import Judge
     from .model import answer_space_and_resize, is_vision_language, load_processing_class
     from .rewards import JSONL_ACCURACY
     from .score import read_completions

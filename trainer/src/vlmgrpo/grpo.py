@@ -159,7 +159,7 @@ class GrpoRecipe(Recipe):
         from .callbacks import ZeroRewardWatchdog
         from .model import answer_box_space, load_model, load_processor, peft_config, resize_function
         from .rec_data import to_hf_dataset
-        from .judge import Judge
+        from .rewards.judge import Judge
         from .rewards import BOX_REWARDS, build_rewards
 
         processor = load_processor(config.model)

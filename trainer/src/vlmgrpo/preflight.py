@@ -22,7 +22,7 @@ from .data import LoadedData, RowValidator, load_data
 from .errors import ConfigError, LaunchError
 from .launch import resolve_deepspeed, under_torchrun
 from .rec_data import validate_row
-from .accuracy_methods import LLM
+from .rewards.accuracy import LLM
 from .rewards import BOX_REWARDS, JSONL_ACCURACY, check_reward_names
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
@@ -237,7 +237,7 @@ def load_checked_data(config: TrainConfig) -> LoadedData:
 
 def check_judge(config: TrainConfig) -> None:
     """Rows scored by the llm method need a judge that answers now, not a reward of 0 at step 1."""
-    from .judge import Judge
+    from .rewards.judge import Judge
 
     judge = Judge.from_config(config.reward)
     if judge is None:

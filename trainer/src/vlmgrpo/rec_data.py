@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .accuracy_methods import DEFAULT_METHOD, method_problem
+from .rewards.accuracy import DEFAULT_METHOD, method_problem
 from .boxes import Box, is_valid_box, parse_label, to_absolute
 from .data import PLACEHOLDER, DatasetSpec, content_parts, load_rgb, row_image_paths
 from .template import fill_template

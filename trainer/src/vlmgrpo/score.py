@@ -60,7 +60,7 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
 
 def score_completions(config: TrainConfig, data: LoadedData, completions_path: str) -> Iterator[dict]:
     from .model import answer_space_and_resize, load_processor
-    from .judge import Judge
+    from .rewards.judge import Judge
     from .rewards import build_rewards
 
     samples = data.samples + data.validation

@@ -1,5 +1,5 @@
 """`vlmgrpo eval` for VLM-R1's other tasks (a config whose rewards include jsonl_accuracy): each row scored by its
-accuracy method as training scores it (accuracy_methods.py: a 0/1 verdict for mcq, yes_no, all_match, math, default
+accuracy method as training scores it (rewards/accuracy.py: a 0/1 verdict for mcq, yes_no, all_match, math, default
 and llm, COCO AP for od_ap, od_ap50, map, odLength, the weighted score for weighted_sum), then the mean per data file
 and overall. Pure but for the judge: completions in, predictions and a summary out; evaluate.py writes them.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .accuracy_methods import make_jsonl_accuracy
+from .rewards.accuracy import make_jsonl_accuracy
 from .rec_data import Sample
 
 

@@ -1,7 +1,7 @@
 """VLM-R1 grpo_jsonl.py's accuracy reward, `jsonl_accuracy` here: each row is scored by its accuracy method, the row's
 own `accu_reward_method`, else its data file's `reward_method` (the config's ':'-joined list, one per file, as VLM-R1's
---reward_method), else "default". The methods give VLM-R1's numbers (answer_rewards.py, detection_rewards.py,
-math_rewards.py, od_rewards.py).
+--reward_method), else "default". The methods give VLM-R1's numbers (answer.py, detection.py,
+math_answers.py, coco_ap.py).
 
 VLM-R1 names eleven methods; `llm` asks a judge model (judge.py), which is checked before any weights load.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .answer_rewards import ALL_MATCH, MCQ, YES_NO, all_match_score, completion_text, mcq_score, yes_no_score
-from .detection_rewards import weighted_sum_score
-from .math_rewards import default_score, math_score
-from .errors import ConfigError
-from .od_rewards import map_score, od_ap50_score, od_length_score, od_score
+from .answer import ALL_MATCH, MCQ, YES_NO, all_match_score, completion_text, mcq_score, yes_no_score
+from .detection import weighted_sum_score
+from .math_answers import default_score, math_score
+from ..errors import ConfigError
+from .coco_ap import map_score, od_ap50_score, od_length_score, od_score
 
 if TYPE_CHECKING:
     from .judge import Judge

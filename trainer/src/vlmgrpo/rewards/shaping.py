@@ -17,8 +17,8 @@ import json
 import math
 import re
 
-from .answer_rewards import completion_text
-from .detection_rewards import JSON_BLOCK
+from .answer import completion_text
+from .detection import JSON_BLOCK
 
 LENGTH, REPETITION = "length", "repetition"
 _ANY_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)

@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from .accuracy_methods import JSONL_ACCURACY, make_jsonl_accuracy
-from .answer_rewards import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
-from .boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
-from .errors import ConfigError
-from .shaping_rewards import LENGTH, REPETITION, make_length_reward, repetition_reward
+from .accuracy import JSONL_ACCURACY, make_jsonl_accuracy
+from .answer import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
+from ..boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
+from ..errors import ConfigError
+from .shaping import LENGTH, REPETITION, make_length_reward, repetition_reward
 
 RewardFunc = Callable[..., list]
 ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> processor input (width, height)
@@ -25,8 +25,8 @@ ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> process
 # VLM-R1's REC rewards are the defaults; the *_lenient variants read any box anywhere (floats, negative numbers,
 # inner spaces, no <answer> block) and use the plain continuous IoU.
 IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "format_lenient"
-# VLM-R1's rewards for text answers (answer_rewards.py): mcq, yes_no, all_match and format_answer; and its
-# grpo_jsonl.py accuracy, each row scored by its own method (accuracy_methods.py).
+# VLM-R1's rewards for text answers (answer.py): mcq, yes_no, all_match and format_answer; and its
+# grpo_jsonl.py accuracy, each row scored by its own method (accuracy.py).
 BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS, JSONL_ACCURACY, LENGTH, REPETITION)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
 REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
