@@ -18,7 +18,8 @@ def test_the_cpu_image_builds_for_arm64_and_passes_every_check_emulation_can_run
                  "inside.torch", "inside.torch.cuda", "inside.cudnn", "inside.nccl", "inside.torchvision",
                  "inside.transformers", "inside.trainer", "tag.matches_inside", "command.train_help"):
         assert checks[name]["status"] == "pass", checks[name]
-    assert checks["inside.elf_machine"]["detail"].endswith("shared libraries in the environment are linux/arm64")
+    # debugpy's aarch64 wheel (JupyterLab's kernel) ships its x86-64 attach helper, named for its machine: counted
+    assert "shared libraries in the environment are linux/arm64" in checks["inside.elf_machine"]["detail"]
     for name in ("command.info", "gpu.runtime", "selftest"):
         assert checks[name]["status"] == "skip" and NATIVE_ONLY in checks[name]["detail"]
 

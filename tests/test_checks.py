@@ -108,13 +108,23 @@ def test_a_library_for_another_machine_in_its_target_folder_is_a_cross_compilati
     stub = "/opt/venv/site-packages/nvidia_cutlass_dsl/cu13/lib/stubs/aarch64-unknown-linux-gnu/libcute_dsl_runtime.so"
     check = inside_elf_machine.libraries_are_for("linux/amd64", {"62": ["/opt/venv/a.so"], "183": [stub]})
     assert check.status == "pass", check.detail
-    assert check.detail == ("all 1 shared libraries in the environment are linux/amd64 but 1 in folders for another "
+    assert check.detail == ("all 1 shared libraries in the environment are linux/amd64 but 1 named for another "
                             "target, as their wheels ship them")
     # the same file elsewhere, or an x86_64 library in an aarch64 folder, is still a mix-up
     for machines in ({"62": ["/a.so"], "183": ["/opt/venv/torch/lib/libcute_dsl_runtime.so"]},
                      {"183": ["/a.so"], "62": ["/opt/venv/stubs/aarch64-unknown-linux-gnu/x.so"]}):
         platform = "linux/amd64" if "62" in machines and machines["62"] == ["/a.so"] else "linux/arm64"
         assert inside_elf_machine.libraries_are_for(platform, machines).status == "fail", machines
+
+
+def test_a_library_whose_own_name_says_its_machine_is_picked_by_that_name_not_a_mix_up():
+    """debugpy's aarch64 wheel ships its x86-64 attach helper (seen in the cpu image's arm64 build with JupyterLab)."""
+    helper = ("/opt/venv/lib/python3.11/site-packages/debugpy/_vendored/pydevd/pydevd_attach_to_process/"
+              "attach_linux_amd64.so")
+    assert inside_elf_machine.libraries_are_for("linux/arm64", {"183": ["/a.so"], "62": [helper]}).status == "pass"
+    # a name that only contains the machine's letters, or names the image's own machine, is no such file
+    for path in ("/opt/venv/lib/libamd64tools.so", "/opt/venv/lib/attach_linux_arm64.so"):
+        assert inside_elf_machine.libraries_are_for("linux/arm64", {"183": ["/a.so"], "62": [path]}).status == "fail"
 
 
 def test_an_alias_that_holds_torch_in_its_name_is_not_read_as_a_version_tag():
