@@ -24,7 +24,8 @@ MATRIX_PATH = REPO / "matrix.yaml"  # the real one
 FIXTURE = Path(__file__).resolve().parent / "fixture"
 FIXTURE_MATRIX = FIXTURE / "matrix.yaml"
 FIXTURE_TRAINER = FIXTURE / "trainer"
-TRAINER = plan.Trainer("0.1.0")
+# The real matrix's jupyterlab row names the trainer's `lab` extra, which a trainer must have to plan it.
+TRAINER = plan.Trainer("0.1.0", extras={"lab": ()})
 
 
 def fixture_workspace(**kwargs) -> Workspace:

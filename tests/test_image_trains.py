@@ -96,7 +96,8 @@ def test_selftest_passes_inside_the_image(image_under_test):
     result = docker("run", "--rm", image_under_test["id"], "selftest", timeout=600)
     report = json.loads(result.stdout)
     assert report["failed"] == 0
-    assert {c["name"]: c["status"] for c in report["checks"]}["train.tiny_grpo"] == "pass"
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["train.tiny_grpo"] == statuses["lab.server"] == statuses["lab.kernel"] == "pass"
     infiniband = {c["name"]: c for c in report["checks"]}["net.infiniband"]  # the RDMA user space NCCL loads
     assert infiniband["status"] == "skip" and "libibverbs.so.1 loads" in infiniband["detail"]
 

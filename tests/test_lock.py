@@ -274,3 +274,16 @@ def test_a_hand_edited_lock_entry_is_refused_naming_it(tmp_path, change, says):
         assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
         assert "locks/cpu.json is not a lock imagegen wrote" in result.stderr and says in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_trainer_extras_packages_get_a_step_of_their_own_below_the_stacks():
+    """A one-package change to the stack then sends the stack's layer again, not the extra's (JupyterLab's 0.21 GB)."""
+    lock = locked_named("cpu").lock
+    plain = lockfile.install_steps(lock, deepspeed=False, flash_attn_source_build=False)
+    steps = lockfile.install_steps(lock, deepspeed=False, flash_attn_source_build=False,
+                                   extra_roots=("click", "pyyaml"))
+    assert [step.name for step in steps] == [step.name for step in plain][:-1] + ["extras", "stack"]
+    extras = {line.split("==")[0] for line in steps[-2].wheels}
+    assert {"click", "pyyaml"} <= extras
+    stack = {line.split("==")[0] for line in steps[-1].wheels}
+    assert not extras & stack and extras | stack == {line.split("==")[0] for line in plain[-1].wheels}

@@ -256,3 +256,24 @@ def test_the_workspace_renders_each_image_once_with_the_runs_options(monkeypatch
     # one render as built and one as the matrix's own base would name it, per platform image; no more
     assert sorted(calls) == sorted(2 * list(plan.locked))
     assert plan.locked["cpu"].version_tag == loaded().locked["cpu"].version_tag
+
+
+def test_a_components_trainer_extra_is_installed_where_the_image_has_it_and_must_exist():
+    from packaging.requirements import Requirement
+
+    from imagegen.matrix import plan as plan_module
+    from tests.helpers import edited, image_named, parsed
+
+    def with_lab(data):
+        data["components"]["jupyterlab"] = {"title": "JupyterLab", "distribution": "jupyterlab", "trainer_extra": "lab"}
+        image_named(data, "cpu")["jupyterlab"] = "4.6.6"
+        data["packages"]["jupyterlab"] = {"4.6.6": {"python": ">=3.10"}}
+
+    data = edited(with_lab)
+    lab = {"lab": (Requirement("ipywidgets>=8"),)}
+    trainer = plan_module.Trainer("0.1.0", (Requirement("click>=8.0"),), extras=lab)
+    requirements = {p.name: p.trainer_requirements for p in plan_module.resolve(parsed(data), trainer)}
+    assert requirements["cpu"] == ("click>=8.0", "ipywidgets>=8")
+    assert all("ipywidgets>=8" not in wanted for name, wanted in requirements.items() if name != "cpu")
+    with pytest.raises(UserError, match=r"components.jupyterlab.trainer_extra: the trainer has no extra 'lab'"):
+        plan_module.resolve(parsed(data), plan_module.Trainer("0.1.0"))

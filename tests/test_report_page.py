@@ -192,13 +192,19 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def test_the_html_page_renders_in_a_real_browser(page, tmp_path):
+def required_chromium() -> str:
+    """chromium's path; a skip where it is missing, a failure where CI requires it (IMAGEGEN_REQUIRE_BROWSER=1)."""
     browser = chromium()
     if browser is None:
         message = "chromium is not installed (apt-get install -y chromium)"
         if os.environ.get("IMAGEGEN_REQUIRE_BROWSER") == "1":
             pytest.fail(message + " and IMAGEGEN_REQUIRE_BROWSER=1")
         pytest.skip(message)
+    return browser
+
+
+def test_the_html_page_renders_in_a_real_browser(page, tmp_path):
+    browser = required_chromium()
     from PIL import Image  # the trainer depends on Pillow; only this test needs it
 
     screenshot = tmp_path / "report.png"

@@ -40,6 +40,9 @@ class Component:
     # The images that have it, and only they, are named ...-<key><major.minor> (cu130-torch2.13-vllm0.31): a tag
     # pattern users (and the trainer's messages) can find them by.
     in_name: bool = False
+    # The trainer's extra (an [project.optional-dependencies] key of trainer/pyproject.toml) that the images that
+    # have it install with the stack: JupyterLab's `lab` brings ipywidgets, the TensorBoard proxy and matplotlib.
+    trainer_extra: str | None = None
 
     @property
     def pinned(self) -> bool:
@@ -101,7 +104,7 @@ def table(rows: Mapping[str, Mapping]) -> Components:
                                       image_key=row.get("image_key", row.get("from", IMAGE) == IMAGE),
                                       lock_family=row.get("lock_family"), required=row.get("required", False),
                                       artifact=row.get("artifact", False), column=row.get("column", True),
-                                      in_name=row.get("in_name", False))
+                                      in_name=row.get("in_name", False), trainer_extra=row.get("trainer_extra"))
                             for key, row in rows.items()))
 
 

@@ -7,14 +7,14 @@ Pure functions: a Matrix in, PlannedImages out. Nothing here touches Docker, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imagegen.core import platforms, sizes
-from imagegen.core.errors import MatrixError
+from imagegen.core.errors import MatrixError, UserError
 from imagegen.matrix import cuda_wheels, rules, torch_archs
 from imagegen.matrix.components import Components
 from imagegen.matrix.model import CXX_STANDARD, CudaFacts, ImageEntry, Matrix
@@ -37,6 +37,8 @@ class Trainer:
     requirements: tuple[Requirement, ...] = ()
     build_requirements: tuple[Requirement, ...] = ()
     cuda_requirements: tuple[Requirement, ...] = ()  # its CUDA_EXTRA: installed in images with CUDA only
+    # Every extra by name: an image installs those its components name (a component row's trainer_extra).
+    extras: Mapping[str, tuple[Requirement, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class PlannedImage:
     cuda_archs: tuple[str, ...]  # compute capabilities the image must run on; torch's build must cover them
     trainer_version: str
     trainer_requirements: tuple[str, ...]  # what the framework layer installs for the trainer
+    # The distributions of the components that name a trainer extra and that extra's requirements (jupyterlab,
+    # ipywidgets, ...): installed in a step of their own below the stack's, so that a change to one stack package
+    # sends the stack's layer again, not theirs.
+    extra_roots: tuple[str, ...]
     repository: str
     lock_source: str  # "pypi", or "pytorch-index": locked only where the PyTorch index answers
     max_size: int | None = None  # bytes; a larger image fails its build
@@ -141,6 +147,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
     os_name = cuda.os if cuda and not wheels else image.os
     archs = torch_archs.claimed(matrix, image, torch.builds.get(torch_cuda), platform)
     flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
+    extras = _extras_of(matrix.components, image.versions)
     return PlannedImage(
         name=image.name,
         platform=platform,
@@ -167,7 +174,9 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         cuda_arch_list=_arch_list(archs, "flash_attn" in image.source_builds),
         cuda_archs=archs,
         trainer_version=trainer.version,
-        trainer_requirements=_trainer_requirements(matrix.components, trainer, with_cuda=cuda is not None),
+        trainer_requirements=_trainer_requirements(matrix.components, trainer, with_cuda=cuda is not None,
+                                                   extras=extras),
+        extra_roots=_extra_roots(matrix.components, trainer, extras),
         repository=matrix.repository,
         lock_source=image.lock_source,
         max_size=sizes.parse(image.max_size) if image.max_size else None,
@@ -186,15 +195,35 @@ def versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
             for c in matrix.components if c.source == "torch" or c.key in image.versions}
 
 
-def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool) -> tuple[str, ...]:
-    """The trainer's dependencies and build tools (and its CUDA extra in an image with CUDA), less
-    the packages every image pins itself.
+def _extras_of(table: Components, versions_of: Mapping[str, str | None]) -> dict[str, str]:
+    """Component key -> the trainer extra it names, for the components the image has (a version, not none)."""
+    return {c.key: c.trainer_extra for c in table if c.trainer_extra and versions_of.get(c.key)}
+
+
+def _extra_roots(table: Components, trainer: Trainer, extras: Mapping[str, str]) -> tuple[str, ...]:
+    """The distributions of the image's components that name a trainer extra (extras: _extras_of), and those the
+    extra requires."""
+    roots = []
+    for key, extra in extras.items():
+        roots += [table[key].distribution or key, *(r.name for r in trainer.extras.get(extra, ()))]
+    return tuple(dict.fromkeys(roots))
+
+
+def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool,
+                          extras: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The trainer's dependencies and build tools (its CUDA extra in an image with CUDA, and the extras its
+    components name), less the packages every image pins itself.
 
     The framework layer installs them, so the trainer layer installs the trainer alone,
     offline, and a change to the trainer's code rebuilds nothing below it.
     """
     pinned = {canonicalize_name(name) for name in table.distributions.values()}
     wanted = [*trainer.requirements, *trainer.build_requirements, *(trainer.cuda_requirements if with_cuda else ())]
+    for key, extra in (extras or {}).items():
+        if extra not in trainer.extras:
+            raise UserError(f"matrix.yaml: components.{key}.trainer_extra: the trainer has no extra {extra!r}; add it "
+                            "to [project.optional-dependencies] of the trainer's pyproject.toml, or fix the row")
+        wanted += trainer.extras[extra]
     return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
 
 

@@ -60,6 +60,7 @@ class ComponentRow(Strict):
     artifact: BOOL = None
     column: BOOL = None
     in_name: BOOL = None
+    trainer_extra: STR = None
 
 
 class SourceBuild(Strict):

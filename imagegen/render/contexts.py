@@ -112,7 +112,8 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     # cuDNN and NCCL stay in the CUDA libraries' step for now (no torch_families): their own step balances the layers
     # (bench: the largest 0.35 of the cpu image, not 0.53) but rebuilds every framework layer cold once, which took the
     # suite to 90 minutes here; it lands with the bench that measures what it buys (issue 31).
-    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build)
+    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build,
+                          extra_roots=plan.extra_roots)
     framework_files = _framework_files(plan, versions, steps)
     if plan.flash_attn_source_build:
         framework_files[COMPILE_PROBE] = template_file(env, COMPILE_PROBE)

@@ -58,7 +58,8 @@ def spanned_versions() -> dict[str, list[tuple[Version, str]]]:
 
 def bounded_requirements() -> list[Requirement]:
     project = tomllib.loads(PYPROJECT.read_text())["project"]
-    return [Requirement(text) for text in project["dependencies"] + project["optional-dependencies"]["qlora"]]
+    extras = project["optional-dependencies"]
+    return [Requirement(text) for text in project["dependencies"] + extras["qlora"] + extras["lab"]]
 
 
 def next_minor(version: Version) -> Version:

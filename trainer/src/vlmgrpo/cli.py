@@ -12,6 +12,7 @@ import click
 
 from .cli_options import collect_overrides, fail
 from .cli_alerts import alert_rules_command
+from .cli_lab import lab_command
 from .cli_trained import eval_command, serve_command
 from .commands import RECIPES
 from .errors import UserError
@@ -280,3 +281,4 @@ def vllm_serve(args: tuple[str, ...]) -> None:
 main.add_command(eval_command)
 main.add_command(serve_command)
 main.add_command(alert_rules_command)
+main.add_command(lab_command)

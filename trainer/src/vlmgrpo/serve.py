@@ -196,7 +196,7 @@ class Engine:
 
     def stop(self) -> None:
         self.stopping.set()
-        _stop(self.process)
+        stop_process(self.process)
 
 
 def serve(settings: ServeSettings) -> int:
@@ -281,7 +281,8 @@ def _exit_on_signal(number, frame) -> None:
     sys.exit(128 + number)
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 30 s: a server that shuts down cleanly when asked, or one that does not."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-
+from ..serve import free_port
 from . import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nccl_allreduce",)
 ORDER = 63
 NEEDS_GPU = True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def nccl_allreduce() -> tuple[str, str]:
