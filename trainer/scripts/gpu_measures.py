@@ -113,7 +113,7 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
     from vlmgrpo.model import answer_box_space, load_model, load_processor, resize_function
     from vlmgrpo.rec_data import to_hf_dataset, validate_row
     from vlmgrpo.rewards import build_rewards
-    from vlmgrpo.sections import ModelConfig
+    from vlmgrpo.model_config import ModelConfig
     from vlmgrpo.template import REC_QUESTION_TEMPLATE
 
     model_config = ModelConfig(model_name_or_path=tiny["model"])

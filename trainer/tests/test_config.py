@@ -202,7 +202,7 @@ def test_the_model_section_is_trls_model_config_with_vlmgrpos_defaults():
 
     import trl
 
-    from vlmgrpo.sections import ModelConfig
+    from vlmgrpo.model_config import ModelConfig
 
     assert issubclass(ModelConfig, trl.ModelConfig)
     assert {f.name for f in dataclasses.fields(trl.ModelConfig)} <= {f.name for f in dataclasses.fields(ModelConfig)}

@@ -156,7 +156,7 @@ def test_sft_then_grpo_example_runs_on_cpu(tmp_path):
 
 
 def test_qlora_settings_become_the_4bit_loading_arguments():
-    from vlmgrpo.sections import ModelConfig
+    from vlmgrpo.model_config import ModelConfig
     from vlmgrpo.model import quantization
 
     assert quantization(ModelConfig(), torch.bfloat16) == {}

@@ -10,13 +10,14 @@ from typing import Any, Optional
 
 import click
 
-from .cli_options import collect_overrides, fail
+from .cli_options import collect_overrides, fail, field_option, launch_option
 from .cli_alerts import alert_rules_command
 from .cli_lab import lab_command
 from .cli_trained import eval_command, serve_command
 from .commands import RECIPES
 from .errors import UserError
 from .recipe import Recipe
+from .sections import DataConfig, RunConfig
 from .tiny import FAMILIES
 
 log = logging.getLogger("vlmgrpo")
@@ -61,38 +62,31 @@ RUN_OPTIONS = [
     click.option("--model", help="Local model directory or hub name."),
     click.option("--adapter", help="A PEFT adapter directory to start from (a LoRA run's OUTPUT/adapter); its base "
                  "model unless --model is given."),
-    click.option("--data", multiple=True, help="Data file (.jsonl/.json) or mixture (.yaml); repeatable; "
-                 "VLM-R1's ':'-joined lists work too."),
-    click.option("--eval-data", multiple=True, help="Rows to evaluate on, as --data (or hold some out with "
-                 "--set val_split_ratio=0.05)."),
-    click.option("--image-root", help="Directory that relative image paths are resolved against (':'-joined: one "
-                 "per data file)."),
+    field_option("--data", DataConfig, "Repeatable.", multiple=True),
+    field_option("--eval-data", DataConfig, "Repeatable; or hold rows out with --set val_split_ratio=0.05.",
+                 multiple=True),
+    field_option("--image-root", DataConfig),
     click.option("--output", help="Output directory (checkpoints, metrics.jsonl, final model)."),
     click.option("--max-steps", type=int),
     click.option("--batch-size", type=int, help="Per-device train batch size (completions for train, rows for sft)."),
     click.option("--save-steps", type=int),
-    click.option("--resume", help="auto (latest checkpoint under --output, fresh if none) or a checkpoint directory."),
-    click.option("--profile-steps", metavar="A:B", help="Record steps A to B with torch.profiler into "
-                 "OUTPUT/profile/."),
-    click.option("--max-restarts", type=int, help="Restart every worker (from the newest checkpoint) up to N times "
-                 "when one dies."),
-    click.option("--overwrite-output", is_flag=True, default=None,
-                 help="Start over in an output directory that holds an earlier run (removes its checkpoints and "
-                      "logs)."),
+    field_option("--resume", RunConfig),
+    field_option("--profile-steps", RunConfig, metavar="A:B"),
+    field_option("--max-restarts", RunConfig, type=int),
+    field_option("--overwrite-output", RunConfig, is_flag=True, default=None),
     click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file."),
     # Without these flags, train and sft read the launch from the environment (launch_env.py): Kubeflow Trainer v2's
     # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
-    click.option("--nproc-per-node", type=int, help="Processes on this host (default: from the environment, or 1)."),
-    click.option("--nnodes", type=int, help="Hosts of the run (default: from the environment, or 1)."),
-    click.option("--node-rank", type=int, help="This host's index (default: from the environment, or 0)."),
-    click.option("--master-addr", help="The rank-0 host (default: from the environment, or 127.0.0.1)."),
-    click.option("--master-port", type=int, help="Its rendezvous port (default: from the environment, or 29500)."),
+    launch_option("--nproc-per-node", type=int),
+    launch_option("--nnodes", type=int),
+    launch_option("--node-rank", type=int),
+    launch_option("--master-addr"),
+    launch_option("--master-port", type=int),
     click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
 ]
 # Only train and sft serve metrics.
 MONITOR_OPTIONS = [
-    click.option("--metrics-port", type=int, help="Serve Prometheus metrics (/metrics) and the run's health "
-                 "(/health) from rank 0 on this port (the metrics_port key; health_* keys tune /health)."),
+    field_option("--metrics-port", RunConfig, "health_* keys tune /health.", type=int),
 ]
 TRAINING_OPTIONS = [
     click.option("--print-config", is_flag=True, help="Print the effective configuration and exit."),

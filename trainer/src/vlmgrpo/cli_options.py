@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from .errors import UserError
+from .sections import RunConfig, field_default, field_help
 
 
 def fail(error: UserError) -> None:
@@ -28,3 +29,17 @@ def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
         if value is not None and value != ():
             overrides[RENAMED.get(option, option)] = list(value) if isinstance(value, tuple) else value
     return overrides
+
+
+def field_option(flag: str, section: type, more: str = "", **kwargs):
+    """An option for a key of one of vlmgrpo's sections (sections.py), its help that field's: one text for the file,
+    `--print-config` and the command line (`more` says what only the command line adds)."""
+    key = flag.lstrip("-").replace("-", "_")
+    return click.option(flag, help=" ".join(filter(None, (field_help(section, key), more))), **kwargs)
+
+
+def launch_option(flag: str, **kwargs):
+    """A launch key: without the flag, train and sft read it from the scheduler's variables (launch_env.py)."""
+    key = flag.lstrip("-").replace("-", "_")
+    where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {field_default(RunConfig, key)}."
+    return field_option(flag, RunConfig, where, **kwargs)

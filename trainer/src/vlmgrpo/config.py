@@ -24,7 +24,8 @@ import yaml
 
 from .config_checks import check_choices, check_question_template, check_ranges
 from .errors import ConfigError
-from .sections import DataConfig, ModelConfig, RecDataConfig, RewardConfig, RunConfig
+from .model_config import ModelConfig
+from .sections import DataConfig, RecDataConfig, RewardConfig, RunConfig
 from .template import task_template
 from .values import check_value
 

@@ -131,7 +131,8 @@ class GrpoRecipe(Recipe):
 
     @property
     def sections(self) -> tuple[type, ...]:
-        from .sections import ModelConfig, RecDataConfig, RewardConfig, RunConfig
+        from .model_config import ModelConfig
+        from .sections import RecDataConfig, RewardConfig, RunConfig
 
         return (ModelConfig, RecDataConfig, RewardConfig, RunConfig)
 

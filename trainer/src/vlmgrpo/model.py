@@ -11,7 +11,7 @@ import shutil
 from typing import Optional
 
 from .boxes import ABSOLUTE, NORM1000, RESIZED
-from .sections import ModelConfig
+from .model_config import ModelConfig
 from .errors import ConfigError
 
 log = logging.getLogger("vlmgrpo")

@@ -46,7 +46,7 @@ class Recipe:
 
     @property
     def sections(self) -> tuple[type, ...]:
-        """Its dataclasses of vlmgrpo keys (sections.py); imported when asked for, as sections.py imports trl."""
+        """Its dataclasses of vlmgrpo keys (model_config.py, sections.py); imported when asked for, as model_config.py imports trl."""
         raise NotImplementedError
 
     def trl_config_class(self):

@@ -126,7 +126,8 @@ class SftRecipe(Recipe):
 
     @property
     def sections(self) -> tuple[type, ...]:
-        from .sections import DataConfig, ModelConfig, RunConfig
+        from .model_config import ModelConfig
+        from .sections import DataConfig, RunConfig
 
         return (ModelConfig, DataConfig, RunConfig)
 

@@ -1,5 +1,5 @@
 """The question template of GRPO's grounding prompts (RecDataConfig.question_template): VLM-R1's REC prompt and its
-placeholder. Kept apart from sections.py, which imports trl, so that `make-tiny` starts without it."""
+placeholder. Standard library only, as sections.py, so that `make-tiny` and `--help` start without TRL."""
 
 from __future__ import annotations
 
