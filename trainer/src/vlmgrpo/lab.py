@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Mapping, Optional
 
+from .atomic import write_text
 from .errors import UserError
 
 TOKEN_VARIABLE = "JUPYTER_TOKEN"  # Jupyter Server reads it itself; an empty one would switch authentication off
@@ -79,11 +80,7 @@ def copy_example(root: str) -> Optional[str]:
     target = os.path.join(root, EXAMPLE)
     if os.path.exists(target) or not os.access(root, os.W_OK):
         return None
-    source = resources.files("vlmgrpo") / "notebooks" / "walkthrough.ipynb"
-    temporary = target + ".partial"
-    with open(temporary, "wb") as handle:
-        handle.write(source.read_bytes())
-    os.replace(temporary, target)
+    write_text(target, (resources.files("vlmgrpo") / "notebooks" / "walkthrough.ipynb").read_text(encoding="utf-8"))
     return target
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 
 from ..inventory import installed_version
+from ..lab import TOKEN_VARIABLE, plan_lab
 from ..serve import free_port, stop_process, wait_for_health
 from . import FAIL, PASS, SKIP, Context, expected_version, result
 
@@ -39,14 +39,12 @@ def status_of(url: str) -> int:
 
 
 def server_check(work: str) -> dict[str, str]:
+    """The server as `vlmgrpo lab` starts it (lab.plan_lab), on loopback with a token of its own."""
     name, token, port = NAMES[0], secrets.token_urlsafe(16), free_port()
-    environment = dict(os.environ, JUPYTER_TOKEN=token)
-    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={work}"]
-    argv += ["--allow-root"] if os.geteuid() == 0 else []  # the check is of the server; `lab` runs as the image's user
+    plan = plan_lab(port, "127.0.0.1", work, {**os.environ, TOKEN_VARIABLE: token})
     started = time.monotonic()
-    server = subprocess.Popen(argv, env=environment, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(plan.argv, env=plan.environment, cwd=work, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         if not wait_for_health(f"{base}/api/status?token={token}", START_TIMEOUT_S, lambda: server.poll() is None):
