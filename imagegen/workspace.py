@@ -188,7 +188,6 @@ def read_trainer(trainer_dir: Path) -> plan_module.Trainer:
         return plan_module.Trainer(project["version"],
                                    tuple(Requirement(r) for r in project.get("dependencies", ())),
                                    tuple(Requirement(r) for r in build),
-                                   tuple(Requirement(r) for r in extras.get(plan_module.CUDA_EXTRA, ())),
                                    {name: tuple(Requirement(r) for r in wanted) for name, wanted in extras.items()})
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "

@@ -175,7 +175,8 @@ def test_only_images_with_cuda_get_the_trainers_cuda_extra():
     from imagegen.matrix import model as matrix_module
     from imagegen.matrix import plan as plan_module
 
-    trainer = plan_module.Trainer("0.1.0", (Requirement("click>=8.0"),), (), (Requirement("bitsandbytes>=0.45"),))
+    trainer = plan_module.Trainer("0.1.0", (Requirement("click>=8.0"),),
+                                  extras={plan_module.CUDA_EXTRA: (Requirement("bitsandbytes>=0.45"),)})
     requirements = {p.name: p.trainer_requirements
                     for p in plan_module.resolve(matrix_module.read(FIXTURE_MATRIX), trainer)}
     assert requirements["cpu"] == ("click>=8.0",)

@@ -36,9 +36,14 @@ class Trainer:
     version: str
     requirements: tuple[Requirement, ...] = ()
     build_requirements: tuple[Requirement, ...] = ()
-    cuda_requirements: tuple[Requirement, ...] = ()  # its CUDA_EXTRA: installed in images with CUDA only
-    # Every extra by name: an image installs those its components name (a component row's trainer_extra).
+    # Every extra by name: an image installs those its components name (a component row's trainer_extra), and
+    # CUDA_EXTRA where it has CUDA.
     extras: Mapping[str, tuple[Requirement, ...]] = field(default_factory=dict)
+
+    @property
+    def cuda_requirements(self) -> tuple[Requirement, ...]:
+        """Its CUDA_EXTRA: installed in images with CUDA only."""
+        return tuple(self.extras.get(CUDA_EXTRA, ()))
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,7 @@ def _extra_roots(table: Components, trainer: Trainer, extras: Mapping[str, str])
 
 
 def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool,
-                          extras: Mapping[str, str] | None = None) -> tuple[str, ...]:
+                          extras: Mapping[str, str]) -> tuple[str, ...]:
     """The trainer's dependencies and build tools (its CUDA extra in an image with CUDA, and the extras its
     components name), less the packages every image pins itself.
 
@@ -219,7 +224,7 @@ def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool,
     """
     pinned = {canonicalize_name(name) for name in table.distributions.values()}
     wanted = [*trainer.requirements, *trainer.build_requirements, *(trainer.cuda_requirements if with_cuda else ())]
-    for key, extra in (extras or {}).items():
+    for key, extra in extras.items():
         if extra not in trainer.extras:
             raise UserError(f"matrix.yaml: components.{key}.trainer_extra: the trainer has no extra {extra!r}; add it "
                             "to [project.optional-dependencies] of the trainer's pyproject.toml, or fix the row")

@@ -32,7 +32,7 @@ def program(trainer_dir: Path) -> str:
 
 def module_path(trainer_dir: Path, module: str) -> Path:
     """The file of a module in a source tree, found by Python's own path finder in the tree's package folders."""
-    package, _, leaf = module.rpartition(".")
+    package = module.rpartition(".")[0]
     roots = [str(trainer_dir / where) for where in package_folders(trainer_dir)]
     found = PathFinder.find_spec(package, roots)
     if found is not None and found.submodule_search_locations:

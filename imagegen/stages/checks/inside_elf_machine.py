@@ -16,7 +16,7 @@ TARGET_FOLDER = {"62": ("x86_64",), "183": ("aarch64", "sbsa")}  # how folders f
 TARGET_NAME = {"62": ("x86_64", "amd64"), "183": ("aarch64", "arm64")}  # a word of a file name that says its machine
 
 
-def in_its_target_folder(path: str, machine: str) -> bool:
+def shipped_for_its_target(path: str, machine: str) -> bool:
     """In a folder for the library's own target, or named for it: a file for that machine, shipped on purpose."""
     prefixes = TARGET_FOLDER.get(machine)
     folders, name = path.split("/")[:-1], path.rsplit("/", 1)[-1]
@@ -28,7 +28,7 @@ def libraries_are_for(platform: str, machines: dict[str, list[str]]) -> Check:
     wanted = str(ELF_MACHINE[platform])
     count = sum(len(paths) for paths in machines.values())
     other = [(machine, path) for machine, paths in machines.items() if machine != wanted for path in paths]
-    foreign = [path for machine, path in other if not in_its_target_folder(path, machine)]
+    foreign = [path for machine, path in other if not shipped_for_its_target(path, machine)]
     if foreign or not count:
         return Check(NAME, FAIL, f"{len(foreign)} of {count} shared libraries are not built for {platform}: "
                                  f"{', '.join(foreign[:5])}")
