@@ -14,6 +14,7 @@ from tests.docker_env import docker_cli as docker, unique_name
 from tests.test_report_page import required_chromium
 from vlmgrpo.checks.lab import status_of
 from vlmgrpo.lab import EXAMPLE
+from vlmgrpo.serve import wait_for_health
 
 RUN_TIMEOUT_MS = 600_000  # make-tiny, scoring and two GRPO steps in the cpu image: about a minute here
 
@@ -28,17 +29,6 @@ def wait_for_token(name: str) -> str:
         assert docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() == "true", logs.stderr[-3000:]
         time.sleep(0.5)
     pytest.fail("no token printed: " + docker("logs", name, check=False).stderr[-3000:])
-
-
-def wait_until_up(url: str, name: str) -> None:
-    for _ in range(240):
-        try:
-            if status_of(url) == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail("JupyterLab never answered: " + docker("logs", name, check=False).stderr[-3000:])
 
 
 def run_all_cells(page, screenshot) -> list[str]:
@@ -69,7 +59,8 @@ def test_the_lab_runs_the_example_notebook_in_a_browser_with_its_token(image_und
         port = docker("port", name, "8888").stdout.split(":")[-1].strip()
         base = f"http://127.0.0.1:{port}"
         token = wait_for_token(name)
-        wait_until_up(f"{base}/api/status?token={token}", name)
+        if not wait_for_health(f"{base}/api/status?token={token}", 120, lambda: True):
+            pytest.fail("JupyterLab never answered: " + docker("logs", name, check=False).stderr[-3000:])
         assert status_of(f"{base}/api/status") == 403 and status_of(f"{base}/api/contents?token=wrong") == 403
         assert (workspace / EXAMPLE).is_file()
         with urllib.request.urlopen(f"{base}/tensorboard/?token={token}", timeout=120) as page:  # started on demand
