@@ -15,11 +15,11 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerCall
 from trl import GRPOConfig, GRPOTrainer
 
 from vlmgrpo.boxes import RESIZED
-from vlmgrpo.data import load_data
-from vlmgrpo.model import resize_function
-from vlmgrpo.rec_data import to_hf_dataset, validate_row
+from vlmgrpo.data.datasets import load_data
+from vlmgrpo.models.loading import resize_function
+from vlmgrpo.data.rec import to_hf_dataset, validate_row
 from vlmgrpo.rewards import format_reward, make_iou_reward
-from vlmgrpo.template import REC_QUESTION_TEMPLATE
+from vlmgrpo.config.template import REC_QUESTION_TEMPLATE
 
 
 class StepPrinter(TrainerCallback):

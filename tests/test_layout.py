@@ -117,6 +117,38 @@ def test_no_import_cycle(root, package):
     assert not found, f"modules that import each other in a circle: {found}"
 
 
+# The trainer's subpackages in the order of its flow, lowest first: a module may import its own subpackage and the
+# ones before it. The top-level modules (errors, atomic, boxes, access, records) are the leaves below them all; the
+# programs the image and imagegen call by module name (driver, environment, inventory, checks) sit with `image`.
+TRAINER_LAYERS = ("rewards", "config", "data", "models", "run", "evaluation", "serving", "image", "commands")
+IMAGE_PROGRAMS = ("driver", "environment", "inventory", "checks")
+
+
+def trainer_layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 0  # vlmgrpo itself: its __version__
+    if parts[1] == "__main__":
+        return len(TRAINER_LAYERS) + 1
+    name = "image" if parts[1] in IMAGE_PROGRAMS else parts[1]
+    return TRAINER_LAYERS.index(name) + 1 if name in TRAINER_LAYERS else 0
+
+
+def test_the_trainer_imports_only_downward():
+    upward = [f"{module} imports {target}"
+              for module, targets in graph(REPO / "trainer/src/vlmgrpo", "vlmgrpo").items() for target in sorted(targets)
+              if trainer_layer(target) > trainer_layer(module)]
+    assert not upward, "\n".join(upward)
+
+
+def test_every_trainer_module_is_in_a_subpackage_or_a_known_leaf():
+    top = {path.stem for path in (REPO / "trainer/src/vlmgrpo").glob("*.py")} - {"__init__", "__main__"}
+    assert top <= {"errors", "atomic", "boxes", "access", "records", *IMAGE_PROGRAMS}, sorted(top)
+    for name in TRAINER_LAYERS:
+        docstring = ast.get_docstring(ast.parse((REPO / "trainer/src/vlmgrpo" / name / "__init__.py").read_text()))
+        assert docstring and "import" in docstring.lower(), f"vlmgrpo.{name}: say the subpackage's job and its imports"
+
+
 # The trainer's subpackages that are leaves of its flow: what each may import of the rest of vlmgrpo. A reward is
 # scored from a completion and a row, so the rewards know nothing of the config, the data reader, the run or the model.
 TRAINER_LEAVES = {"vlmgrpo.rewards": {"vlmgrpo.boxes", "vlmgrpo.errors"}}

@@ -155,7 +155,7 @@ def test_recipe_add_an_in_image_check(tmp_path, monkeypatch):
     (tmp_path / "inside").mkdir()
     (tmp_path / "inside" / "recipe_inside_check.py").write_text(INSIDE_CHECK)
     program = ("import sys, json; from vlmgrpo import checks; checks.__path__.append(sys.argv[1]); "
-               "from vlmgrpo.selftest import run_selftest; "
+               "from vlmgrpo.image.selftest import run_selftest; "
                "print(json.dumps(run_selftest(sys.argv[2], skip_train=True)))")
     done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "inside"), str(tmp_path / "absent.json")],
                           capture_output=True, text=True, timeout=300)

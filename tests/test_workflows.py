@@ -152,7 +152,7 @@ def launch_train_flags() -> set[str]:
 
 
 def test_launch_examples_use_only_flags_the_trainer_has():
-    cli = pytest.importorskip("vlmgrpo.cli", reason="the vlmgrpo trainer is not installed")
+    cli = pytest.importorskip("vlmgrpo.commands.cli", reason="the vlmgrpo trainer is not installed")
     known = {option for param in cli.main.commands["train"].params for option in param.opts}
     docker_flags = {"--gpus", "--shm-size", "--ipc", "--network", "--rm", "--name", "--user", "--env"}
     assert launch_train_flags() - known - docker_flags == set()

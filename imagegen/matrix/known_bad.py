@@ -17,7 +17,7 @@ from imagegen.core.errors import Problem
 from imagegen.matrix.model import ImageEntry, KnownBad, Matrix
 
 # What `with` asks of an image. Every image carries the trainer, vlmgrpo, whose models are Qwen2-VL, Qwen2.5-VL
-# and Qwen3-VL (trainer/src/vlmgrpo/model.py): each of them runs Qwen-VL models.
+# and Qwen3-VL (trainer/src/vlmgrpo/models/loading.py): each of them runs Qwen-VL models.
 WITH: dict[str, Callable[[ImageEntry], bool]] = {
     "deepspeed": lambda image: bool(image.versions.get("deepspeed")),
     "qwen-vl": lambda image: True,

@@ -74,7 +74,7 @@ def step_timer(device: str):
 
 def timed_trainer_class(device: str):
     """vlmgrpo's GRPO trainer with its rollouts timed: each _generate call's seconds and completion tokens."""
-    from vlmgrpo.grpo import trainer_class
+    from vlmgrpo.run.grpo import trainer_class
 
     class TimedRollouts(trainer_class()):
         rollouts: list[tuple[float, int]]
@@ -94,7 +94,7 @@ def timed_trainer_class(device: str):
 def grpo_config(settings: RunSettings, output: Path, use_vllm: bool):
     """VLM-R1's recipe (vlmgrpo's defaults), cut to a few short steps with no checkpoints or reports."""
     from trl import GRPOConfig
-    from vlmgrpo.grpo import RECIPE_DEFAULTS
+    from vlmgrpo.run.grpo import RECIPE_DEFAULTS
 
     kwargs = {key: value for key, value in RECIPE_DEFAULTS.items() if value != "auto"}  # auto: resolved below
     kwargs.update(output_dir=str(output), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
@@ -109,12 +109,12 @@ def grpo_config(settings: RunSettings, output: Path, use_vllm: bool):
 def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: bool):
     """The trainer as `vlmgrpo train` builds it: its model and processor loading (attention and dtype chosen for the
     hardware), its data checks, rewards and trainer class."""
-    from vlmgrpo.data import load_data
-    from vlmgrpo.model import answer_box_space, load_model, load_processor, resize_function
-    from vlmgrpo.rec_data import to_hf_dataset, validate_row
+    from vlmgrpo.data.datasets import load_data
+    from vlmgrpo.models.loading import answer_box_space, load_model, load_processor, resize_function
+    from vlmgrpo.data.rec import to_hf_dataset, validate_row
     from vlmgrpo.rewards import build_rewards
-    from vlmgrpo.model_config import ModelConfig
-    from vlmgrpo.template import REC_QUESTION_TEMPLATE
+    from vlmgrpo.config.model_config import ModelConfig
+    from vlmgrpo.config.template import REC_QUESTION_TEMPLATE
 
     model_config = ModelConfig(model_name_or_path=tiny["model"])
     processor = load_processor(model_config)

@@ -102,7 +102,7 @@ def machine() -> dict:
 
 def make_data(args: argparse.Namespace, work: Path) -> dict:
     """A tiny random Qwen2.5-VL and a generated grounding set (vlmgrpo's own maker); --model replaces the model."""
-    from vlmgrpo.tiny import make_images_and_rows, make_tiny
+    from vlmgrpo.models.tiny import make_images_and_rows, make_tiny
 
     if args.model:
         data_file = make_images_and_rows(work / "data", rows=4 * args.batch_size)

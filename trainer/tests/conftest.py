@@ -29,7 +29,7 @@ def in_process(*args, check=False, env=None) -> subprocess.CompletedProcess:
     the tests that must see a real process still start one)."""
     from click.testing import CliRunner
 
-    from vlmgrpo.cli import main
+    from vlmgrpo.commands.cli import main
 
     changed = {key: value for key, value in (env or ENV).items() if os.environ.get(key) != value}
     result = CliRunner().invoke(main, [str(arg) for arg in args], env=changed)
@@ -44,7 +44,7 @@ def in_process(*args, check=False, env=None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """The tiny model and dataset, made once per session."""
-    from vlmgrpo.tiny import make_tiny
+    from vlmgrpo.models.tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("tiny"), rows=8)
 
@@ -52,7 +52,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_text(tmp_path_factory):
     """A tiny text-only Qwen2 causal LM with chat rows in the three SFT formats, made once per session."""
-    from vlmgrpo.tiny import make_tiny
+    from vlmgrpo.models.tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("tiny-text"), rows=8, family="qwen2")
 

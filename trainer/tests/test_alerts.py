@@ -9,8 +9,8 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import REPO
-from vlmgrpo.alerts import AlertSettings, rules
-from vlmgrpo.cli import main
+from vlmgrpo.run.alerts import AlertSettings, rules
+from vlmgrpo.commands.cli import main
 
 MONITORING = REPO / "examples" / "monitoring"
 PROMTOOL = shutil.which("promtool")

@@ -79,9 +79,9 @@ def test_length_and_repetition_give_vlm_r1_s_value():
 
 
 def test_task_type_picks_vlm_r1_s_question_template_unless_one_is_given(tmp_path):
-    from vlmgrpo.commands import RECIPES
-    from vlmgrpo.config import load_config
-    from vlmgrpo.template import REC_QUESTION_TEMPLATE, TASK_DEFAULT_TEMPLATE
+    from vlmgrpo.commands.training import RECIPES
+    from vlmgrpo.config.load import load_config
+    from vlmgrpo.config.template import REC_QUESTION_TEMPLATE, TASK_DEFAULT_TEMPLATE
 
     def template(**overrides):
         return load_config(None, overrides, RECIPES["train"]).data.question_template
@@ -231,7 +231,7 @@ def test_each_task_example_trains_two_steps_on_make_tiny_s_rows(task, method, ti
 def test_two_image_rows_train_on_internvl_too(tmp_path):
     """VLM-R1's GUI rows (two images, one <image> each) on InternVL, whose processor tiles each image: two GRPO
     steps, every row's two images checked before the weights load."""
-    from vlmgrpo.tiny import make_tiny
+    from vlmgrpo.models.tiny import make_tiny
 
     tiny = make_tiny(tmp_path / "tiny", rows=4, family="internvl")
     rows = Path(tiny["image_root"]).parent / "tasks" / "gui.jsonl"

@@ -8,8 +8,8 @@ import types
 import pytest
 import torch
 
-from vlmgrpo import model
-from vlmgrpo.model import choose_attention
+from vlmgrpo.models import loading as model
+from vlmgrpo.models.loading import choose_attention
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from vlmgrpo import driver
 from vlmgrpo.checks import abi_extensions, cuda_archs, cuda_duplicates
-from vlmgrpo.selftest import run_selftest
+from vlmgrpo.image.selftest import run_selftest
 
 PROC_TEXT = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
              "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")

@@ -10,7 +10,7 @@ from conftest import ENV
 def test_the_command_line_starts_without_trl_or_torch():
     """`vlmgrpo info`, `selftest` and `make-tiny` must start where trl is broken or absent; training commands
     import it after their signal handler is in place."""
-    code = "import sys, vlmgrpo.cli; print(sorted({'trl', 'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, vlmgrpo.commands.cli; print(sorted({'trl', 'torch', 'transformers'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr[-2000:]
 
@@ -22,8 +22,8 @@ def test_an_option_for_a_key_of_vlmgrpos_sections_says_what_the_field_says():
 
     import click
 
-    from vlmgrpo.cli import main
-    from vlmgrpo.sections import DataConfig, RunConfig
+    from vlmgrpo.commands.cli import main
+    from vlmgrpo.config.sections import DataConfig, RunConfig
 
     helps = {f.name: f.metadata["help"] for section in (DataConfig, RunConfig) for f in fields(section)}
     for command in ("train", "sft"):

@@ -6,11 +6,11 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import ENV
-from vlmgrpo.cli import main
-from vlmgrpo.config import load_config, section_field_types, trl_field_types
-from vlmgrpo.grpo import GRPO
-from vlmgrpo.sft import SFT
-from vlmgrpo.template import fill_template
+from vlmgrpo.commands.cli import main
+from vlmgrpo.config.load import load_config, section_field_types, trl_field_types
+from vlmgrpo.run.grpo import GRPO
+from vlmgrpo.run.sft import SFT
+from vlmgrpo.config.template import fill_template
 
 
 def invoke(*args):
@@ -19,7 +19,7 @@ def invoke(*args):
 
 @pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
 def test_our_keys_do_not_shadow_trl_config_fields(command):
-    from vlmgrpo.config import KEY_ALIASES
+    from vlmgrpo.config.load import KEY_ALIASES
 
     assert not set(section_field_types(command)) & set(trl_field_types(command))
     # An alias must not hide a real key of either.
@@ -106,7 +106,7 @@ def test_unknown_deepspeed_preset():
 
 
 def test_deepspeed_presets_ship_in_the_package():
-    from vlmgrpo.launch import resolve_deepspeed
+    from vlmgrpo.run.launch import resolve_deepspeed
 
     for preset, stage in (("zero2", 2), ("zero3", 3), ("zero3_offload", 3)):
         import json
@@ -126,8 +126,8 @@ def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
 
 
 def test_torchrun_command_and_shm_hint(monkeypatch):
-    from vlmgrpo import launch
-    from vlmgrpo.sections import RunConfig
+    from vlmgrpo.run import launch
+    from vlmgrpo.config.sections import RunConfig
 
     run = RunConfig(nproc_per_node=8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=1234)
     command = launch.torchrun_command(run, ["train", "--config", "x.yaml"])
@@ -158,8 +158,8 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     """examples/qwen2_5_vl_3b_rec_zero3.yaml on 8 GPUs: its reporter (tensorboard) is installed, its batch holds
     whole groups, and it is VLM-R1's REC run."""
     from conftest import REPO
-    from vlmgrpo.launch import check_batch
-    from vlmgrpo.preflight import check_evaluation, check_reporting
+    from vlmgrpo.run.launch import check_batch
+    from vlmgrpo.run.preflight import check_evaluation, check_reporting
 
     config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8}, GRPO)
     check_reporting(config)
@@ -175,7 +175,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
     import dataclasses
     import warnings
 
-    from vlmgrpo.runner import build_trl_config
+    from vlmgrpo.run.runner import build_trl_config
 
     config = load_config(None, {"output_dir": str(tmp_path)}, GRPO)
     with warnings.catch_warnings(record=True) as caught:
@@ -188,7 +188,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
 
 
 def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
-    from vlmgrpo.runner import under_current_names
+    from vlmgrpo.run.runner import under_current_names
 
     old_fields, new_fields = {"gradient_checkpointing"}, {"gradient_checkpointing", "activation_checkpointing"}
     assert under_current_names({"gradient_checkpointing": True}, old_fields) == {"gradient_checkpointing": True}
@@ -202,7 +202,7 @@ def test_the_model_section_is_trls_model_config_with_vlmgrpos_defaults():
 
     import trl
 
-    from vlmgrpo.model_config import ModelConfig
+    from vlmgrpo.config.model_config import ModelConfig
 
     assert issubclass(ModelConfig, trl.ModelConfig)
     assert {f.name for f in dataclasses.fields(trl.ModelConfig)} <= {f.name for f in dataclasses.fields(ModelConfig)}

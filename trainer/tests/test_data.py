@@ -5,10 +5,10 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from vlmgrpo.cli import main
-from vlmgrpo.data import apply_sampling, load_data as load_rows_with
-from vlmgrpo.grpo import GRPO
-from vlmgrpo.rec_data import prompt_messages, to_hf_dataset, validate_row
+from vlmgrpo.commands.cli import main
+from vlmgrpo.data.datasets import apply_sampling, load_data as load_rows_with
+from vlmgrpo.run.grpo import GRPO
+from vlmgrpo.data.rec import prompt_messages, to_hf_dataset, validate_row
 from vlmgrpo.errors import DataError
 
 
@@ -216,7 +216,7 @@ def test_validation_split_is_seeded_and_rounds_up(tmp_path, images):
 
 
 def test_joined_paths_in_a_config_file_are_relative_to_it(tmp_path, images):
-    from vlmgrpo.config import load_config
+    from vlmgrpo.config.load import load_config
 
     write_jsonl(tmp_path / "a.jsonl", [conv_row()])
     write_jsonl(tmp_path / "b.jsonl", [conv_row(), conv_row()])
@@ -255,7 +255,7 @@ def test_dry_run_decodes_every_image_whole_and_names_the_row_of_a_truncated_one(
     with pytest.raises(DataError) as caught:
         dataset[1]
     assert str(caught.value).startswith(f"{data}:2: image cannot be decoded: {images / 'cut.png'} (OSError")
-    from vlmgrpo.chat_data import _materialize as chat_rows
+    from vlmgrpo.data.chat import _materialize as chat_rows
     with pytest.raises(DataError, match="image cannot be decoded: .*cut.png"):
         chat_rows({"messages": [json.dumps([{"role": "user", "content": "<image>hi"}])],
                    "images": [[str(images / "cut.png")]]})

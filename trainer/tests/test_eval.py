@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from conftest import in_process, read_jsonl, vlmgrpo
-from vlmgrpo.rec_data import Sample
-from vlmgrpo.rec_eval import judge, summarise
+from vlmgrpo.data.rec import Sample
+from vlmgrpo.evaluation.rec import judge, summarise
 
 TRUTH = [0, 0, 100, 100]  # every row's box, in the pixels of its 100x100 image: IoU = answered area / 10000
 # (row id, completion, IoU, correct): labelled by hand; answers are read in absolute pixels.

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import fake_distribution
 from vlmgrpo import checks
-from vlmgrpo.selftest import run_selftest
+from vlmgrpo.image.selftest import run_selftest
 
 # Checks that must stay, in the order the report shows them (a new check may come anywhere between them).
 REPORT_ORDER = ["version", "user.nonroot", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "net.infiniband",

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import ENV, in_process
-from vlmgrpo.info import collect_info
+from vlmgrpo.image.info import collect_info
 
 GPU_CHECKS = ["gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn",
               "gpu.deepspeed_ops"]
@@ -114,7 +114,7 @@ def test_selftest_without_expected_file_and_require_gpu(tmp_path):
 
 
 def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):
-    from vlmgrpo.info import expected_path
+    from vlmgrpo.image.info import expected_path
 
     monkeypatch.setenv("IMAGEGEN_EXPECTED", str(tmp_path / "e.json"))
     assert expected_path(None) == str(tmp_path / "e.json")
@@ -124,7 +124,7 @@ def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):
 
 
 def test_version_comparison_rules():
-    from vlmgrpo.info import cudnn_parts
+    from vlmgrpo.image.info import cudnn_parts
     from vlmgrpo.checks.versions import same_public_version
 
     assert same_public_version("2.14.1+cu130", "2.14.1")
@@ -140,7 +140,7 @@ def test_selftest_tiny_grpo_runs(tmp_path):
 
 
 def test_selftest_checks_what_the_expected_file_names_and_nothing_else(tmp_path):
-    from vlmgrpo.selftest import run_selftest
+    from vlmgrpo.image.selftest import run_selftest
 
     versions = venv_versions()
     del versions["peft"]
@@ -153,7 +153,7 @@ def test_selftest_checks_what_the_expected_file_names_and_nothing_else(tmp_path)
 
 
 def test_an_expected_file_in_the_old_shape_is_one_failing_check(tmp_path):
-    from vlmgrpo.selftest import run_selftest
+    from vlmgrpo.image.selftest import run_selftest
 
     path = tmp_path / "expected.json"
     path.write_text(json.dumps({"torch": "2.6.0"}))

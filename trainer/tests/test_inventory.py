@@ -119,7 +119,7 @@ def test_machines_groups_shared_libraries_by_their_elf_machine(tmp_path):
 
 
 def test_info_and_selftest_read_their_versions_from_it(site, monkeypatch):
-    from vlmgrpo.info import collect_info
+    from vlmgrpo.image.info import collect_info
 
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("IMAGEGEN_EXPECTED", str(site / "expected.json"))

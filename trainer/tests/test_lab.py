@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from vlmgrpo.errors import UserError
-from vlmgrpo.lab import EXAMPLE, WORKSPACE, choose_root, copy_example, plan_lab, token_from
+from vlmgrpo.image.lab import EXAMPLE, WORKSPACE, choose_root, copy_example, plan_lab, token_from
 
 
 def test_an_empty_token_is_refused_and_a_missing_one_generated():

@@ -9,7 +9,7 @@ import yaml
 
 from conftest import ENV, in_process
 from vlmgrpo.errors import LaunchError
-from vlmgrpo.launch_env import discover, expand_nodelist, first_host
+from vlmgrpo.run.launch_env import discover, expand_nodelist, first_host
 
 # What a pod or task has besides the launch (the Kubernetes service links, JobSet's index, Slurm's job facts).
 NOISE = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOSTNAME": "pod-1"}

@@ -9,12 +9,12 @@ from safetensors.torch import load_file
 from click.testing import CliRunner
 
 from conftest import TESTS, read_jsonl, vlmgrpo
-from vlmgrpo.cli import main
-from vlmgrpo.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
+from vlmgrpo.commands.cli import main
+from vlmgrpo.run.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.grpo import GRPO
-from vlmgrpo.metrics import format_line
-from vlmgrpo.model import answer_box_space, choose_attention, choose_dtype
+from vlmgrpo.run.grpo import GRPO
+from vlmgrpo.run.metrics import format_line
+from vlmgrpo.models.loading import answer_box_space, choose_attention, choose_dtype
 from vlmgrpo.rewards import build_rewards
 
 
@@ -27,7 +27,7 @@ class State:
 def train_with_a_frozen_vision_tower(tmp_path, family, vision_prefix, language_prefix) -> dict:
     """Two steps of a tiny model of the family with freeze_vision_tower: the vision weights (saved under
     vision_prefix) stay as they were, the language model's change."""
-    from vlmgrpo.tiny import make_tiny
+    from vlmgrpo.models.tiny import make_tiny
 
     tiny = make_tiny(tmp_path / "tiny", rows=4, family=family)
     output = tmp_path / "out"
@@ -148,7 +148,7 @@ def test_a_signal_before_training_exits_at_once(tmp_path):
 
     from conftest import ENV
 
-    code = ("import sys, time\nfrom vlmgrpo.launch import exit_on_signal_until_training\n"
+    code = ("import sys, time\nfrom vlmgrpo.run.launch import exit_on_signal_until_training\n"
             "exit_on_signal_until_training()\nprint('ready', flush=True)\ntime.sleep(60)\n")
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=ENV)
@@ -161,7 +161,7 @@ def test_a_signal_before_training_exits_at_once(tmp_path):
 
 def test_a_checkpoint_is_damaged_when_cut_short_missing_a_file_or_once_failed_to_load(tmp_path):
     from safetensors.torch import save_file
-    from vlmgrpo.checkpoint import LOAD_FAILED, damage, foreign, resolve_resume, run_identity, write_record
+    from vlmgrpo.run.checkpoint import LOAD_FAILED, damage, foreign, resolve_resume, run_identity, write_record
 
     output = tmp_path / "out"
     for step in (1, 2):

@@ -190,7 +190,7 @@ def test_a_frozen_run_fires_no_progress_through_alertmanager_and_resolves_when_i
     import psutil
     from click.testing import CliRunner
 
-    from vlmgrpo.cli import main
+    from vlmgrpo.commands.cli import main
 
     _Webhook.received = []
     hook = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ENV
-from vlmgrpo.cli import main
+from vlmgrpo.commands.cli import main
 
 
 def run_train(tiny, output, *extra, dry_run=False):

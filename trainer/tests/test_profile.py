@@ -5,12 +5,12 @@ import json
 import pytest
 
 from conftest import in_process, train_args
-from vlmgrpo.profiling import parse_steps
+from vlmgrpo.config.sections import parse_profile_steps
 
 
 def test_steps_are_a_range_from_1():
-    assert parse_steps("2:3") == (2, 3) and parse_steps(" 5:5 ") == (5, 5)
-    assert parse_steps("0:3") is None and parse_steps("4:2") is None and parse_steps("3") is None
+    assert parse_profile_steps("2:3") == (2, 3) and parse_profile_steps(" 5:5 ") == (5, 5)
+    assert parse_profile_steps("0:3") is None and parse_profile_steps("4:2") is None and parse_profile_steps("3") is None
 
 
 def test_a_bad_range_is_one_error_before_anything_loads(tiny, tmp_path):

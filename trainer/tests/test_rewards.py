@@ -50,8 +50,8 @@ def test_iou_rescales_from_resized_input_to_original():
 
 
 def test_iou_rescales_with_the_real_qwen_processor_sizes(tiny):
-    from vlmgrpo.model_config import ModelConfig
-    from vlmgrpo.model import load_processor, resize_function
+    from vlmgrpo.config.model_config import ModelConfig
+    from vlmgrpo.models.loading import load_processor, resize_function
 
     resize = resize_function(load_processor(ModelConfig(model_name_or_path=tiny["model"], max_pixels=56 * 56)))
     assert resize(112, 112) == (56, 56)

@@ -8,7 +8,7 @@ from PIL import Image
 
 from conftest import read_jsonl, vlmgrpo
 from vlm_r1_table import IMAGES, TABLE
-from vlmgrpo.cli import main
+from vlmgrpo.commands.cli import main
 
 
 @pytest.fixture

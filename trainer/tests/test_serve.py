@@ -20,9 +20,9 @@ from PIL import Image
 
 from conftest import ENV
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
+from vlmgrpo.serving.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
                            wait_for_health)
-from vlmgrpo.serve_requests import (Limits, RequestProblem, check_chat_request, check_prompt_length,
+from vlmgrpo.serving.requests import (Limits, RequestProblem, check_chat_request, check_prompt_length,
                                     prompt_text)
 
 API_KEY = "test-key-of-this-module"
@@ -89,7 +89,7 @@ def test_bad_requests_are_refused_with_what_is_wrong(raw, status, where):
 
 
 def test_max_tokens_over_the_models_context_is_refused(tiny):
-    from vlmgrpo.serve import model_context
+    from vlmgrpo.serving.serve import model_context
 
     context = model_context(tiny["model"])
     assert isinstance(context, int) and context > 0
@@ -236,7 +236,7 @@ def test_a_prompt_over_the_context_a_half_sent_body_and_a_client_that_hangs_up(s
     """Each refused or dropped by the front, and the server answers the next request."""
     import socket
 
-    from vlmgrpo.serve import model_context
+    from vlmgrpo.serving.serve import model_context
 
     process, port, stderr = server
     key = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from conftest import LORA, REPO, read_jsonl, sft_args, vlmgrpo
 from test_train import free_port, run_until_step_then_signal
-from vlmgrpo.cli import main
+from vlmgrpo.commands.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +73,9 @@ def test_the_merged_model_has_the_adapter_in_its_weights(tiny_text, lora_run, tm
 
 def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     """Labels of a real training batch: only the assistant turns' tokens (and their <|im_end|>) count."""
-    from vlmgrpo.config import load_config
-    from vlmgrpo.sft import SFT
-    from vlmgrpo.runner import build_trl_config
+    from vlmgrpo.config.load import load_config
+    from vlmgrpo.run.sft import SFT
+    from vlmgrpo.run.runner import build_trl_config
 
     def labelled_text(overrides):
         config = load_config(None, {"model_name_or_path": tiny_text["model"], "data": [tiny_text["messages"]],
@@ -97,7 +97,7 @@ def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
 @pytest.mark.slow
 def test_sigterm_checkpoints_then_resume_continues_at_the_next_step_and_merges(tmp_path):
     """A second architecture (Llama), LoRA: SIGTERM after a step, a checkpoint, --resume auto at the next step."""
-    from vlmgrpo.tiny import make_tiny
+    from vlmgrpo.models.tiny import make_tiny
 
     llama = make_tiny(tmp_path / "llama", rows=8, family="llama")
     output = tmp_path / "out"
@@ -156,8 +156,8 @@ def test_sft_then_grpo_example_runs_on_cpu(tmp_path):
 
 
 def test_qlora_settings_become_the_4bit_loading_arguments():
-    from vlmgrpo.model_config import ModelConfig
-    from vlmgrpo.model import quantization
+    from vlmgrpo.config.model_config import ModelConfig
+    from vlmgrpo.models.loading import quantization
 
     assert quantization(ModelConfig(), torch.bfloat16) == {}
     loading = quantization(ModelConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", use_bnb_nested_quant=False),

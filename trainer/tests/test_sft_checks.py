@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from PIL import Image
 
 from conftest import LORA, in_process, sft_args
-from vlmgrpo.chat_data import validate_chat_row
-from vlmgrpo.cli import main
-from vlmgrpo.data import load_data
+from vlmgrpo.data.chat import validate_chat_row
+from vlmgrpo.commands.cli import main
+from vlmgrpo.data.datasets import load_data
 from vlmgrpo.errors import DataError
 
 SYSTEM = {"role": "system", "content": "Be brief."}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import ENV, in_process, train_args, vlmgrpo
-from vlmgrpo import rollouts
+from vlmgrpo.run import rollouts
 
 NOT_INSTALLED = "key 'use_vllm': vLLM is not installed in this image; use an image with vLLM: its name, a tag too, " \
                 "ends -vllm<X.Y>"
@@ -39,7 +39,7 @@ def test_use_vllm_without_vllm_is_one_line_naming_the_images_that_have_it(tiny, 
 
 
 def test_use_vllm_with_vllm_and_no_gpu_is_one_line(tiny, tmp_path, fake_vllm, monkeypatch):
-    monkeypatch.setattr("vlmgrpo.model.cuda_available", lambda: False)
+    monkeypatch.setattr("vlmgrpo.models.loading.cuda_available", lambda: False)
     done = in_process(*train_args(tiny, tmp_path / "out", "--use-vllm", "--dry-run"))
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: command line: {NO_GPU}; run on a GPU host (docker run --gpus all), or "
@@ -60,9 +60,9 @@ def test_a_real_process_says_both_lines_without_a_traceback(tiny, tmp_path, fake
 
 
 def test_trls_vllm_keys_reach_grpo_config_unchanged(tiny, tmp_path):
-    from vlmgrpo.config import build_config
-    from vlmgrpo.grpo import GRPO
-    from vlmgrpo.runner import build_trl_config
+    from vlmgrpo.config.load import build_config
+    from vlmgrpo.run.grpo import GRPO
+    from vlmgrpo.run.runner import build_trl_config
 
     config = build_config({"output_dir": str(tmp_path / "out"), **VLLM_KEYS}, "run.yaml", {}, GRPO)
     assert config.where("vllm_mode") == "run.yaml"
@@ -101,7 +101,7 @@ def test_vllm_serve_execs_trl_with_its_arguments(fake_vllm, tmp_path):
     fake_bin.mkdir()
     (fake_bin / "trl").write_text("#!/bin/sh\necho \"trl $*\"\n")
     (fake_bin / "trl").chmod(0o755)
-    code = ("import sys, vlmgrpo.rollouts as r; r.trl_script = lambda: 'trl'; "
+    code = ("import sys, vlmgrpo.run.rollouts as r; r.trl_script = lambda: 'trl'; "
             "r.exec_vllm_serve(sys.argv[1:])")
     env = {**ENV, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": os.pathsep.join([fake_vllm, os.environ.get("PYTHONPATH", "")])}
@@ -115,9 +115,9 @@ def test_the_vllm_server_example_is_the_3b_recipe_on_seven_training_gpus(tmp_pat
     """examples/launch/vllm-server.yaml appended to the 3B recipe, as examples/launch/vllm-server.sh reads it: TRL's
     server-mode keys, and a batch of whole groups on the 7 GPUs that train."""
     from conftest import REPO
-    from vlmgrpo.config import load_config
-    from vlmgrpo.grpo import GRPO
-    from vlmgrpo.launch import check_batch
+    from vlmgrpo.config.load import load_config
+    from vlmgrpo.run.grpo import GRPO
+    from vlmgrpo.run.launch import check_batch
 
     recipe = tmp_path / "grpo_vllm.yaml"
     recipe.write_text((REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml").read_text()

@@ -11,7 +11,7 @@ import re
 from importlib import metadata
 from typing import Iterable, Optional
 
-from . import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("abi.extensions",)
 ORDER = 30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("cuda.archs",)
 ORDER = 40

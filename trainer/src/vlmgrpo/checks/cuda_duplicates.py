@@ -11,7 +11,7 @@ import os
 import re
 from typing import Iterable
 
-from . import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("audit.cuda_duplicates",)
 ORDER = 50

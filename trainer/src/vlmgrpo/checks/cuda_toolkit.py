@@ -21,9 +21,9 @@ import sys
 import tempfile
 from typing import Mapping, Optional
 
-from ..inventory import installed_version
-from . import FAIL, PASS, SKIP, Context, expected_version, result
-from .vllm_runtime import find_nvcc
+from vlmgrpo.inventory import installed_version
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.checks.vllm_runtime import find_nvcc
 
 NAMES = ("cuda.kernel", "cuda.deepspeed_op")
 ORDER = 56

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import FAIL, PASS, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.bf16_matmul",)
 ORDER = 62

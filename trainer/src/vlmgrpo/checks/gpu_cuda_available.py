@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import FAIL, PASS, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.cuda_available",)
 ORDER = 61

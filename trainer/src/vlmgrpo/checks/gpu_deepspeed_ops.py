@@ -8,8 +8,8 @@ import subprocess
 import sys
 from typing import Optional
 
-from ..inventory import installed_version
-from . import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.inventory import installed_version
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("gpu.deepspeed_ops",)
 ORDER = 65

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("gpu.flash_attn",)
 ORDER = 64

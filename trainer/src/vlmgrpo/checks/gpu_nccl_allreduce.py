@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..serve import free_port
-from . import FAIL, PASS, Context, result
+from vlmgrpo.serving.serve import free_port
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nccl_allreduce",)
 ORDER = 63

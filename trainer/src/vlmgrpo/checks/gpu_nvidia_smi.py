@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from . import FAIL, PASS, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nvidia_smi",)
 ORDER = 60

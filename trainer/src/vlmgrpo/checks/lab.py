@@ -18,10 +18,10 @@ import time
 import urllib.error
 import urllib.request
 
-from ..inventory import installed_version
-from ..lab import TOKEN_VARIABLE, plan_lab
-from ..serve import free_port, stop_process, wait_for_health
-from . import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.inventory import installed_version
+from vlmgrpo.image.lab import TOKEN_VARIABLE, plan_lab
+from vlmgrpo.serving.serve import free_port, stop_process, wait_for_health
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("lab.server", "lab.kernel")
 ORDER = 58

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from . import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("net.infiniband",)
 ORDER = 55

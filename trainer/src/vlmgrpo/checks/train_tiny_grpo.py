@@ -9,8 +9,8 @@ import sys
 import tempfile
 import time
 
-from ..inventory import installed_version
-from . import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.inventory import installed_version
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("train.tiny_grpo",)
 ORDER = 90

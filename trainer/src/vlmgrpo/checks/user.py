@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from . import FAIL, PASS, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("user.nonroot",)
 ORDER = 20

@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from ..info import cudnn_parts, cudnn_version, nccl_version
-from ..inventory import component_versions
-from . import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.image.info import cudnn_parts, cudnn_version, nccl_version
+from vlmgrpo.inventory import component_versions
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("version",)
 ORDER = 10

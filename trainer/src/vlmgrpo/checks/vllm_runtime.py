@@ -20,7 +20,7 @@ import tempfile
 from importlib import metadata
 from typing import Callable, Mapping, Optional
 
-from . import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
 ORDER = 57

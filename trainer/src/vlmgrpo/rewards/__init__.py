@@ -2,6 +2,8 @@
 
 Dataset columns reach them as keyword lists: `solution` (box in original-image pixels) and `image_size`
 ((width, height) of the first image).
+A reward knows nothing of the config, the data reader, the run or the model: this package imports only
+the leaves boxes and errors.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from .accuracy import JSONL_ACCURACY, make_jsonl_accuracy
-from .answer import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
-from ..boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
-from ..errors import ConfigError
-from .shaping import LENGTH, REPETITION, make_length_reward, repetition_reward
+from vlmgrpo.rewards.accuracy import JSONL_ACCURACY, make_jsonl_accuracy
+from vlmgrpo.rewards.answer import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
+from vlmgrpo.boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
+from vlmgrpo.errors import ConfigError
+from vlmgrpo.rewards.shaping import LENGTH, REPETITION, make_length_reward, repetition_reward
 
 RewardFunc = Callable[..., list]
 ResizeFunc = Callable[[int, int], tuple[int, int]]  # (width, height) -> processor input (width, height)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .answer import ALL_MATCH, MCQ, YES_NO, all_match_score, completion_text, mcq_score, yes_no_score
-from .detection import weighted_sum_score
-from .math_answers import default_score, math_score
-from ..errors import ConfigError
-from .coco_ap import map_score, od_ap50_score, od_length_score, od_score
+from vlmgrpo.rewards.answer import ALL_MATCH, MCQ, YES_NO, all_match_score, completion_text, mcq_score, yes_no_score
+from vlmgrpo.rewards.detection import weighted_sum_score
+from vlmgrpo.rewards.math_answers import default_score, math_score
+from vlmgrpo.errors import ConfigError
+from vlmgrpo.rewards.coco_ap import map_score, od_ap50_score, od_length_score, od_score
 
 if TYPE_CHECKING:
-    from .judge import Judge
+    from vlmgrpo.rewards.judge import Judge
 
 JSONL_ACCURACY = "jsonl_accuracy"
 DEFAULT_METHOD = "default"

@@ -19,8 +19,8 @@ import io
 import json
 from typing import Any
 
-from .answer import ANSWER_BLOCK
-from .detection import JSON_BLOCK
+from vlmgrpo.rewards.answer import ANSWER_BLOCK
+from vlmgrpo.rewards.detection import JSON_BLOCK
 
 CANVAS = 2048  # VLM-R1 scores every row as one image of this size
 AP, AP50 = 0, 1  # COCOeval.stats: AP at IoU 0.50:0.95, AP at IoU 0.50

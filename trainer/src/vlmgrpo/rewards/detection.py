@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from .answer import normalized
+from vlmgrpo.rewards.answer import normalized
 
 JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)  # a list of labelled boxes, as VLM-R1's detection rows hold it
 IOU_THRESHOLD, POSITION_WEIGHT, LABEL_WEIGHT, COMPLETENESS_WEIGHT = 0.5, 0.7, 0.0, 0.3

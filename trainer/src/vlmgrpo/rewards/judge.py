@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .answer import label_answer, last_answer
-from ..errors import ConfigError
+from vlmgrpo.rewards.answer import label_answer, last_answer
+from vlmgrpo.errors import ConfigError
 
 log = logging.getLogger("vlmgrpo")
 

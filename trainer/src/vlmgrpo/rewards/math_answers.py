@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from .answer import choice_of, label_answer, last_answer, normalized
+from vlmgrpo.rewards.answer import choice_of, label_answer, last_answer, normalized
 
 _DIGIT = re.compile(r"\d")
 

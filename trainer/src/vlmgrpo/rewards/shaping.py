@@ -17,8 +17,8 @@ import json
 import math
 import re
 
-from .answer import completion_text
-from .detection import JSON_BLOCK
+from vlmgrpo.rewards.answer import completion_text
+from vlmgrpo.rewards.detection import JSON_BLOCK
 
 LENGTH, REPETITION = "length", "repetition"
 _ANY_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)

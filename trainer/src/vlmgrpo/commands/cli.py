@@ -1,0 +1,278 @@
+"""Command line: vlmgrpo train | sft | merge | score | eval | serve | vllm-serve | info | selftest | make-tiny."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any, Optional
+
+import click
+
+from vlmgrpo.commands.options import collect_overrides, fail, field_option, launch_option
+from vlmgrpo.commands.alerts import alert_rules_command
+from vlmgrpo.commands.lab import lab_command
+from vlmgrpo.commands.trained import eval_command, serve_command
+from vlmgrpo.commands.training import RECIPES
+from vlmgrpo.errors import UserError
+from vlmgrpo.run.recipe import Recipe
+from vlmgrpo.config.sections import DataConfig, RunConfig
+from vlmgrpo.models.tiny import FAMILIES
+
+log = logging.getLogger("vlmgrpo")
+
+
+def setup_logging() -> None:
+    if log.handlers:
+        return
+    # One copy of each message per run, not one per process (a PyTorchJob pod's RANK is its index, not a worker's).
+    worker = "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+    if worker and os.environ.get("RANK", "0") != "0":
+        log.setLevel(logging.ERROR)
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("vlmgrpo: %(levelname)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+@click.group()
+def main() -> None:
+    """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
+    fine-tuning of language and vision-language models before it."""
+    from vlmgrpo.environment import prepare
+
+    prepare()  # a writable HOME and caches for any uid, with or without the image's entrypoint
+    setup_logging()
+
+
+def check_driver() -> None:
+    """On a GPU host, a driver older than the image needs is one line before anything loads CUDA."""
+    from vlmgrpo.driver import main as driver_check
+
+    if driver_check():
+        sys.exit(1)
+
+
+# The options `train`, `sft` and `score` share: one configuration, read the same way by each.
+RUN_OPTIONS = [
+    click.option("--config", "config_path", type=str, help="YAML file; any config key or field of the TRL config."),
+    click.option("--model", help="Local model directory or hub name."),
+    click.option("--adapter", help="A PEFT adapter directory to start from (a LoRA run's OUTPUT/adapter); its base "
+                 "model unless --model is given."),
+    field_option("--data", DataConfig, "Repeatable.", multiple=True),
+    field_option("--eval-data", DataConfig, "Repeatable; or hold rows out with --set val_split_ratio=0.05.",
+                 multiple=True),
+    field_option("--image-root", DataConfig),
+    click.option("--output", help="Output directory (checkpoints, metrics.jsonl, final model)."),
+    click.option("--max-steps", type=int),
+    click.option("--batch-size", type=int, help="Per-device train batch size (completions for train, rows for sft)."),
+    click.option("--save-steps", type=int),
+    field_option("--resume", RunConfig),
+    field_option("--profile-steps", RunConfig, metavar="A:B"),
+    field_option("--max-restarts", RunConfig, type=int),
+    field_option("--overwrite-output", RunConfig, is_flag=True, default=None),
+    click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file."),
+    # Without these flags, train and sft read the launch from the environment (launch_env.py): Kubeflow Trainer v2's
+    # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
+    launch_option("--nproc-per-node", type=int),
+    launch_option("--nnodes", type=int),
+    launch_option("--node-rank", type=int),
+    launch_option("--master-addr"),
+    launch_option("--master-port", type=int),
+    click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
+]
+# Only train and sft serve metrics.
+MONITOR_OPTIONS = [
+    field_option("--metrics-port", RunConfig, "health_* keys tune /health.", type=int),
+]
+TRAINING_OPTIONS = [
+    click.option("--print-config", is_flag=True, help="Print the effective configuration and exit."),
+    click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
+                 "load no weights."),
+]
+
+
+def with_options(*groups):
+    def decorate(command):
+        for option in reversed([option for group in groups for option in group]):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def recipe_options(recipe: Recipe) -> list:
+    """The options only this command has (GRPO's --num-generations, ...)."""
+    # A bool option is a flag (--use-vllm), unset (None) unless given, so the config file's value stands.
+    return [click.option(option.flag, is_flag=True, default=None, help=option.help or None) if option.type is bool
+            else click.option(option.flag, type=option.type, help=option.help or None) for option in recipe.options]
+
+
+def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
+    """Every training command: load and check the configuration and every row, then train here or through
+    torchrun."""
+    from vlmgrpo.run.launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
+
+    exit_on_signal_until_training()  # first: the imports below take seconds
+    check_driver()
+    from vlmgrpo.config.load import dump_config, load_config
+    from vlmgrpo.run.preflight import clear_earlier_run
+
+    try:
+        overrides = collect_overrides(options)
+        config = load_config(config_path, overrides, recipe, discover_launch(overrides))
+        if print_config:
+            click.echo(dump_config(config), nl=False)
+            return
+        data = recipe.validate(config)
+        if dry_run:
+            from vlmgrpo.data.datasets import decode_images
+
+            decode_images(data)
+            click.echo(data.summary())
+            return
+        removed = clear_earlier_run(config)
+        if removed:
+            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.trl["output_dir"])
+        hint = check_shm(config.run)
+        if hint:
+            log.warning(hint)
+        if needs_launch(config.run):
+            log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
+            sys.exit(run_torchrun(config.run, sys.argv[1:]))
+        sys.exit(recipe.run(config, data))
+    except UserError as error:
+        fail(error)
+
+
+def discover_launch(overrides: dict[str, Any]):
+    """The launch the environment describes (a scheduler's variables), for the keys no flag set."""
+    from vlmgrpo.run.launch_env import KEYS, discover
+
+    def visible_gpus() -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    return discover(os.environ, given={key for key in KEYS if key in overrides}, gpu_count=visible_gpus)
+
+
+def register(recipe: Recipe) -> None:
+    """`vlmgrpo <recipe.name>` with the options every training command has and the recipe's own."""
+
+    def command(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
+        run_command(recipe, config_path, print_config, dry_run, options)
+
+    options = with_options(RUN_OPTIONS, recipe_options(recipe), MONITOR_OPTIONS, TRAINING_OPTIONS)
+    main.command(recipe.name, help=recipe.summary)(options(command))
+
+
+for _recipe in RECIPES.values():
+    register(_recipe)
+
+
+@main.command()
+@with_options(RUN_OPTIONS, recipe_options(RECIPES["train"]))
+@click.option("--completions", "completions_path", required=True,
+              help='JSONL file, one {"id": <a data row\'s id>, "completion": "<text>"} per line.')
+def score(config_path: Optional[str], completions_path: str, **options) -> None:
+    """Score completions with the configured rewards, without training: one JSON line per completion,
+    {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""
+    from vlmgrpo.config.load import load_config
+    from vlmgrpo.run.preflight import check_model_source, load_checked_data
+    from vlmgrpo.evaluation.score import score_completions
+
+    try:
+        config = load_config(config_path, collect_overrides(options), RECIPES["train"])
+        check_model_source(config)
+        for line in score_completions(config, load_checked_data(config), completions_path):
+            click.echo(json.dumps(line))
+    except UserError as error:
+        fail(error)
+
+
+@main.command()
+@click.option("--adapter", required=True, help="The PEFT adapter directory (a LoRA run's OUTPUT/adapter).")
+@click.option("--model", help="Its base model (default: the one its adapter_config.json names).")
+@click.option("--output", required=True, help="Directory for the merged model.")
+@click.option("--overwrite-output", is_flag=True, help="Replace an existing --output.")
+def merge(adapter: str, model: Optional[str], output: str, overwrite_output: bool) -> None:
+    """Merge a LoRA adapter into its base model and save the result (safetensors, with the processor or tokenizer)."""
+    from vlmgrpo.config.load import build_config
+    from vlmgrpo.errors import ConfigError
+    from vlmgrpo.models.loading import merge_adapter
+    from vlmgrpo.access import unwritable_directory
+    from vlmgrpo.run.preflight import check_model_source
+
+    try:
+        config = build_config({}, "command line", {"adapter_name_or_path": adapter, "model_name_or_path": model,
+                                                   "output_dir": output}, RECIPES["sft"])
+        check_model_source(config)
+        problem = unwritable_directory(output)
+        if problem:
+            raise ConfigError(f"--output: {problem}")
+        if os.path.exists(output) and os.listdir(output) and not overwrite_output:
+            raise ConfigError(f"--output: {output} exists and is not empty; choose another --output, or replace it "
+                              "with --overwrite-output")
+        merge_adapter(adapter, config.model.model_name_or_path, output)
+    except UserError as error:
+        fail(error)
+
+
+@main.command()
+def info() -> None:
+    """Library versions and hardware as JSON."""
+    from vlmgrpo.image.info import collect_info
+
+    click.echo(json.dumps(collect_info(), indent=2))
+
+
+@main.command()
+@click.option("--expected", type=str, default=None, help="Expected versions JSON (default $IMAGEGEN_EXPECTED, which "
+              "the image sets).")
+@click.option("--require-gpu", is_flag=True, help="GPU checks fail instead of skip when no GPU is visible.")
+@click.option("--skip-train", is_flag=True, help="Skip the tiny two-step GRPO run.")
+def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> None:
+    """In-image checks as JSON; exit 0 when nothing failed, 1 otherwise."""
+    from vlmgrpo.image.selftest import run_selftest
+
+    check_driver()
+    report = run_selftest(expected, require_gpu=require_gpu, skip_train=skip_train)
+    click.echo(json.dumps(report, indent=2))
+    sys.exit(1 if report["failed"] else 0)
+
+
+@main.command("make-tiny")
+@click.option("--out", required=True, help="Directory for model/ and data/.")
+@click.option("--rows", type=int, default=16, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--family", type=click.Choice(FAMILIES), default=FAMILIES[0], show_default=True)
+def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
+    """A tiny random model made locally, with data: a vision-language model (Qwen2.5-VL, Qwen2-VL, InternVL) and a
+    rectangle-grounding dataset, or a text-only causal LM (Qwen2, Llama) and chat rows in the SFT formats."""
+    from vlmgrpo.models.tiny import make_tiny
+
+    click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))
+
+
+@main.command("vllm-serve", add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def vllm_serve(args: tuple[str, ...]) -> None:
+    """TRL's vLLM server for `vllm_mode: server` (`trl vllm-serve ARGS`, e.g. --model M --tensor-parallel-size 1
+    --port 8000); every argument goes to it as given (its --help lists them). Images named -vllm<X.Y> have vLLM."""
+    from vlmgrpo.run.rollouts import exec_vllm_serve
+
+    try:
+        exec_vllm_serve(list(args))
+    except UserError as error:
+        fail(error)
+
+
+main.add_command(eval_command)
+main.add_command(serve_command)
+main.add_command(alert_rules_command)
+main.add_command(lab_command)

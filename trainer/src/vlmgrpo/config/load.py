@@ -1,0 +1,312 @@
+"""Run configuration: the command's sections (sections.py) plus every field of its TRL config, from YAML and
+command-line overrides.
+
+The YAML file is flat: any field of the command's sections (ModelConfig, DataConfig or RecDataConfig, RewardConfig,
+RunConfig) or of its TRL config (GRPOConfig for `train`, SFTConfig for `sft`) is a top-level key. Unknown keys and
+badly typed values are reported with the file and key before anything heavy runs. The command (a Recipe: its name,
+TRL config class, sections and defaults) is passed in by its caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import os
+import re
+import textwrap
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from vlmgrpo.config.value_checks import check_choices, check_question_template, check_ranges
+from vlmgrpo.errors import ConfigError
+from vlmgrpo.config.model_config import ModelConfig
+from vlmgrpo.config.sections import DataConfig, RecDataConfig, RewardConfig, RunConfig
+from vlmgrpo.config.template import task_template
+from vlmgrpo.config.values import check_value
+
+# Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
+# be VLM-R1's JOIN-ed lists of several.
+PATH_KEYS = ("model_name_or_path", "adapter_name_or_path", "image_root", "deepspeed", "data", "eval_data",
+             "chat_template_path")
+JOIN = ":"
+
+# The run's shape: printed with where each value came from (a flag, the file, a scheduler's variable).
+LAUNCH_KEYS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
+
+# Other names for canonical keys: vlmgrpo's earlier names (use_lora, torch_dtype, bnb_4bit_use_double_quant, the
+# names transformers' BitsAndBytesConfig uses) and VLM-R1's (its GRPOModelConfig and grpo_jsonl.py arguments).
+KEY_ALIASES = {
+    "use_lora": "use_peft",
+    "torch_dtype": "dtype",
+    "bnb_4bit_use_double_quant": "use_bnb_nested_quant",
+    "freeze_vision_modules": "freeze_vision_tower",
+    "data_file_paths": "data",
+    "image_folders": "image_root",
+}
+# Keys whose value may be one string for a list of one.
+LIST_KEYS = ("data", "eval_data", "reward_funcs", "lora_target_modules")
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig
+    data: DataConfig  # RecDataConfig for `train`
+    reward: Optional[RewardConfig]  # `train` only
+    run: RunConfig
+    trl: dict[str, Any]  # keyword arguments of the command's TRL config (GRPOConfig, SFTConfig)
+    command: Any  # the Recipe (grpo.GRPO, sft.SFT) whose configuration this is
+    source: str = "<defaults>"
+    origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
+    launcher: str = "none (one host)"  # what launch_env.discover found in the environment
+
+    def where(self, key: str) -> str:
+        return self.origins.get(key, self.source)
+
+    def flat(self) -> dict[str, Any]:
+        values = {}
+        for section in (self.model, self.data, self.reward, self.run):
+            if section is not None:
+                values.update(dataclasses.asdict(section))
+        values.update(self.trl)
+        return values
+
+
+def trl_field_types(command) -> dict[str, Any]:
+    config_class = command.trl_config_class()
+    hints = typing.get_type_hints(config_class)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_class) if f.init}
+
+
+def section_field_types(command) -> dict[str, Any]:
+    types = {}
+    for section in command.sections:
+        hints = typing.get_type_hints(section)
+        types.update({f.name: hints[f.name] for f in dataclasses.fields(section)})
+    return types
+
+
+def field_help(command) -> dict[str, str]:
+    """Every key's help text (the fields' metadata, as TRL keeps it), with its other names."""
+    helps = {}
+    for config_class in (command.trl_config_class(), *command.sections):
+        helps.update({f.name: f.metadata.get("help", "") for f in dataclasses.fields(config_class) if f.init})
+    for alias, key in KEY_ALIASES.items():
+        if key in helps:
+            helps[key] = f"{helps[key]} (Also read as {alias}.)".strip()
+    return helps
+
+
+# --- loading -------------------------------------------------------------------------------------------------------
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+
+
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says; YAML 1.2 and every user mean a number. A key
+    written twice in one mapping is refused: YAML would keep the second silently (learning_rate 1e-6, then 0.5)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise DuplicateKeyError(line, f"key {key!r}: written twice, on lines {seen[key]} and {line}: YAML "
+                                              "would keep the second silently; keep one")
+            if isinstance(key, typing.Hashable):
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str):
+    return yaml.load(text, Loader=YamlLoader)
+
+
+def read_yaml_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+    try:
+        values = load_yaml(text) or {}
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
+    return values
+
+
+def parse_set(items: typing.Iterable[str]) -> dict[str, Any]:
+    """--set key=value; the value is read as YAML so numbers, booleans, lists and null keep their type."""
+    values = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set: expected key=value, got {item!r}")
+        try:
+            values[key.strip()] = load_yaml(raw) if raw else ""
+        except yaml.YAMLError:
+            values[key.strip()] = raw
+    return values
+
+
+def _unknown_key_error(source: str, key: str, known: typing.Iterable[str], command) -> ConfigError:
+    close = difflib.get_close_matches(key, list(known), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    sections = "/".join(s.__name__.removesuffix("Config").removeprefix("Rec").lower() for s in command.sections)
+    return ConfigError(
+        f"{source}: unknown key '{key}'{hint}; allowed keys are the fields of vlmgrpo's {sections} configs and of "
+        f"trl.{command.trl_class} (list them with `vlmgrpo {command.name} --print-config`)"
+    )
+
+
+def _canonical(origin: str, key: str, value, seen: dict[str, str]):
+    """Other spellings: aliased keys, the reward name `accuracy`, one string for a list of one."""
+    from vlmgrpo.rewards import REWARD_ALIASES
+
+    canonical = KEY_ALIASES.get(key, key)
+    if canonical in seen and seen[canonical] != key:
+        raise ConfigError(f"{origin}: keys '{seen[canonical]}' and '{key}' both set '{canonical}'; keep one")
+    seen[canonical] = key
+    if canonical in LIST_KEYS and isinstance(value, str):
+        value = [value]
+    if canonical == "reward_funcs" and isinstance(value, list):
+        value = [REWARD_ALIASES.get(name, name) for name in value]
+    return canonical, value
+
+
+def _sort_values(command, layers) -> tuple[dict[type, dict[str, Any]], dict[str, Any], dict[str, str]]:
+    """(section -> its keys' values, the TRL config's keyword arguments, key -> origin), every value checked."""
+    ours, trl_types = section_field_types(command), trl_field_types(command)
+    owner = {f.name: section for section in command.sections for f in dataclasses.fields(section)}
+    sections: dict[type, dict[str, Any]] = {section: {} for section in command.sections}
+    trl, origins = dict(command.defaults), {}
+    for origin, values in layers:
+        seen: dict[str, str] = {}
+        for key, value in values.items():
+            key, value = _canonical(origin, key, value, seen)
+            origins[key] = origin
+            if key in ours:
+                check_value(origin, key, value, ours[key])
+                sections[owner[key]][key] = value
+            elif key in trl_types:
+                if not (key in ("bf16", "report_to") and value == "auto"):
+                    check_value(origin, key, value, trl_types[key])
+                trl[key] = value
+            else:
+                raise _unknown_key_error(origin, key, list(ours) + list(trl_types), command)
+    return sections, trl, origins
+
+
+def _build_sections(sections: dict[type, dict[str, Any]], origins: dict[str, str], source: str) -> dict[type, Any]:
+    built = {}
+    for section, values in sections.items():
+        try:
+            built[section] = section(**values)
+        except ValueError as exc:  # TRL's ModelConfig: e.g. load_in_8bit and load_in_4bit together
+            where = next((origins[key] for key in values if key in origins), source)
+            raise ConfigError(f"{where}: {section.__name__}: {exc}") from None
+    return built
+
+
+def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any], command,
+                 launch=None) -> TrainConfig:
+    """Merge the command's defaults < file < the launch's environment variables (a launch_env.Launch) < command
+    line, checking every key and value; each value remembers where it was set."""
+    environment = [(f"environment variable {where}", {key: value})
+                   for key, (value, where) in (launch.values.items() if launch else ())]
+    layers = ((source, file_values), *environment, ("command line", overrides))
+    sections, trl, origins = _sort_values(command, layers)
+    built = _build_sections(sections, origins, source)
+    config = TrainConfig(
+        model=built[ModelConfig],
+        data=next(value for section, value in built.items() if issubclass(section, DataConfig)),
+        reward=built.get(RewardConfig),
+        run=built[RunConfig],
+        trl=trl,
+        command=command,
+        source=source,
+        origins=origins,
+        **({"launcher": launch.launcher} if launch else {}),
+    )
+    check_choices(config)
+    check_ranges(config)
+    if isinstance(config.data, RecDataConfig):
+        if config.data.task_type and "question_template" not in origins:
+            config.data.question_template = task_template(config.data.task_type)
+        check_question_template(config)
+    return config
+
+
+def load_config(path: Optional[str], overrides: dict[str, Any], command, launch=None) -> TrainConfig:
+    file_values = read_yaml_file(path) if path else {}
+    if path:
+        file_values = resolve_relative_paths(file_values, Path(path).parent)
+    return build_config(file_values, path or "<defaults>", overrides, command, launch)
+
+
+def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Paths in a config file are relative to the file, so a recipe directory can move as a whole.
+
+    Only paths that exist relative to the file are rewritten: hub model names and preset names stay as they are.
+    """
+
+    def resolve(value):
+        if isinstance(value, dict):
+            return {k: resolve(v) if k in ("path", "image_root") else v for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolve(entry) for entry in value]
+        if not isinstance(value, str) or os.path.isabs(value):
+            return value
+        if JOIN in value:
+            return JOIN.join(resolve(part) for part in value.split(JOIN))
+        return str(base / value) if (base / value).exists() else value
+
+    return {key: resolve(value) if KEY_ALIASES.get(key, key) in PATH_KEYS else value for key, value in values.items()}
+
+
+def effective_values(config: TrainConfig) -> dict[str, Any]:
+    """Every key the run uses, including all fields of the TRL config at their effective values."""
+    values = config.flat()
+    for f in dataclasses.fields(config.command.trl_config_class()):
+        if not f.init or f.name in values:
+            continue
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if value is not dataclasses.MISSING:
+            values[f.name] = value.value if isinstance(value, enum.Enum) else value
+    return values
+
+
+def dump_config(config: TrainConfig) -> str:
+    """The effective configuration as YAML, each key under its help as a comment."""
+    helps = field_help(config.command)
+    values = effective_values(config)
+    # One block mapping (flow style inside: lists on one line); each key's help goes above the line the key starts.
+    text = yaml.safe_dump(values, sort_keys=False, default_flow_style=None, width=120)
+    keys, lines = iter(values), [f"# launcher: {config.launcher}\n", "\n"]
+    key = next(keys, None)
+    for line in text.splitlines(keepends=True):
+        if key is not None and line.startswith(f"{key}:"):
+            lines += [f"# {part}\n" for part in textwrap.wrap(" ".join(helps.get(key, "").split()), 116)]
+            if key in LAUNCH_KEYS and line.endswith("\n"):  # where each launch value came from, on its line
+                line = f"{line[:-1]}  # from {config.origins.get(key, 'default')}\n"
+            key = next(keys, None)
+        lines.append(line)
+    return "".join(lines)

@@ -1,0 +1,127 @@
+"""`vlmgrpo eval`: REC accuracy of a model (base, adapter or merged) on data rows, or of given completions.
+
+The rows pass the same checks as training before any weight loads; generation is batched and greedy by default,
+with the recipe's prompt template. Writes OUTPUT/eval.json and OUTPUT/predictions.jsonl, each through a temporary
+file renamed into place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Iterator, Optional
+
+from vlmgrpo import atomic
+from vlmgrpo.config.load import TrainConfig
+from vlmgrpo.data.datasets import LoadedData
+from vlmgrpo.data.rec import Sample, implicit_image_prefix, prompt_messages
+from vlmgrpo.evaluation.rec import data_file, judge, summarise
+from vlmgrpo.config.template import fill_template
+
+log = logging.getLogger("vlmgrpo")
+
+
+@dataclasses.dataclass
+class EvalSettings:
+    output: str
+    max_samples: Optional[int] = None  # per data file: the first N rows of each
+    batch_size: int = 8
+    max_new_tokens: int = 256
+    completions: Optional[str] = None  # score these instead of generating
+
+
+def first_rows(samples: list[Sample], per_file: Optional[int]) -> list[Sample]:
+    if per_file is None:
+        return samples
+    kept, seen = [], {}
+    for sample in samples:
+        path = data_file(sample)
+        seen[path] = seen.get(path, 0) + 1
+        if seen[path] <= per_file:
+            kept.append(sample)
+    return kept
+
+
+def _load_image(path: str):
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+def _prompt_text(processor, sample: Sample, template: str, vision: bool) -> str:
+    if vision:
+        messages = prompt_messages(implicit_image_prefix(sample.question, len(sample.image_paths)), template)
+    else:
+        messages = [{"role": "user", "content": fill_template(template, sample.question).strip()}]
+    return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings, processor,
+             vision: bool) -> Iterator[str]:
+    """One completion per sample, in order: batches left-padded, greedy unless the config sets do_sample."""
+    import torch
+
+    from vlmgrpo.models.loading import load_model
+
+    tokenizer = getattr(processor, "tokenizer", processor)
+    tokenizer.padding_side = "left"
+    model = load_model(dataclasses.replace(config.model, use_peft=False), vision).eval()
+    sampling = {"do_sample": bool(config.trl.get("do_sample", False))}
+    if sampling["do_sample"]:
+        sampling.update(temperature=config.trl.get("temperature", 1.0), top_p=config.trl.get("top_p", 1.0))
+    for start in range(0, len(samples), settings.batch_size):
+        batch = samples[start:start + settings.batch_size]
+        texts = [_prompt_text(processor, s, config.data.question_template, vision) for s in batch]
+        images = [_load_image(path) for s in batch for path in s.image_paths] if vision else []
+        kwargs = {"images": images} if images else {}
+        inputs = processor(text=texts, padding=True, return_tensors="pt", **kwargs).to(model.device)
+        with torch.inference_mode():
+            output = model.generate(**inputs, max_new_tokens=settings.max_new_tokens,
+                                    pad_token_id=tokenizer.pad_token_id, **sampling)
+        yield from tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        log.info("eval: %d/%d rows generated", min(start + settings.batch_size, len(samples)), len(samples))
+
+
+def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> dict:
+    from vlmgrpo.rewards.judge import Judge
+    from vlmgrpo.models.loading import answer_space_and_resize, is_vision_language, load_processing_class
+    from vlmgrpo.rewards import JSONL_ACCURACY
+    from vlmgrpo.evaluation.score import read_completions
+    from vlmgrpo.evaluation.tasks import judge_tasks, summarise_tasks
+
+    samples = first_rows(data.samples, settings.max_samples)
+    vision = is_vision_language(config.model.model_name_or_path)
+    processor = load_processing_class(config.model, vision)  # once: for the prompts and for the answer space
+    if settings.completions:
+        given = read_completions(settings.completions, samples)
+        samples, texts = [samples[index] for _, _, index in given], [text for _, text, _ in given]
+    else:
+        texts = list(generate(config, samples, settings, processor, vision))
+    described = {"model": config.model.model_name_or_path, "adapter": config.model.adapter_name_or_path,
+                 "max_samples_per_file": settings.max_samples, "completions": settings.completions,
+                 "question_template": config.data.question_template}
+    if not settings.completions:
+        described.update(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
+                         do_sample=bool(config.trl.get("do_sample", False)))
+    if JSONL_ACCURACY in config.reward.reward_funcs:  # VLM-R1's other tasks: each row by its accuracy method
+        predictions = judge_tasks(samples, texts, Judge.from_config(config.reward))
+        summary = summarise_tasks(predictions, described)
+        write_results(settings.output, summary, predictions)
+        return summary
+    space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path,
+                                            processor)
+    predictions = [judge(sample, text, space, resize) for sample, text in zip(samples, texts)]
+    summary = summarise(samples, predictions, {**described, "answer_box_space": space})
+    write_results(settings.output, summary, predictions)
+    return summary
+
+
+def write_results(output: str, summary: dict, predictions: list) -> None:
+    """predictions: rec_eval.Prediction or task_eval.TaskPrediction, each with as_json()."""
+    os.makedirs(output, exist_ok=True)
+    atomic.write_text(os.path.join(output, "predictions.jsonl"),
+                  "".join(json.dumps(p.as_json()) + "\n" for p in predictions))
+    atomic.write_text(os.path.join(output, "eval.json"), json.dumps(summary, indent=2) + "\n")

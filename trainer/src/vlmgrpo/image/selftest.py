@@ -1,0 +1,20 @@
+"""`vlmgrpo selftest`: the in-image checks (the modules of vlmgrpo.checks), as JSON that `imagegen test` reads.
+
+Output contract: {"checks": [{"name", "status": pass|fail|skip, "detail"}], "passed", "failed", "skipped"}.
+Runs outside Docker too: every optional library may be missing, and each check reports that instead of crashing.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from vlmgrpo.checks import FAIL, PASS, SKIP, Context, run_checks
+from vlmgrpo.image.info import expected_path
+from vlmgrpo.inventory import read_expected
+
+
+def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False) -> dict:
+    expected, problem = read_expected(expected_path(expected_option))
+    checks = run_checks(Context(expected, problem, require_gpu=require_gpu, skip_train=skip_train))
+    counts = {status: sum(1 for c in checks if c["status"] == status) for status in (PASS, FAIL, SKIP)}
+    return {"checks": checks, "passed": counts[PASS], "failed": counts[FAIL], "skipped": counts[SKIP]}

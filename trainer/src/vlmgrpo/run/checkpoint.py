@@ -1,0 +1,192 @@
+"""Finding checkpoints to resume from, and restoring a vision-language model's weights from one (RestoresWeights).
+
+transformers 5.x saves checkpoints with the legacy key names (e.g. `model.layers.*`, `visual.*` for Qwen2.5-VL)
+while the in-memory model uses new ones (`model.language_model.layers.*`, `model.visual.*`). Trainer's resume
+loads the file with load_state_dict(strict=False), so for such models nothing is restored and training silently
+continues from the base weights (transformers#43701). We load through from_pretrained, which knows the key
+conversion, and check that every tensor arrived.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import struct
+from typing import Optional
+
+from vlmgrpo.atomic import write_text
+from vlmgrpo.errors import ConfigError
+
+log = logging.getLogger("vlmgrpo")
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# Written into each checkpoint after the trainer saved it: whose run it is and every file's size, so that a resume
+# refuses another run's checkpoint and skips one whose files were cut short since.
+RECORD = "vlmgrpo_checkpoint.json"
+LOAD_FAILED = "vlmgrpo_load_failed"  # a checkpoint whose weights failed to load: a restart takes the one before
+_warned: set[str] = set()
+
+
+def checkpoint_dirs(output_dir: str) -> list[str]:
+    """Every checkpoint-N directory under output_dir, complete or not, by step."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(match.group(1)), os.path.join(output_dir, entry)) for entry in os.listdir(output_dir)
+             if (match := _CHECKPOINT.match(entry)) and os.path.isdir(os.path.join(output_dir, entry))]
+    return [path for _, path in sorted(found)]
+
+
+def is_complete(checkpoint: str) -> bool:
+    return os.path.isfile(os.path.join(checkpoint, "trainer_state.json"))  # an interrupted save lacks it
+
+
+def latest_checkpoint(output_dir: str) -> Optional[str]:
+    """The complete checkpoint-N with the largest N."""
+    complete = [path for path in checkpoint_dirs(output_dir) if is_complete(path)]
+    return complete[-1] if complete else None
+
+
+def checkpoint_step(checkpoint: Optional[str]) -> int:
+    """The optimizer step a checkpoint was saved at; 0 for a fresh start."""
+    if checkpoint is None:
+        return 0
+    with open(os.path.join(checkpoint, "trainer_state.json")) as stream:
+        return int(json.load(stream)["global_step"])
+
+
+def run_identity(command: str, model: str) -> dict:
+    """What makes a checkpoint this run's: the command, the model as named, and its config.json's digest."""
+    config = os.path.join(model, "config.json")
+    digest = None
+    if os.path.isfile(config):
+        with open(config, "rb") as stream:
+            digest = hashlib.sha256(stream.read()).hexdigest()
+    return {"command": command, "model": model, "model_config_sha256": digest}
+
+
+def write_record(checkpoint: str, identity: dict) -> None:
+    files = {os.path.relpath(os.path.join(root, name), checkpoint): os.path.getsize(os.path.join(root, name))
+             for root, _, names in os.walk(checkpoint) for name in names if name != RECORD}
+    write_text(os.path.join(checkpoint, RECORD), json.dumps({"identity": identity, "files": files}, indent=1))
+
+
+def _record(checkpoint: str) -> Optional[dict]:
+    try:
+        with open(os.path.join(checkpoint, RECORD)) as stream:
+            return json.load(stream)
+    except (OSError, ValueError):
+        return None  # written by an earlier vlmgrpo, or the save was cut before it
+
+
+def foreign(checkpoint: str, identity: Optional[dict]) -> Optional[str]:
+    """Why the checkpoint is another run's (another command or model), naming both; None when it is this one's."""
+    held = (_record(checkpoint) or {}).get("identity")
+    if not identity or not held:
+        return None
+    digests = (held.get("model_config_sha256"), identity["model_config_sha256"])
+    if held.get("command") == identity["command"] and held.get("model") == identity["model"] and (
+            None in digests or digests[0] == digests[1]):
+        return None
+    return (f"{checkpoint} holds a checkpoint of `{held.get('command')}` on {held.get('model')} (config.json "
+            f"sha256 {str(held.get('model_config_sha256'))[:12]}), not of `{identity['command']}` on "
+            f"{identity['model']} ({str(identity['model_config_sha256'])[:12]}): resuming would train one model's "
+            "weights under the other's name; give the --output of this run, or --overwrite-output to start over")
+
+
+def damage(checkpoint: str) -> Optional[str]:
+    """Why the checkpoint cannot be trusted to load: a file cut short or missing since its save (its record's
+    sizes), a safetensors file shorter than its header says, an earlier load that failed; None when none."""
+    if os.path.exists(os.path.join(checkpoint, LOAD_FAILED)):
+        return "its weights failed to load before"
+    for name, size in ((_record(checkpoint) or {}).get("files") or {}).items():
+        path = os.path.join(checkpoint, name)
+        found = os.path.getsize(path) if os.path.isfile(path) else None
+        if found != size:
+            return f"{name} is {'missing' if found is None else f'{found} bytes'}, {size} when it was saved"
+    for name in sorted(os.listdir(checkpoint)):
+        if name.endswith(".safetensors") and not _whole_safetensors(os.path.join(checkpoint, name)):
+            return f"{name} is shorter than its header says"
+    return None
+
+
+def _whole_safetensors(path: str) -> bool:
+    """The file is as long as its header says: 8 bytes of header length, the header, then the tensors' data."""
+    try:
+        with open(path, "rb") as stream:
+            (length,) = struct.unpack("<Q", stream.read(8))
+            header = json.loads(stream.read(length))
+        ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+        return os.path.getsize(path) >= 8 + length + max(ends, default=0)
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return False
+
+
+def resolve_resume(resume: Optional[str], output_dir: str, identity: Optional[dict] = None) -> Optional[str]:
+    """The checkpoint to resume from: --resume PATH, refused when it is another run's or damaged; with `auto`, the
+    newest complete one of this run whose files are whole, a damaged newer one skipped with a warning."""
+    if not resume:
+        return None
+    if resume != "auto":
+        if not is_complete(resume):
+            raise ConfigError(f"--resume {resume}: not a checkpoint directory (no trainer_state.json); "
+                              "give a checkpoint-N directory or 'auto'")
+        problem = foreign(resume, identity) or damage(resume)
+        if problem:
+            raise ConfigError(f"--resume {resume}: {problem}")
+        return resume
+    complete = [path for path in checkpoint_dirs(output_dir) if is_complete(path)]
+    for checkpoint in reversed(complete):
+        problem = foreign(checkpoint, identity)
+        if problem:
+            raise ConfigError(f"--resume auto: {problem}")
+        problem = damage(checkpoint)
+        if problem is None:
+            return checkpoint
+        if checkpoint not in _warned:
+            _warned.add(checkpoint)
+            log.warning("--resume auto: skipping %s: %s; trying the one before", os.path.basename(checkpoint),
+                        problem)
+    log.warning("--resume auto: no %scheckpoint under %s, starting fresh", "usable " if complete else "", output_dir)
+    return None
+
+
+def restore_weights(model, checkpoint: str) -> int:
+    """Copy the checkpoint's weights into model (same architecture); return the number of tensors restored."""
+    import torch
+
+    first = next(model.parameters())
+    saved = type(model).from_pretrained(checkpoint, dtype=first.dtype, device_map="cpu")
+    saved_state = saved.state_dict()
+    target_state = model.state_dict()
+    missing = sorted(set(target_state) - set(saved_state))
+    if missing:
+        raise RuntimeError(f"checkpoint {checkpoint} lacks {len(missing)} tensors of the model, e.g. {missing[:3]}")
+    with torch.no_grad():
+        for name, tensor in target_state.items():
+            tensor.copy_(saved_state[name].to(tensor.device, tensor.dtype))
+    del saved
+    return len(target_state)
+
+
+
+class RestoresWeights:
+    """Mixed into a TRL trainer class (before it): resume restores the checkpoint's weights through restore_weights.
+    DeepSpeed engine state, FSDP shards and PEFT adapters load by their own keys, through the trainer's loader.
+    Trainer._load_from_checkpoint is private: tests/test_private_overrides.py fails by name when its signature
+    changes."""
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        target = self.accelerator.unwrap_model(model if model is not None else self.model)
+        try:
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled or hasattr(target, "peft_config"):
+                super()._load_from_checkpoint(resume_from_checkpoint, model)
+                return
+            count = restore_weights(target, resume_from_checkpoint)
+        except Exception:
+            # Marked, so that a restart (--max-restarts) resumes from the checkpoint before instead of this one.
+            write_text(os.path.join(resume_from_checkpoint, LOAD_FAILED), "")
+            raise
+        log.info("restored %d weight tensors from %s", count, resume_from_checkpoint)

@@ -1,0 +1,215 @@
+"""Multi-process launch through torchrun, and the checks that should fail before any GPU time is spent."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from importlib import resources
+from typing import Any, Optional
+
+from vlmgrpo.config.load import TrainConfig
+from vlmgrpo.config.sections import RunConfig
+from vlmgrpo.errors import LaunchError
+
+log = logging.getLogger("vlmgrpo")
+
+PRESETS = ("zero2", "zero3", "zero3_offload")
+# A worker that stopped on a signal (its own or, through the all-reduce in GracefulStop, another host's) writes the
+# signal number here, so that the launching process exits 128 + signal on every host, not torchrun's 1.
+STOP_MARKER_VARIABLE = "VLMGRPO_STOP_MARKER"
+MIN_SHM_BYTES = 1 << 30  # NCCL and dataloader workers need more than Docker's default 64 MB
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+
+
+def world_size(run: RunConfig) -> int:
+    if under_torchrun():
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    return run.nproc_per_node * run.nnodes
+
+
+def needs_launch(run: RunConfig) -> bool:
+    return not under_torchrun() and (run.nproc_per_node > 1 or run.nnodes > 1 or run.max_restarts > 0)
+
+
+def torchrun_environment(run: RunConfig) -> dict[str, str]:
+    """torchrun kills workers 30 s after forwarding SIGTERM by default, too soon to finish a step and save.
+    The variable (torch >= 2.9; older versions ignore it) gives them shutdown_timeout seconds instead."""
+    environment = dict(os.environ)
+    environment.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(run.shutdown_timeout))
+    return environment
+
+
+def torchrun_command(run: RunConfig, argv: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc-per-node={run.nproc_per_node}",
+        f"--nnodes={run.nnodes}",
+        f"--node-rank={run.node_rank}",
+        f"--master-addr={run.master_addr}",
+        f"--master-port={run.master_port}",
+        *([f"--max-restarts={run.max_restarts}"] if run.max_restarts else []),
+        "-m", "vlmgrpo", *argv,
+    ]
+
+
+def worker_of(launcher_pid: int):
+    """The first training worker under a `vlmgrpo` process that launched through torchrun_command: vlmgrpo ->
+    torchrun (`-m torch.distributed.run ... -m vlmgrpo`) -> `-m vlmgrpo` workers. The one to kill to see a restart
+    (not the launcher or torchrun), for the restart test and the bench; a psutil.Process. psutil is accelerate's
+    dependency, and only these callers, from outside the run, need it."""
+    import psutil
+
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        command = child.cmdline()
+        if "vlmgrpo" in command and "torch.distributed.run" not in command:
+            return child
+    raise LookupError(f"no vlmgrpo worker under process {launcher_pid}")
+
+
+def run_torchrun(run: RunConfig, argv: list[str]) -> int:
+    """Run torchrun as a child and pass SIGTERM/SIGINT on, so a preempted run exits with 128 + signal like a
+    single-process one (torchrun itself would exit 1 with a traceback) after the workers have checkpointed.
+    A host whose workers stopped because another host was signalled exits the same way."""
+    with tempfile.TemporaryDirectory(prefix="vlmgrpo-launch-") as work:
+        marker = os.path.join(work, "stopped")
+        environment = dict(torchrun_environment(run), **{STOP_MARKER_VARIABLE: marker})
+        received: list[int] = []
+        process: Optional[subprocess.Popen] = None
+
+        def forward(signum, frame):
+            received.append(signum)
+            if process is not None:
+                process.send_signal(signum)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, forward)
+        process = subprocess.Popen(torchrun_command(run, argv), env=environment)
+        if received:  # arrived while torchrun was starting
+            process.send_signal(received[0])
+        code = process.wait()
+        stopped_by = received[0] if received else read_stop_marker(marker)
+    if stopped_by is None:
+        if code and run.max_restarts:
+            log.error("a worker failed again after %d restart(s), the budget of --max-restarts %d: see the worker's "
+                      "error above", run.max_restarts, run.max_restarts)
+        return code
+    cause = "" if received else " sent to another process of the run"
+    log.warning("stopped by %s%s: the workers wrote a checkpoint at the end of their step (torchrun's traceback "
+                "above is expected); continue with --resume auto", signal.Signals(stopped_by).name, cause)
+    return 128 + stopped_by
+
+
+def exit_on_signal_until_training() -> None:
+    """SIGTERM or SIGINT before training starts: exit 128 + signal at once, with nothing to checkpoint yet.
+
+    Without this a container's PID 1 (vlmgrpo, exec'd by the entrypoint) ignores SIGTERM while it checks the data
+    or loads the model, and `docker stop` waits out its grace period to kill it. GracefulStop and run_torchrun
+    replace this handler when they start."""
+
+    def leave(signum, frame):
+        log.warning("received %s before training started: nothing to checkpoint yet, exiting",
+                    signal.Signals(signum).name)
+        sys.exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, leave)
+
+
+def read_stop_marker(path: str) -> Optional[int]:
+    try:
+        return int(open(path).read())
+    except (OSError, ValueError):
+        return None
+
+
+def write_stop_marker(signal_number: int) -> None:
+    """Called by a worker that stopped on a signal; a no-op outside a launch."""
+    path = os.environ.get(STOP_MARKER_VARIABLE)
+    if path:
+        with open(path, "w") as stream:
+            stream.write(str(int(signal_number)))
+
+
+def resolve_deepspeed(value: Any) -> Any:
+    """A preset name becomes the path of the JSON shipped in the package; anything else is passed through."""
+    if value in PRESETS:
+        return str(resources.files("vlmgrpo").joinpath(f"presets/{value}.json"))
+    if isinstance(value, str) and value and not os.path.isfile(value):
+        raise LaunchError(f"--deepspeed {value}: neither a preset ({', '.join(PRESETS)}) nor an existing JSON file")
+    if isinstance(value, str) and value:
+        try:
+            json.loads(open(value).read())
+        except ValueError as exc:
+            raise LaunchError(f"--deepspeed {value}: not valid JSON ({exc})") from None
+    return value
+
+
+def generation_batch(config: TrainConfig, processes: int) -> tuple[int, int, str]:
+    """(completions per generation batch, num_generations, how the batch is made) as TRL's GRPOConfig sizes it."""
+    grpo = config.trl
+    per_device = grpo.get("per_device_train_batch_size", 8)
+    accumulation = grpo.get("gradient_accumulation_steps", 1)
+    steps_per_generation = grpo.get("steps_per_generation") or accumulation
+    made = (f"per-device batch {per_device} x {processes} processes x {steps_per_generation} steps per generation"
+            if not grpo.get("generation_batch_size") else "generation_batch_size")
+    return (grpo.get("generation_batch_size") or per_device * processes * steps_per_generation,
+            grpo.get("num_generations", 8), made)
+
+
+def check_batch(config: TrainConfig, processes: int) -> None:
+    """TRL needs whole groups of num_generations completions in each generation batch."""
+    grpo = config.trl
+    completions, generations, made = generation_batch(config, processes)
+    if completions % generations:
+        raise LaunchError(
+            f"global batch {completions} ({made}) is not divisible by num_generations {generations}; "
+            f"change --batch-size, --num-generations or gradient_accumulation_steps"
+        )
+    if not config.data.val_split_ratio or grpo.get("eval_strategy", "steps") == "no":
+        return
+    eval_batch = grpo.get("per_device_eval_batch_size", 8) * processes
+    eval_generations = grpo.get("num_generations_eval") or generations
+    if eval_batch % eval_generations:
+        raise LaunchError(
+            f"evaluation batch {eval_batch} (per_device_eval_batch_size x {processes} processes) is not divisible "
+            f"by {eval_generations} generations; set per_device_eval_batch_size or num_generations_eval"
+        )
+
+
+def check_enough_rows(config: TrainConfig, processes: int, rows: int) -> None:
+    """TRL's sampler hands out whole generation batches only (completions / num_generations distinct prompts):
+    fewer training rows than one batch train 0 steps and would save the untrained model as the result."""
+    completions, generations, made = generation_batch(config, processes)
+    prompts = completions // generations
+    if rows < prompts:
+        raise LaunchError(
+            f"{rows} training row(s) make no whole generation batch of {prompts} prompts ({completions} completions: "
+            f"{made}, / num_generations {generations}): training would run 0 steps; add rows, or lower the batch "
+            "size or gradient_accumulation_steps")
+
+
+def shm_bytes(path: str = "/dev/shm") -> Optional[int]:
+    try:
+        return shutil.disk_usage(path).total
+    except OSError:
+        return None
+
+
+def check_shm(run: RunConfig) -> Optional[str]:
+    """A hint (not an error) when /dev/shm is too small for several local processes."""
+    if run.nproc_per_node <= 1:
+        return None
+    size = shm_bytes()
+    if size is None or size >= MIN_SHM_BYTES:
+        return None
+    return (f"/dev/shm is only {size // (1 << 20)} MiB; multi-process training (NCCL, data loading) can crash "
+            "or hang with that. Start the container with `docker run --shm-size=16g ...` or `--ipc=host`")

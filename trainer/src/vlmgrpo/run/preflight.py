@@ -1,0 +1,268 @@
+"""The checks that need no weights and every training command shares, run before any weights load (and by
+`--dry-run`), and by `score` and `merge`; each command's own checks are its Recipe's validate (grpo.py, sft.py).
+
+Each failure is one line saying what is wrong, where it was set, and what to do.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import NamedTuple
+
+from vlmgrpo.access import nearest_existing, unreadable, unreadable_in_tree, unwritable_directory
+from vlmgrpo.boxes import ABSOLUTE
+from vlmgrpo.run.checkpoint import checkpoint_dirs, resolve_resume, run_identity
+from vlmgrpo.config.load import TrainConfig
+from vlmgrpo.data.datasets import LoadedData, RowValidator, load_data
+from vlmgrpo.errors import ConfigError, LaunchError
+from vlmgrpo.run.launch import resolve_deepspeed, under_torchrun
+from vlmgrpo.data.rec import validate_row
+from vlmgrpo.rewards.accuracy import LLM
+from vlmgrpo.rewards import BOX_REWARDS, JSONL_ACCURACY, check_reward_names
+
+# Hub repository ids: "name" or "owner/name"; anything else is a local path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# What an earlier run leaves in its output directory besides checkpoints (see callbacks.py and grpo.py).
+RUN_LOGS = ("metrics.jsonl", "completions.jsonl")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in
+               ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+class Source(NamedTuple):
+    """A kind of directory a key names, for the messages about it."""
+
+    marker: str  # the file that makes a directory one
+    noun: str
+    what: str
+    contents: str
+    writer: str
+    example: str  # a hub id
+
+
+MODEL = Source("config.json", "model", "saved transformers model", "config.json, weights, processor files",
+               "save_pretrained", "Qwen/Qwen2.5-VL-3B-Instruct")
+ADAPTER = Source("adapter_config.json", "adapter", "saved PEFT adapter", "adapter_config.json, adapter weights",
+                 "a run with use_peft (OUTPUT/adapter)", "your-org/your-adapter")
+
+
+def check_source(where: str, value: str, source: Source) -> None:
+    """A local directory must exist, hold the source's marker file and be readable by this uid; a hub id must be
+    reachable (not offline) or cached."""
+    path = os.path.expanduser(value)
+    if os.path.isdir(path):
+        problems = [p for p in (unreadable(path),) if p] or [unreadable(p) for p in unreadable_in_tree(path)]
+        if problems:
+            more = f" ({len(problems) - 1} more like it: chmod -R a+rX {path})" if len(problems) > 1 else ""
+            raise ConfigError(f"{where}: {problems[0]}{more}")
+        if not os.path.isfile(os.path.join(path, source.marker)):
+            raise ConfigError(f"{where}: {path} has no {source.marker}, so it is not a {source.what}; give the "
+                              f"directory {source.writer} wrote ({source.contents})")
+        return
+    if os.path.exists(path):
+        raise ConfigError(f"{where}: {path} is a file; give the {source.noun}'s directory")
+    if not _HUB_ID.match(value):
+        ancestor = nearest_existing(Path(path))
+        reason = unreadable(str(ancestor)) or "no such directory"  # an ancestor this uid cannot enter hides it
+        raise ConfigError(f"{where}: {value} does not exist ({reason}); give the directory of a saved {source.noun} "
+                          f"({source.contents}) or a hub id such as {source.example}")
+    if _offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(value, source.marker), str):
+            raise ConfigError(f"{where}: {value} is neither a local directory nor a {source.noun} in the hub cache, "
+                              f"and downloads are off (HF_HUB_OFFLINE=1); give the {source.noun}'s directory")
+
+
+def resolve_adapter_base(config: TrainConfig) -> None:
+    """An adapter to start from must be one; without model_name_or_path, its base model is the one it names."""
+    adapter = config.model.adapter_name_or_path
+    if not adapter:
+        return
+    where = f"{config.where('adapter_name_or_path')}: key 'adapter_name_or_path'"
+    check_source(where, adapter, ADAPTER)
+    if config.model.model_name_or_path:
+        return
+    from peft import PeftConfig
+
+    try:
+        base = PeftConfig.from_pretrained(adapter).base_model_name_or_path
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: cannot read {adapter}'s adapter_config.json ({exc})") from None
+    if not base:
+        raise ConfigError(f"{where}: {adapter}'s adapter_config.json names no base model; pass --model BASE")
+    config.model.model_name_or_path = base
+    config.origins["model_name_or_path"] = f"{adapter}: adapter_config.json's base_model_name_or_path"
+
+
+def check_model_source(config: TrainConfig) -> None:
+    """The model (or the base model an adapter names) and the adapter exist and this uid can read them."""
+    resolve_adapter_base(config)
+    value = config.model.model_name_or_path
+    where = f"{config.where('model_name_or_path')}: key 'model_name_or_path'"
+    if not value:
+        raise ConfigError(f"{where} is not set (or pass --model PATH)")
+    check_source(where, value, MODEL)
+
+
+def check_model_kind(config: TrainConfig, vision: bool) -> None:
+    """What needs the model's config (read, no weights): LoRA targets that exist in its language model."""
+    from vlmgrpo.models.loading import unmatched_lora_targets
+
+    if not config.model.use_peft or config.model.adapter_name_or_path:
+        return
+    linear = unmatched_lora_targets(config.model, vision)
+    if linear:
+        raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
+                          f"{', '.join(config.model.lora_target_modules)} match no layer of "
+                          f"{config.model.model_name_or_path}'s language model; its linear layers are named "
+                          f"{', '.join(linear)}")
+
+
+def check_quantization(config: TrainConfig) -> None:
+    """QLoRA: 4-bit (or 8-bit) weights under a LoRA adapter, which needs bitsandbytes and a CUDA GPU."""
+    key = next((k for k in ("load_in_4bit", "load_in_8bit") if getattr(config.model, k)), None)
+    if key is None:
+        return
+    from vlmgrpo.models.loading import cuda_available
+
+    where = f"{config.where(key)}: key '{key}'"
+    if not cuda_available():
+        raise ConfigError(f"{where}: QLoRA needs an NVIDIA GPU (bitsandbytes' 4-bit layers run on CUDA only) and "
+                          "none is visible here; run on a GPU host (docker run --gpus all with a CUDA image), or drop "
+                          f"{key} to train LoRA on the full-precision model")
+    if not config.model.use_peft:
+        raise ConfigError(f"{where}: quantized weights cannot be trained themselves; QLoRA trains a LoRA adapter on "
+                          "them: set use_peft: true")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"{where}: QLoRA needs the bitsandbytes package, which is not installed here; pip install "
+                          f"bitsandbytes, or drop {key}")
+
+
+def check_reporting(config: TrainConfig) -> None:
+    """report_to names transformers knows, each with its package installed (tensorboard is a vlmgrpo dependency)."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    value = config.trl.get("report_to")
+    names = [value] if isinstance(value, str) else list(value or [])
+    available = get_available_reporting_integrations()
+    for name in names:
+        if name in ("none", "all", "auto"):
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ConfigError(f"{config.where('report_to')}: key 'report_to': unknown reporter '{name}'; use none, "
+                              f"auto or some of: {', '.join(INTEGRATION_TO_CALLBACK)}")
+        if name not in available:
+            raise ConfigError(f"{config.where('report_to')}: key 'report_to': {name} is not installed in this "
+                              f"environment; pip install {name}, or set report_to: none")
+
+
+def earlier_run(output: str) -> list[str]:
+    """What a previous run left in output: its checkpoint directories and logs."""
+    found = [os.path.basename(p) for p in checkpoint_dirs(output)]
+    return found + [name for name in RUN_LOGS if os.path.isfile(os.path.join(output, name))]
+
+
+def check_output(config: TrainConfig) -> None:
+    """The output directory is writable, and holds no earlier run unless told to resume it or start over."""
+    output = config.trl["output_dir"]
+    where = config.where("output_dir")
+    problem = unwritable_directory(output)
+    if problem:
+        raise ConfigError(f"{where}: key 'output_dir': {problem}")
+    if config.run.resume:  # a --resume PATH that is no checkpoint, or another run's, fails here, before any weights
+        resolve_resume(config.run.resume, output, run_identity(config.command.name, config.model.model_name_or_path))
+    if config.run.resume and config.run.overwrite_output:
+        raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output starts over and --resume "
+                          f"{config.run.resume} continues: give one of them")
+    if under_torchrun() or config.run.resume or config.run.overwrite_output:
+        return  # under torchrun the launching process has checked (and cleared) it already
+    found = earlier_run(output)
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(f"{where}: key 'output_dir': {output} already holds an earlier run ({shown}); continue it "
+                          "with --resume auto, start over with --overwrite-output (removes its checkpoints and "
+                          "logs), or choose another --output")
+
+
+def clear_earlier_run(config: TrainConfig) -> list[str]:
+    """--overwrite-output: remove the earlier run's checkpoints and logs (once, by the launching process)."""
+    output = config.trl["output_dir"]
+    if not config.run.overwrite_output or under_torchrun() or config.run.node_rank != 0:
+        return []
+    found = earlier_run(output)
+    for name in found:
+        path = os.path.join(output, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return found
+
+
+def load_rows(config: TrainConfig, validate_row: RowValidator) -> LoadedData:
+    """Every training and evaluation row, validated, and the validation split."""
+    if config.data.eval_data and config.data.val_split_ratio:
+        raise ConfigError(f"{config.where('eval_data')}: key 'eval_data': give evaluation rows either as eval_data or "
+                          "by val_split_ratio, not both")
+    seed = config.trl.get("data_seed") or config.trl.get("seed", 42)
+    data = load_data(config.data.data, config.data.image_root, getattr(config.data, "box_space", ABSOLUTE),
+                     seed=seed, validate=validate_row, eval_entries=config.data.eval_data,
+                     reward_method=getattr(config.data, "reward_method", None))
+    data.split_validation(config.data.val_split_ratio, seed)
+    return data
+
+
+def load_checked_data(config: TrainConfig) -> LoadedData:
+    """What `score` needs too: the rewards, every data row, the validation split."""
+    names = config.reward.reward_funcs
+    check_reward_names(names, config.where("reward_funcs"))
+    weights = config.trl.get("reward_weights")
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
+                          f"{len(names)} reward_funcs {names}")
+    data = load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names),
+                                               check_method=JSONL_ACCURACY in names))
+    if JSONL_ACCURACY in names and any(row.reward_method == LLM for row in data.samples + data.validation):
+        check_judge(config)
+    return data
+
+
+def check_judge(config: TrainConfig) -> None:
+    """Rows scored by the llm method need a judge that answers now, not a reward of 0 at step 1."""
+    from vlmgrpo.rewards.judge import Judge
+
+    judge = Judge.from_config(config.reward)
+    if judge is None:
+        raise ConfigError(f"{config.where('judge_url')}: key 'judge_url': rows are scored by the llm method "
+                          "(accu_reward_method): set judge_url and judge_model to the judge's OpenAI-compatible "
+                          "endpoint")
+    judge.check(config.where("judge_url"))
+
+
+def check_evaluation(config: TrainConfig) -> None:
+    strategy = config.trl.get("eval_strategy", "no")
+    if strategy != "no" and not (config.data.val_split_ratio or config.data.eval_data):
+        raise ConfigError(f"{config.where('eval_strategy')}: key 'eval_strategy': {strategy} needs rows to evaluate "
+                          "on; set val_split_ratio (e.g. 0.05) to hold some out, or eval_data")
+
+
+def check_run(config: TrainConfig) -> None:
+    """The checks `train` and `sft` share: model and adapter, output, evaluation, reporters, QLoRA, DeepSpeed."""
+    check_model_source(config)
+    check_output(config)
+    check_evaluation(config)
+    check_reporting(config)
+    check_quantization(config)
+    if config.trl.get("deepspeed"):
+        resolve_deepspeed(config.trl["deepspeed"])  # a missing or broken JSON fails here, before any model
+        if importlib.util.find_spec("deepspeed") is None:
+            raise LaunchError(f"deepspeed {config.trl['deepspeed']} requested but the deepspeed package is not "
+                              "installed; use an image with DeepSpeed or drop --deepspeed")

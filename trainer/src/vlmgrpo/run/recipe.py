@@ -1,0 +1,83 @@
+"""A training command (`vlmgrpo train`, `vlmgrpo sft`) as one object: its configuration (TRL config class, sections,
+defaults), its command-line options, and the same four parts for every command:
+
+  validate(config) -> LoadedData     every check that needs no weights, returning the loaded rows;
+  build_trainer(config, data, trl)   the TRL trainer, its model and data;
+  save(trainer, config)              the final model: one layout for every command (below);
+  metrics                            the MetricsView: what metrics.jsonl holds and the stdout line shows.
+
+commands.py registers every recipe in the table the CLI iterates. Only light modules are imported here and in the
+recipes' module level: the CLI imports them to register its commands, and `info`/`selftest` must start without trl.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vlmgrpo.run.metrics import MetricsView
+
+if TYPE_CHECKING:
+    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.data.datasets import LoadedData
+
+# The final model of every command: full fine-tuning saves it in OUTPUT itself; LoRA saves the adapter (with the
+# processor or tokenizer) in OUTPUT/adapter and, with merge_lora, the adapter merged into its base in OUTPUT/merged.
+ADAPTER_DIR, MERGED_DIR = "adapter", "merged"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A command-line option of one command (beyond the options every training command has)."""
+
+    flag: str
+    type: type
+    help: str = ""
+
+
+class Recipe:
+    name: str  # the command
+    summary: str  # its --help text
+    trl_class: str  # the name of its config class in trl
+    defaults: dict[str, Any]  # its TRL config's defaults, over TRL's own
+    metrics: MetricsView
+    options: tuple[Option, ...] = ()
+
+    @property
+    def sections(self) -> tuple[type, ...]:
+        """Its dataclasses of vlmgrpo keys (model_config.py, sections.py); imported when asked for, as model_config.py imports trl."""
+        raise NotImplementedError
+
+    def trl_config_class(self):
+        import trl
+
+        return getattr(trl, self.trl_class)
+
+    def validate(self, config: TrainConfig) -> LoadedData:
+        raise NotImplementedError
+
+    def build_trainer(self, config: TrainConfig, data: LoadedData, trl_config):
+        raise NotImplementedError
+
+    def save(self, trainer, config: TrainConfig) -> None:
+        """The final model in the layout above (ADAPTER_DIR, MERGED_DIR)."""
+        from vlmgrpo.models.loading import merge_adapter
+
+        output = trainer.args.output_dir
+        if not config.model.use_peft:
+            trainer.save_model(output)  # safetensors, with the processor or tokenizer
+            return
+        adapter = os.path.join(output, ADAPTER_DIR)
+        trainer.save_model(adapter)  # a PEFT model saves its adapter
+        if config.model.merge_lora and trainer.accelerator.is_main_process:
+            merge_adapter(adapter, config.model.model_name_or_path, os.path.join(output, MERGED_DIR))
+
+    def run(self, config: TrainConfig, data: LoadedData) -> int:
+        """Train here (one process, or one worker under torchrun); the exit code."""
+        from vlmgrpo.run.runner import run_training
+
+        return run_training(config, data, self)
+
+    def __repr__(self) -> str:
+        return f"<recipe {self.name}: trl.{self.trl_class}>"

@@ -1,0 +1,219 @@
+"""What `train` (GRPO) and `sft` share around TRL's trainers: the TRL config built from ours, the run loop with a
+checkpoint on SIGTERM and resume, the per-step metrics, and the run's own files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
+from vlmgrpo.run.checkpoint import checkpoint_step, latest_checkpoint, resolve_resume, run_identity
+from vlmgrpo.config.load import TrainConfig, dump_config, trl_field_types
+from vlmgrpo.data.datasets import LoadedData
+from vlmgrpo.errors import ConfigError
+from vlmgrpo.run.launch import resolve_deepspeed, write_stop_marker
+from vlmgrpo.run.metrics import MetricsView, drop_steps_after
+from vlmgrpo.run.preflight import RUN_LOGS
+from vlmgrpo.run.storage import checkpoint_bytes, disk_full, is_out_of_space, warn_if_few_checkpoints_fit
+
+log = logging.getLogger("vlmgrpo")
+
+# Old names the recipe, VLM-R1's scripts and users' configs say, and the names transformers 5 gives them:
+# passed under the new name where the installed TrainingArguments has it, so transformers 5 prints no
+# deprecation warning at every start, and 4.x, which knows only the old name, still gets it.
+RENAMED_TRL_KEYS = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
+}
+
+
+def under_current_names(kwargs: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
+    """kwargs with each old name under its new one where KNOWN (the TRL config's fields) has the new one."""
+    known = set(known)
+    renamed = dict(kwargs)
+    for old, new in RENAMED_TRL_KEYS.items():
+        if old in renamed and new in known and new not in renamed:
+            renamed[new] = renamed.pop(old)
+    return renamed
+
+
+def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
+    from vlmgrpo.models.loading import cuda_available
+
+    kwargs = under_current_names(config.trl, trl_field_types(config.command))
+    if (config.data.val_split_ratio or config.data.eval_data) and "eval_strategy" not in kwargs:
+        # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
+        kwargs["eval_strategy"] = "steps"
+        kwargs.setdefault("eval_steps", kwargs["save_steps"])
+    kwargs["deepspeed"] = resolve_deepspeed(kwargs.get("deepspeed"))
+    if kwargs.get("bf16") == "auto":
+        import torch
+
+        kwargs["bf16"] = cuda_available() and torch.cuda.is_bf16_supported()
+    if kwargs.get("report_to") == "auto":
+        kwargs["report_to"] = ["tensorboard"] if importlib.util.find_spec("tensorboard") else "none"
+    reporters = kwargs.get("report_to")
+    if "wandb" in ([reporters] if isinstance(reporters, str) else reporters or []):
+        # wandb writes its run under the working directory, which an image's arbitrary uid often cannot write:
+        # beside the run instead, unless WANDB_DIR says where (WANDB_MODE=offline keeps it there to `wandb sync`).
+        os.environ.setdefault("WANDB_DIR", str(kwargs["output_dir"]))
+    if not cuda_available():
+        kwargs.setdefault("use_cpu", True)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            kwargs.setdefault("ddp_backend", "gloo")
+    # Our MetricsLogger prints one line per step; tqdm's bar would interleave with it.
+    kwargs.setdefault("disable_tqdm", True)
+    return kwargs
+
+
+def build_trl_config(config: TrainConfig):
+    """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`."""
+    try:
+        return config.command.trl_config_class()(**resolve_trl_kwargs(config))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{config.source}: invalid {config.command.trl_class} settings: {exc}") from None
+
+
+def attach_metrics(trainer, output: Path, view: MetricsView) -> None:
+    """Our one line per step (stdout and metrics.jsonl) instead of transformers' printer and progress bar."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    for noisy in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(noisy)
+    trainer.add_callback(MetricsLogger(output / "metrics.jsonl", view))
+
+
+def parameter_counts(model) -> tuple[int, int]:
+    """(trainable, total); PEFT counts a 4-bit layer's parameters as the unpacked weights they stand for."""
+    if hasattr(model, "get_nb_trainable_parameters"):
+        return model.get_nb_trainable_parameters()
+    parameters = list(model.parameters())
+    return sum(p.numel() for p in parameters if p.requires_grad), sum(p.numel() for p in parameters)
+
+
+def log_parameter_counts(model) -> None:
+    trainable, total = parameter_counts(model)
+    log.info("trainable parameters: %s of %s (%.2f%%)", f"{trainable:,}", f"{total:,}",
+             100 * trainable / max(total, 1))
+
+
+def write_run_config(config: TrainConfig, output: Path) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "vlmgrpo_config.yaml").write_text(dump_config(config))
+
+
+def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
+    """Train to the end or to a signal with the recipe's trainer, metrics and final save; the process exit code."""
+    trl_config = build_trl_config(config)
+    output = Path(trl_config.output_dir)
+    resume = resume_point(config, str(output))
+    if trl_config.process_index == 0:
+        write_run_config(config, output)
+        for name in RUN_LOGS:
+            drop_steps_after(output / name, checkpoint_step(resume))
+        log_restart(output, resume, config.run.max_restarts)
+    monitor = start_monitor(config, trl_config, recipe, output)  # before the model loads: /health answers now
+    try:
+        return train_and_save(config, data, recipe, trl_config, resume, monitor)
+    finally:
+        if monitor is not None:
+            monitor.stop()
+
+
+def train_and_save(config: TrainConfig, data: LoadedData, recipe, trl_config, resume, monitor) -> int:
+    output = Path(trl_config.output_dir)
+    trainer = build_trainer(config, data, recipe, trl_config, monitor)
+    stop = GracefulStop()
+    trainer.add_callback(stop)
+    stop.install()
+    need = checkpoint_bytes(trainer.model, str(output))
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except Exception as error:
+        if not is_out_of_space(error, str(output), need):
+            raise
+        raise disk_full(str(output), trainer.state.global_step, need) from None
+    finally:
+        stop.uninstall()
+    if stop.signal_number is not None:
+        leave_process_group()
+        write_stop_marker(stop.signal_number)
+        log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
+                    trainer.state.global_step, output)
+        return stop.exit_code
+    recipe.save(trainer, config)
+    leave_process_group()
+    return 0
+
+
+def build_trainer(config: TrainConfig, data: LoadedData, recipe, trl_config, monitor):
+    """The recipe's trainer with our callbacks: metrics, the monitor, the profiler; rank 0 says what it trains."""
+    output = Path(trl_config.output_dir)
+    trainer = recipe.build_trainer(config, data, trl_config)
+    attach_metrics(trainer, output, recipe.metrics)
+    trainer.add_callback(CheckpointRecord(run_identity(config.command.name, config.model.model_name_or_path)))
+    if monitor is not None:
+        trainer.add_callback(MonitorCallback(monitor))
+    if config.run.profile_steps:
+        from vlmgrpo.config.sections import parse_profile_steps
+        from vlmgrpo.run.profiling import StepProfiler
+
+        trainer.add_callback(StepProfiler(parse_profile_steps(config.run.profile_steps), output / "profile",
+                                          trl_config.process_index))
+    if trl_config.process_index == 0:
+        log_parameter_counts(trainer.model)
+        warn_if_few_checkpoints_fit(trainer.model, str(output))
+    return trainer
+
+
+def start_monitor(config: TrainConfig, trl_config, recipe, output: Path):
+    """Rank 0's /metrics and /health (exporter.Monitor) when metrics_port is set; None otherwise."""
+    if config.run.metrics_port is None or trl_config.process_index != 0:
+        return None
+    from vlmgrpo import __version__
+    from vlmgrpo.run.exporter import start_monitor as serve
+
+    samples_per_step = (trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps
+                        * trl_config.world_size)
+    monitor = serve(config.run, recipe.metrics, samples_per_step, {"command": recipe.name, "version": __version__})
+    newest = latest_checkpoint(str(output))
+    if newest is not None:
+        monitor.metrics.set("checkpoint_step", checkpoint_step(newest))
+    return monitor
+
+
+def restart_count() -> int:
+    """How many times torchrun has restarted the workers (--max-restarts); 0 on the first attempt."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def resume_point(config: TrainConfig, output: str):
+    """The checkpoint to continue from: --resume's, or after a restart the newest one (None: from step 0)."""
+    return resolve_resume(config.run.resume or ("auto" if restart_count() else None), output,
+                          run_identity(config.command.name, config.model.model_name_or_path))
+
+
+def log_restart(output: Path, resume, budget: int) -> None:
+    """After a restart: say from where, and count it in metrics.jsonl (a line with the step it continues after)."""
+    restarts = restart_count()
+    if not restarts:
+        return
+    log.warning("restart %d of %d after a worker failed: %s", restarts, budget,
+                f"continuing from {os.path.basename(resume)}" if resume
+                else "no checkpoint was written before the failure, starting again from step 0")
+    with (output / "metrics.jsonl").open("a") as stream:
+        stream.write(json.dumps({"step": checkpoint_step(resume), "restart": restarts, "max_restarts": budget}) + "\n")
+
+
+def leave_process_group() -> None:
+    """Tear the group down before the interpreter does: a gloo group left to interpreter shutdown aborts the
+    process now and then ("terminate called without an active exception", pytorch/pytorch#190489), failing a run
+    that finished. No barrier first: the other ranks would time out waiting while rank 0 merges a large model."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

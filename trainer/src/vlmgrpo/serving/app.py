@@ -1,0 +1,251 @@
+"""The thin layer in front of the serving engine: who may ask, what it may ask for, then the request as it came.
+
+Errors are in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) so the official client raises them
+with their message: 400 for a body that is not JSON, a field out of range or an image that does not decode
+(transformers serve answers those with a 500 and a traceback in its log), 404 for a model name this server does not
+serve (the name clients use is --served-model-name; the engine's own name stays internal), 401 without the API key,
+408 for a body still arriving after its timeout, 413 for a body over the limit, 415 for a body that is not JSON (a
+browser page can send text/plain without asking), 429 when the requests in flight are at the limit, 503 while the
+engine is being restarted. A prompt whose text alone, with max_tokens, is over the model's context is a 400 before
+the engine sees it; a client that hangs up has its request to the engine cancelled.
+
+Images reach the engine inline only: a data: URL is checked (bytes and pixels before it is decoded, then decoded),
+an http(s) URL is fetched here when its host is one the operator allowed (--allowed-media-domains, vLLM's name for
+it), with redirects off, loopback and private addresses refused, a timeout and a byte limit, then sent on as a data:
+URL. The engine never opens a path or fetches a URL of a client's choosing.
+"""
+
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import io
+import ipaddress
+import json
+import logging
+import socket
+import urllib.parse
+from typing import Any, Callable, Optional
+
+from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length, image_parts,
+                             image_problem, prompt_text)
+
+def _public_address(host: str) -> Optional[str]:
+    """Why the host may not be fetched from (it resolves to a loopback, private, link-local or reserved address);
+    None when every address it resolves to is public."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        return f"{host} does not resolve ({exc.strerror})"
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0])
+        if not address.is_global:
+            return f"{host} resolves to {address}, a loopback, private or reserved address"
+    return None
+
+
+async def inline_remote_images(body: dict, limits: Limits, client) -> None:
+    """Fetch each allowed http(s) image (no redirects, a timeout, a byte limit) and put it inline as a data: URL."""
+    for i, message in enumerate(body["messages"]):
+        for where, part, url in image_parts(message, i):
+            if url.startswith("data:"):
+                continue
+            host = urllib.parse.urlsplit(url).hostname
+            problem = await asyncio.to_thread(_public_address, host)
+            raw = b""
+            if problem is None:
+                try:
+                    async with client.stream("GET", url, follow_redirects=False,
+                                             timeout=limits.fetch_timeout_s) as answer:
+                        if answer.status_code != 200:
+                            problem = f"{url} answered {answer.status_code} (redirects are not followed)"
+                        async for chunk in answer.aiter_bytes() if problem is None else ():
+                            raw += chunk
+                            if len(raw) > limits.max_image_bytes:
+                                problem = f"{url} is over this server's limit of {limits.max_image_bytes} bytes"
+                                break
+                except Exception as exc:  # httpx's errors, whatever the transport says
+                    problem = f"{url} could not be fetched ({exc.__class__.__name__})"
+            problem = problem or image_problem(raw, limits)
+            if problem:
+                raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
+            part["image_url"] = {"url": f"data:{_media_type(raw)};base64," + base64.b64encode(raw).decode()}
+
+
+def _media_type(raw: bytes) -> str:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(raw)) as image:
+        return Image.MIME.get(image.format, "application/octet-stream")
+
+
+def authorized(headers, limits: Limits) -> bool:
+    if not limits.api_key:
+        return True
+    given = headers.get("authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {limits.api_key}".encode())
+
+
+def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limits = Limits(),
+              count_tokens: Optional[Callable[[str], int]] = None):
+    """count_tokens: the model's tokenizer, counting a prompt's text; without it the engine checks lengths."""
+    import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+    # No keep-alive to the engine: after an engine-side 500, a kept connection it had closed failed the next request
+    # of any client with a bare 500 (13 of 20 tries); a new connection on loopback costs well under a millisecond.
+    client = httpx.AsyncClient(base_url=engine_url, timeout=None, limits=httpx.Limits(max_keepalive_connections=0))
+    fetcher = httpx.AsyncClient(follow_redirects=False)
+    in_flight = asyncio.Semaphore(limits.max_in_flight)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        await client.aclose()
+        await fetcher.aclose()
+
+    app = FastAPI(title="vlmgrpo serve", docs_url=None, redoc_url=None, lifespan=lifespan)
+    _require_key(app, limits)
+
+    def refuse(problem: RequestProblem):
+        return JSONResponse(problem.body(), status_code=problem.status)
+
+    _add_health(app, client, httpx.HTTPError)
+    app.get("/v1/models")(lambda: {"object": "list", "data": [{"id": served_name, "object": "model",
+                                                                "owned_by": "vlmgrpo"}]})
+
+    @app.post(CHAT_PATH)
+    async def chat(request: Request):
+        if in_flight.locked():
+            return refuse(RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; "
+                                              "try again shortly", code="rate_limit_exceeded"))
+        async with in_flight:
+            try:
+                body = await _checked_body(request, served_name, limits)
+                if count_tokens is not None:
+                    check_prompt_length(await asyncio.to_thread(count_tokens, prompt_text(body)), body, limits)
+                await inline_remote_images(body, limits, fetcher)
+                return await _unless_gone(request, _forward(client, body, engine_model, served_name, Response,
+                                                            StreamingResponse))
+            except RequestProblem as problem:
+                return refuse(problem)
+            except httpx.TransportError:  # the engine died and is being started again (serve.Engine)
+                return refuse(RequestProblem(503, "the model's engine is not answering (it is being restarted); "
+                                                  "try again shortly", code="engine_unavailable"))
+
+    return app
+
+
+def _add_health(app, client, http_error) -> None:
+    """GET /health: 200 while the engine answers its own /health within 5 s, else 503 (a probe restarts us)."""
+    from fastapi.responses import JSONResponse
+
+    @app.get("/health")
+    async def health():
+        try:
+            answer = await client.get("/health", timeout=5)
+            healthy = answer.status_code == 200
+        except http_error:
+            healthy = False
+        return JSONResponse({"status": "ok" if healthy else "engine not answering"}, status_code=200 if healthy
+                            else 503)
+
+
+def _require_key(app, limits: Limits) -> None:
+    """Every route but /health answers 401 without the API key (when the server has one). A plain ASGI middleware:
+    Starlette's BaseHTTPMiddleware hides a client's hang-up from the route (tried: is_disconnected() stayed False)."""
+    from fastapi.responses import JSONResponse
+    from starlette.datastructures import Headers
+
+    class Gate:
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] == "http" and scope["path"] != "/health" and not authorized(Headers(scope=scope),
+                                                                                          limits):
+                problem = RequestProblem(401, "a valid API key is required: send it as 'Authorization: Bearer KEY'",
+                                         code="invalid_api_key")
+                return await JSONResponse(problem.body(), status_code=problem.status)(scope, receive, send)
+            return await self.inner(scope, receive, send)
+
+    app.add_middleware(Gate)
+
+
+async def _checked_body(request, served_name: str, limits: Limits) -> dict:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise RequestProblem(415, f"the request body must be sent as application/json, not {kind or 'untyped'}")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise RequestProblem(413, f"the request body is {declared} bytes, over this server's limit of "
+                                  f"{limits.max_body_bytes}")
+    from starlette.requests import ClientDisconnect
+
+    try:
+        raw = await asyncio.wait_for(_read_body(request, limits), limits.read_timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestProblem(408, f"the request body did not arrive within {limits.read_timeout_s:g} s") from None
+    except ClientDisconnect:  # gone before its body was read: the engine never sees it, nobody reads the answer
+        logging.getLogger("vlmgrpo").warning("the client hung up before its request was read")
+        raise RequestProblem(499, "the client hung up before its request was read") from None
+    return check_chat_request(raw, served_name, limits)
+
+
+async def _read_body(request, limits: Limits) -> bytes:
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limits.max_body_bytes:
+            raise RequestProblem(413, f"the request body is over this server's limit of {limits.max_body_bytes} bytes")
+    return raw
+
+
+async def _unless_gone(request, answer):
+    """The engine's answer, unless the client hangs up first: then the request to the engine is cancelled (its
+    connection closed, which vLLM takes as an abort) and its slot freed."""
+    from fastapi.responses import Response
+
+    task = asyncio.ensure_future(answer)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            logging.getLogger("vlmgrpo").warning("the client hung up: its request to the engine was cancelled")
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+
+
+async def _forward(client, body: dict, engine_model: str, served_name: str, Response, StreamingResponse):
+    forwarded: dict[str, Any] = {**body, "model": engine_model}
+    if body.get("stream"):
+        upstream = await client.send(client.build_request("POST", CHAT_PATH, json=forwarded), stream=True)
+        return StreamingResponse(_relay(upstream, engine_model, served_name), status_code=upstream.status_code,
+                                 media_type=upstream.headers.get("content-type", "text/event-stream"))
+    answer = await client.post(CHAT_PATH, json=forwarded)
+    content = answer.content
+    if answer.status_code == 200:
+        content = json.dumps({**answer.json(), "model": served_name}).encode()
+    return Response(content, status_code=answer.status_code,
+                    media_type=answer.headers.get("content-type", "application/json"))
+
+
+async def _relay(upstream, engine_model: str, served_name: str):
+    """The engine's event stream, each event's "model" the served name (the engine's is an internal path)."""
+    internal, public = (json.dumps(name)[1:-1].encode() for name in (engine_model, served_name))
+    pending = b""
+    try:
+        async for chunk in upstream.aiter_raw():
+            pending += chunk
+            events, _, pending = pending.rpartition(b"\n\n")
+            if events:
+                yield (events + b"\n\n").replace(b'"model":"' + internal + b'"', b'"model":"' + public + b'"')
+        if pending:
+            yield pending
+    finally:
+        await upstream.aclose()

@@ -1,0 +1,297 @@
+"""`vlmgrpo serve`: an OpenAI-compatible chat-completions endpoint (image inputs included) for a trained model.
+
+The field's servers do the serving: vLLM's OpenAI server where the image has vLLM and a GPU, `transformers serve`
+elsewhere (the CPU path the tests run). Each listens on loopback; a thin layer in front (serve_app.py) answers the
+mistakes they turn into 500s or silently accept with a 4xx that says what is wrong: a body that is not JSON, an image
+that does not decode, a model name this server does not serve. Signals: SIGTERM stops new requests, lets those in
+flight finish, then stops the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from vlmgrpo.errors import ConfigError, LaunchError
+from vlmgrpo.run.rollouts import VLLM_IMAGES
+from vlmgrpo.serving.requests import Limits
+
+log = logging.getLogger("vlmgrpo")
+ENGINES = ("auto", "vllm", "transformers")
+READY_TIMEOUT_S = 900  # a 7B model read from network storage takes minutes
+SHUTDOWN_GRACE_S = 25
+
+
+HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
+API_KEY_VARIABLE = "VLMGRPO_API_KEY"
+
+
+@dataclass
+class ServeSettings:
+    model: str
+    served_name: str  # what clients put in "model" (default: --model as given, as vLLM does)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: str = "auto"
+    dtype: str = "auto"
+    engine_args: list[str] = field(default_factory=list)  # passed through to the engine as given
+    limits: Limits = field(default_factory=Limits)  # who may ask, and for how much
+
+
+def choose_engine(requested: str, vllm_installed: bool, gpu: bool) -> str:
+    if requested == "vllm" and not vllm_installed:
+        raise ConfigError(f"--engine vllm: vLLM is not installed in this image; {VLLM_IMAGES}; or use --engine "
+                          "transformers")
+    if requested == "vllm" and not gpu:
+        raise ConfigError("--engine vllm: no GPU is visible (vLLM serves on GPUs); run with --gpus, or use "
+                          "--engine transformers")
+    if requested != "auto":
+        return requested
+    return "vllm" if vllm_installed and gpu else "transformers"
+
+
+def _script(name: str) -> str:
+    """The console script installed beside this interpreter (the image's venv), else the one on PATH."""
+    sibling = Path(sys.executable).with_name(name)
+    return str(sibling) if sibling.exists() else (shutil.which(name) or name)
+
+
+def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]:
+    """The engine's own server on loopback; the layer in front owns the public port."""
+    if engine == "vllm":
+        return [_script("vllm"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
+                "--served-model-name", settings.served_name, "--dtype", settings.dtype, *settings.engine_args]
+    return [_script("transformers"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", settings.dtype, *settings.engine_args]
+
+
+def engine_model_id(settings: ServeSettings, engine: str) -> str:
+    """The name the engine itself answers to: vLLM takes --served-model-name; transformers serve the model path."""
+    return settings.served_name if engine == "vllm" else settings.model
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def check_model(model: str) -> None:
+    """As `train` checks its model: a directory with config.json whose files this uid can read (weights saved 0600
+    by another user are otherwise a "file not found" from the engine, after it started), or a hub id."""
+    from vlmgrpo.run.preflight import MODEL, check_source
+
+    if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
+        raise ConfigError(f"--model {model}: the directory has no config.json; give a model directory (a run's "
+                          "OUTPUT, OUTPUT/merged) or merge an adapter first with `vlmgrpo merge`")
+    check_source("--model", model, MODEL)
+
+
+def model_context(model: str) -> int | None:
+    """The longest sequence the model takes, from its config.json (a vision-language model's text_config); None
+    when the model is not a local directory or does not say."""
+    import json
+
+    try:
+        with open(os.path.join(model, "config.json")) as stream:
+            config = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    for section in (config.get("text_config") or {}, config):
+        if isinstance(section.get("max_position_embeddings"), int):
+            return section["max_position_embeddings"]
+    return None
+
+
+def check_port(host: str, port: int) -> None:
+    """The public port is free now: a busy one is one line before the engine starts, not an error after it loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                              "port, or stop what holds it") from None
+
+
+def answers_health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def wait_for_health(url: str, timeout_s: float, still_running: Callable[[], bool]) -> bool:
+    """Poll a /health URL until it answers 200 (True), or the server is gone or the time is up (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and still_running():
+        if answers_health(url):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None:
+    if wait_for_health(f"http://127.0.0.1:{port}/health", READY_TIMEOUT_S, lambda: engine.poll() is None):
+        return
+    if engine.poll() is not None:
+        tail = Path(log_path).read_text(errors="replace").splitlines()[-15:]
+        raise LaunchError(f"the serving engine exited ({engine.returncode}) before it was ready; its log "
+                          f"{log_path} ends:\n" + "\n".join(tail))
+    raise LaunchError(f"the serving engine was not ready after {READY_TIMEOUT_S} s; see {log_path}")
+
+
+class Engine:
+    """The engine's process, started again whenever it dies while we serve (an OOM kill, a crash in a kernel): the
+    front answers 503 and /health says so meanwhile, and requests are served again once it is back."""
+
+    def __init__(self, command: list[str], port: int, log_path: str):
+        self.command, self.port, self.log_path = command, port, log_path
+        self.stopping = threading.Event()
+        self.restarts = 0
+        self.process = self._start("w")
+
+    def _start(self, mode: str) -> subprocess.Popen:
+        with open(self.log_path, mode) as stream:
+            # Its own session: a Ctrl-C or a signal to our process group must not stop it before requests finish;
+            # and SIGTERM when we die, however we die (SIGKILL, OOM), so it is never left behind holding the GPU.
+            return subprocess.Popen(self.command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_stop_with_parent)
+
+    def watch(self) -> None:
+        """Run in a thread once the engine was first ready: restart it each time it exits, waiting longer each
+        time it dies again at once (up to a minute)."""
+        pause = 1.0
+        while not self.stopping.is_set():
+            code = self.process.wait()
+            if self.stopping.is_set():
+                return
+            self.restarts += 1
+            log.warning("the serving engine exited (%s); starting it again (restart %d, log %s)", code,
+                        self.restarts, self.log_path)
+            self.stopping.wait(pause)
+            if self.stopping.is_set():
+                return
+            self.process = self._start("a")
+            ready = wait_for_health(f"http://127.0.0.1:{self.port}/health", READY_TIMEOUT_S,
+                                    lambda: self.process.poll() is None and not self.stopping.is_set())
+            pause = 1.0 if ready else min(pause * 2, 60.0)
+            if ready:
+                log.info("the serving engine is back after restart %d", self.restarts)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        stop_process(self.process)
+
+
+def serve(settings: ServeSettings) -> int:
+    import uvicorn
+
+    from vlmgrpo.serving.app import build_app
+
+    check_model(settings.model)
+    check_port(settings.host, settings.port)  # before minutes of loading, not after "ready"
+    engine_name = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
+    port = free_port()
+    command = engine_command(settings, engine_name, port)
+    log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"vlmgrpo-serve-{os.getpid()}.log")
+    log.info("serving %s as %r with %s: %s (log %s)", settings.model, settings.served_name, engine_name,
+             " ".join(command), log_path)
+    engine = Engine(command, port, log_path)
+    try:
+        wait_until_ready(engine.process, port, log_path)
+        threading.Thread(target=engine.watch, name="engine-watch", daemon=True).start()
+        limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model))
+        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine_name),
+                        limits, prompt_tokens(settings.model))
+        log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
+                 settings.served_name)
+        if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("serving on %s without an API key: anyone who reaches the port may use the model; set "
+                        "--api-key or %s", settings.host, API_KEY_VARIABLE)
+        # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then raises the signal again with the handler
+        # it found: ours turns it into an exit that still runs the `finally` below (the engine is stopped).
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, _exit_on_signal)
+        # A request still in flight SHUTDOWN_GRACE_S after SIGTERM is cut: within Kubernetes' default 30 s grace.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S, http=headers_in_time(settings.limits.read_timeout_s))
+        return 0
+    finally:
+        engine.stop()
+
+
+def headers_in_time(seconds: float):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose first request's headers have not all arrived after
+    `seconds` (uvicorn times out idle keep-alive connections only: one that sends half its headers was held open
+    for good, a file descriptor each)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.loop.call_later(seconds, self._close_if_no_request)
+
+        def _close_if_no_request(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
+def prompt_tokens(model: str) -> Optional[Callable[[str], int]]:
+    """How many tokens the model's tokenizer makes of a text (what the front checks a prompt's length with, before
+    the engine spends minutes on a prompt longer than the model's context); None when it has none to load."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except Exception as exc:  # a model whose tokenizer does not load here: the engine still checks
+        log.warning("no tokenizer of %s loaded here (%s): prompt lengths are left to the engine", model, exc)
+        return None
+    # verbose=False: a text over the model's length is what is being measured, not a warning to print
+    return lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+
+def _stop_with_parent() -> None:
+    """In the engine's process before exec: Linux sends it SIGTERM when its parent, vlmgrpo serve, ends."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _exit_on_signal(number, frame) -> None:
+    log.info("stopped by %s: requests in flight were answered", signal.Signals(number).name)
+    sys.exit(128 + number)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 30 s: a server that shuts down cleanly when asked, or one that does not."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _gpu() -> bool:
+    from vlmgrpo.models.loading import cuda_available
+
+    return cuda_available()
