@@ -4,6 +4,8 @@ or absent. (The package's size and import rules are tests/test_layout.py's, for 
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ENV
 
 
@@ -33,3 +35,39 @@ def test_an_option_for_a_key_of_vlmgrpos_sections_says_what_the_field_says():
             assert option.help.startswith(helps[option.name]), (command, option.name)
     launch = next(p for p in main.commands["train"].params if p.name == "master_port")
     assert launch.help.endswith("else 29500."), launch.help
+
+
+@pytest.mark.slow  # imports TRL: seconds
+def test_the_copied_trl_help_is_what_the_installed_trl_says():
+    """`--help` shows TRL's own help for the options that set a TRL field, copied so that it need not import TRL; a
+    TRL whose help changed makes the copy stale, and this says how to renew it."""
+    import importlib.util
+    from pathlib import Path
+
+    from vlmgrpo.commands import trl_help
+
+    path = Path(__file__).resolve().parents[1] / "scripts/trl_help.py"
+    spec = importlib.util.spec_from_file_location("trl_help_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.table() == trl_help.HELP, "stale: run python trainer/scripts/trl_help.py"
+
+
+def test_every_option_of_train_and_sft_has_help_and_a_trl_fields_option_starts_with_its_help():
+    import click
+
+    from vlmgrpo.commands.cli import main
+    from vlmgrpo.commands.options import RENAMED, TRL_KEYS
+    from vlmgrpo.commands.trl_help import HELP
+
+    assert {"model_name_or_path", "output_dir", "max_steps", "num_generations", "use_vllm"} <= TRL_KEYS
+    for command in ("train", "sft"):
+        for option in main.commands[command].params:
+            if not isinstance(option, click.Option) or option.name == "help":
+                continue
+            assert option.help, (command, option.name)
+            key = RENAMED.get(option.name, option.name)
+            if key in TRL_KEYS:
+                assert option.help.startswith(HELP[key]), (command, option.name)
+    batch = next(p for p in main.commands["sft"].params if p.name == "batch_size")
+    assert batch.help == "The batch size per device for training. Completions for train, rows for sft."

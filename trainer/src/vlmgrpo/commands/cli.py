@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import click
 
-from vlmgrpo.commands.options import collect_overrides, fail, field_option, launch_option
+from vlmgrpo.commands.options import collect_overrides, fail, field_option, launch_option, trl_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
 from vlmgrpo.commands.trained import eval_command, serve_command
@@ -59,22 +59,21 @@ def check_driver() -> None:
 # The options `train`, `sft` and `score` share: one configuration, read the same way by each.
 RUN_OPTIONS = [
     click.option("--config", "config_path", type=str, help="YAML file; any config key or field of the TRL config."),
-    click.option("--model", help="Local model directory or hub name."),
-    click.option("--adapter", help="A PEFT adapter directory to start from (a LoRA run's OUTPUT/adapter); its base "
-                 "model unless --model is given."),
+    trl_option("--model", "A local directory or a hub name."),
+    trl_option("--adapter"),
     field_option("--data", DataConfig, "Repeatable.", multiple=True),
     field_option("--eval-data", DataConfig, "Repeatable; or hold rows out with --set val_split_ratio=0.05.",
                  multiple=True),
     field_option("--image-root", DataConfig),
-    click.option("--output", help="Output directory (checkpoints, metrics.jsonl, final model)."),
-    click.option("--max-steps", type=int),
-    click.option("--batch-size", type=int, help="Per-device train batch size (completions for train, rows for sft)."),
-    click.option("--save-steps", type=int),
+    trl_option("--output", "Also metrics.jsonl and the final model."),
+    trl_option("--max-steps", type=int),
+    trl_option("--batch-size", "Completions for train, rows for sft.", type=int),
+    trl_option("--save-steps", type=int),
     field_option("--resume", RunConfig),
     field_option("--profile-steps", RunConfig, metavar="A:B"),
     field_option("--max-restarts", RunConfig, type=int),
     field_option("--overwrite-output", RunConfig, is_flag=True, default=None),
-    click.option("--deepspeed", help="zero2, zero3, zero3_offload or a DeepSpeed JSON file."),
+    trl_option("--deepspeed", "Or a preset: zero2, zero3, zero3_offload."),
     # Without these flags, train and sft read the launch from the environment (launch_env.py): Kubeflow Trainer v2's
     # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
     launch_option("--nproc-per-node", type=int),
@@ -107,8 +106,8 @@ def with_options(*groups):
 def recipe_options(recipe: Recipe) -> list:
     """The options only this command has (GRPO's --num-generations, ...)."""
     # A bool option is a flag (--use-vllm), unset (None) unless given, so the config file's value stands.
-    return [click.option(option.flag, is_flag=True, default=None, help=option.help or None) if option.type is bool
-            else click.option(option.flag, type=option.type, help=option.help or None) for option in recipe.options]
+    return [trl_option(option.flag, option.more, is_flag=True, default=None) if option.type is bool
+            else trl_option(option.flag, option.more, type=option.type) for option in recipe.options]
 
 
 def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from vlmgrpo.errors import UserError
+from vlmgrpo.commands.trl_help import HELP as TRL_HELP
 from vlmgrpo.config.sections import RunConfig, field_default, field_help
+from vlmgrpo.errors import UserError
 
 
 def fail(error: UserError) -> None:
@@ -43,3 +44,16 @@ def launch_option(flag: str, **kwargs):
     key = flag.lstrip("-").replace("-", "_")
     where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {field_default(RunConfig, key)}."
     return field_option(flag, RunConfig, where, **kwargs)
+
+
+# The TRL fields (and ModelConfig's) the command line sets; trainer/scripts/trl_help.py copies their help.
+TRL_KEYS: set[str] = set()
+
+
+def trl_option(flag: str, more: str = "", key: str = "", **kwargs):
+    """An option for a field of TRL's config or of the model's section: the help is the field's, as TRL writes it
+    (copied by trainer/scripts/trl_help.py, so that `--help` does not import TRL); `more` is what only the command
+    line adds."""
+    key = key or RENAMED.get(flag.lstrip("-").replace("-", "_"), flag.lstrip("-").replace("-", "_"))
+    TRL_KEYS.add(key)
+    return click.option(flag, help=" ".join(filter(None, (TRL_HELP.get(key, ""), more))), **kwargs)

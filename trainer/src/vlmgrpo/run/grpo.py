@@ -122,12 +122,9 @@ class GrpoRecipe(Recipe):
     trl_class = "GRPOConfig"
     defaults = RECIPE_DEFAULTS
     metrics = GRPO_METRICS
-    options = (Option("--num-generations", int, "Completions sampled per prompt (a group)."),
-               Option("--max-completion-length", int, "Tokens per completion at most."),
-               Option("--use-vllm", bool, "Generate the completions with vLLM (TRL's use_vllm; images named "
-                      "-vllm<X.Y> have it)."),
-               Option("--vllm-mode", str, "colocate (vLLM in each training process) or server (a `vlmgrpo "
-                      "vllm-serve` started beside; vllm_server_host/port)."))
+    options = (Option("--num-generations", int), Option("--max-completion-length", int),
+               Option("--use-vllm", bool, "Images named -vllm<X.Y> have vLLM."),
+               Option("--vllm-mode", str, "server: a `vlmgrpo vllm-serve` started beside (vllm_server_host/port)."))
 
     @property
     def sections(self) -> tuple[type, ...]:

@@ -29,11 +29,12 @@ ADAPTER_DIR, MERGED_DIR = "adapter", "merged"
 
 @dataclass(frozen=True)
 class Option:
-    """A command-line option of one command (beyond the options every training command has)."""
+    """A command-line option of one command (beyond the options every training command has), for the TRL config
+    field of its name: its help is the field's, plus `more`."""
 
     flag: str
     type: type
-    help: str = ""
+    more: str = ""
 
 
 class Recipe:
