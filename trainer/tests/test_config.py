@@ -169,15 +169,17 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     assert config.trl["loss_type"] == "grpo" and config.trl["top_k"] == 50
 
 
-def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_path):
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_path, command):
     """transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns at every start when
-    given the old name; 4.x knows only the old name. Both get the recipe's checkpointing, neither warns."""
+    given the old name; 4.x knows only the old name. Both get the recipe's checkpointing (SFTConfig's own default,
+    for sft), neither warns."""
     import dataclasses
     import warnings
 
     from vlmgrpo.run.runner import build_trl_config
 
-    config = load_config(None, {"output_dir": str(tmp_path)}, GRPO)
+    config = load_config(None, {"output_dir": str(tmp_path)}, command)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         args = build_trl_config(config)
@@ -185,6 +187,21 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
     assert not [w for w in caught if "gradient_checkpointing" in str(w.message)]
     if "activation_checkpointing" in {f.name for f in dataclasses.fields(args)}:
         assert args.activation_checkpointing is True
+
+
+@pytest.mark.parametrize("command, keys", [
+    (GRPO, {"epsilon_high": 0.28, "loss_type": "dapo", "scale_rewards": "batch", "mask_truncated_completions": True}),
+    (SFT, {"packing": True, "neftune_noise_alpha": 5.0, "completion_only_loss": False}),
+], ids=["train", "sft"])
+def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path, command, keys):
+    """Every field of GRPOConfig / SFTConfig is a key of the file: fields vlmgrpo has no option or default for
+    arrive in the TRL config object the trainer is built with, as given."""
+    from vlmgrpo.run.runner import build_trl_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"), **keys}))
+    args = build_trl_config(load_config(str(path), {}, command))
+    assert {key: getattr(args, key) for key in keys} == keys
 
 
 def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():

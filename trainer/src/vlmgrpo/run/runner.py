@@ -3,6 +3,7 @@ checkpoint on SIGTERM and resume, the per-step metrics, and the run's own files.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -70,10 +71,23 @@ def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
     return kwargs
 
 
+def class_defaults_under_current_names(kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
+    """kwargs plus, for an old name neither they nor a new name set, the class's own default under the new name:
+    TRL's SFTConfig defaults gradient_checkpointing to True, which transformers 5 warns about at every start."""
+    declared = {f.name: f for f in dataclasses.fields(config_class)}
+    given = dict(kwargs)
+    for old, new in RENAMED_TRL_KEYS.items():
+        if new in declared and old in declared and new not in given and old not in given \
+                and declared[old].default not in (None, dataclasses.MISSING):
+            given[new] = declared[old].default
+    return given
+
+
 def build_trl_config(config: TrainConfig):
     """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`."""
+    config_class = config.command.trl_config_class()
     try:
-        return config.command.trl_config_class()(**resolve_trl_kwargs(config))
+        return config_class(**class_defaults_under_current_names(resolve_trl_kwargs(config), config_class))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{config.source}: invalid {config.command.trl_class} settings: {exc}") from None
 
