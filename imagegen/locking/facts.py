@@ -27,6 +27,7 @@ from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts_bases, facts_images, index, wheelnames
 from imagegen.locking.factcheck import Checker, Report
 from imagegen.matrix import torch_archs
+from imagegen.matrix.components import TORCH, Components
 from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchBuild, TorchFacts
 from imagegen.matrix.plan import PYPI, TORCH_INDEX
 
@@ -46,7 +47,7 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: st
     compiled_for: list[tuple[tuple, list[str], index.IndexFile, str]] = []  # read below, side by side
     for torch in matrix.torch.values():
         for cuda in torch.builds:
-            compiled_for += _check_torch_build(checker, torch, cuda) or []
+            compiled_for += _check_torch_build(checker, torch, cuda, matrix.components) or []
     _check_archs(checker, compiled_for)
     for name, releases in matrix.packages.items():
         for version, release in releases.items():
@@ -59,7 +60,7 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: st
     return checker.report
 
 
-def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> list | None:
+def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str, table: Components) -> list | None:
     """Its facts against its wheels; returns what is left to read: the archs its wheels were compiled for."""
     pypi = cuda == torch.pypi_build
     local = "" if pypi else f"+cu{cuda.replace('.', '')}"
@@ -75,7 +76,7 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> list |
         checker.differs(at, "a build", "none", f"no Linux {MACHINE_TAG} wheel of {what} on {index_url}")
         return
     if "linux/arm64" in torch.builds[cuda].platforms:
-        _check_aarch64(checker, (*at, "platforms"), files, what)
+        _check_aarch64(checker, (*at, "platforms"), files, what, table.families["cudnn"])
     pythons = sorted({wheelnames.python_of(f.filename) for f in wheels} - {None}, key=_minor_key)
     if pypi:
         checker.differs(("torch", torch.version, "python"), _admitted(torch.python), pythons,
@@ -88,7 +89,7 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str) -> list |
         return
     pins = {canonicalize_name(r.name): pinned(r) for r in requirements}
     build = torch.builds[cuda]
-    for key, family in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu")):
+    for key, family in torch_pinned_families(table).items():
         checker.differs((*at, key), getattr(build, key), family_pin(pins, family),
                         f"{wheels[-1].filename} pins {family}*")
     # CUDA 12 builds pin nvidia-cuda-runtime-cu12; CUDA 13 builds pin the cuda-toolkit metapackage.
@@ -144,7 +145,7 @@ def _check_archs(checker: Checker, compiled_for: list[tuple[tuple, list[str], in
                         f"{wheel.filename}'s {index.ARCH_LIBRARY}: {' '.join(flags) or 'a CPU build'}")
 
 
-def _check_aarch64(checker: Checker, at: tuple, files: list[index.IndexFile], what: str) -> None:
+def _check_aarch64(checker: Checker, at: tuple, files: list[index.IndexFile], what: str, cudnn: str) -> None:
     """A build the matrix says has linux/arm64 wheels has them, and they are CUDA builds (PyPI's aarch64
     torch through 2.10 is CPU-only)."""
     wheels = [f for f in files if f.is_wheel and wheelnames.linux_platforms(f.filename, "aarch64")]
@@ -153,10 +154,10 @@ def _check_aarch64(checker: Checker, at: tuple, files: list[index.IndexFile], wh
         return
     requirements = checker.metadata(wheels[-1], f"{what} aarch64")
     if requirements is not None:
-        cuda = any(canonicalize_name(r.name).startswith("nvidia-cudnn-cu")
+        cuda = any(canonicalize_name(r.name).startswith(cudnn)
                    and (r.marker is None or r.marker.evaluate(AARCH64_LINUX)) for r in requirements)
         checker.differs(at, "linux/arm64 CUDA wheels", "linux/arm64 CUDA wheels" if cuda else "CPU-only aarch64 "
-                        "wheels", f"{wheels[-1].filename} {'pins' if cuda else 'pins no'} nvidia-cudnn-cu*")
+                        "wheels", f"{wheels[-1].filename} {'pins' if cuda else 'pins no'} {cudnn}*")
 
 
 def _check_torchvision(checker: Checker, torch: TorchFacts, index_url: str, local: str) -> None:
@@ -278,6 +279,12 @@ def _changed_parts(checker: Checker, files: list[index.IndexFile], ours: Version
 def pinned(requirement: Requirement) -> str | None:
     pins = [s.version for s in requirement.specifier if s.operator == "=="]
     return pins[0] if len(pins) == 1 else None
+
+
+def torch_pinned_families(table: Components) -> dict[str, str]:
+    """Key -> lock family of the components a torch build's wheels pin (`from: torch` with a lock_family: cuDNN,
+    NCCL), as the component table names them."""
+    return {c.key: c.lock_family for c in table if c.source == TORCH and c.lock_family}
 
 
 def family_pin(pins: dict[str, str | None], family: str) -> str | None:

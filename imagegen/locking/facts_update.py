@@ -22,6 +22,7 @@ from imagegen.core.errors import UserError
 from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts, facts_images, index, wheelnames
 from imagegen.matrix import model, torch_archs
+from imagegen.matrix.components import Components
 from imagegen.matrix.plan import PYPI
 
 TORCHVISION_TRIES = 24  # the newest torchvision releases whose metadata may be read to find the one for a torch
@@ -38,7 +39,7 @@ def update(matrix_path: Path, specs: tuple[str, ...]) -> list[str]:
             if version in matrix.torch:
                 said.append(f"torch {version} is in the matrix already: `imagegen facts check` compares it")
                 continue
-            entry = torch_release(version)
+            entry = torch_release(version, matrix.components)
             text = _append(text, "torch", _torch_yaml(version, entry))
             said.append(f"torch {version}: PyPI's CUDA {entry['pypi_build']} build, cuDNN {entry['cudnn']}, NCCL "
                         f"{entry['nccl']}, torchvision {entry['torchvision']}, Python {entry['python']}")
@@ -74,7 +75,7 @@ def _parse(spec: str) -> tuple[str, str]:
     return canonicalize_name(requirement.name), pin.version
 
 
-def torch_release(version: str) -> dict:
+def torch_release(version: str, table: Components) -> dict:
     """A torch release's facts from PyPI's wheels."""
     files = [f for f in index.release_files(PYPI, "torch", version) if f.is_wheel]
     linux = {platform: [f for f in files if wheelnames.linux_platforms(f.filename, MACHINE[platform])]
@@ -100,8 +101,7 @@ def torch_release(version: str) -> dict:
         "builds": {cuda: build},
         "pypi_build": cuda,
         "python": f">={pythons[0]},<3.{int(pythons[-1].split('.')[1]) + 1}",
-        "cudnn": facts.family_pin(pins, "nvidia-cudnn-cu"),
-        "nccl": facts.family_pin(pins, "nvidia-nccl-cu"),
+        **{key: facts.family_pin(pins, family) for key, family in facts.torch_pinned_families(table).items()},
         "torchvision": _torchvision_for(version),
         "cxx11_abi": wheelnames.cxx11_abi(wheel.filename),
         "cxx_standard": index.torch_cxx_standard(wheel),

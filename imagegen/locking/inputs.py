@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from imagegen.core.errors import Problem
 from imagegen.locking.lockfile import BUILD_TOOLS, INSTALLER, Lock
-from imagegen.matrix import cuda_wheels, rules
+from imagegen.matrix import cuda_wheels
+from imagegen.matrix.versions import torch_build
 from imagegen.matrix.model import Matrix
 from imagegen.matrix.plan import PlannedImage, index_of
 
@@ -69,7 +70,7 @@ def locked_versions(plan: PlannedImage, lock: Lock) -> dict[str, str | None]:
 def fact_problems(matrix: Matrix, plan: PlannedImage, lock: Lock) -> list[Problem]:
     """Facts of the matrix that the image's lock (read from the index) contradicts."""
     entry = matrix.images[index_of(matrix, plan.name)]
-    build = rules.torch_build(matrix, entry)
+    build = torch_build(matrix, entry)
     problems = []
     for key, family in plan.components.families.items():
         typed, locked = getattr(build, key, None), lock.family_version(family)

@@ -17,6 +17,7 @@ import re
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,9 +205,10 @@ def write_locks(path: Path, locks: list[Lock]) -> None:
     atomic.write_text(path, dumps(locks))
 
 
-def summary(lock: Lock) -> str:
-    """One line: the platform, how many packages, torch and its cuDNN/NCCL wheels, the base pin."""
-    named = [p for p in lock.packages if p.name == "torch" or p.name.startswith(("nvidia-cudnn-cu", "nvidia-nccl-cu"))]
+def summary(lock: Lock, families: Iterable[str]) -> str:
+    """One line: the platform, how many packages, torch and the wheels of the component families (cuDNN, NCCL), the
+    base pin."""
+    named = [p for p in lock.packages if p.name == "torch" or p.name.startswith(tuple(families))]
     pins = ", ".join(f"{p.name} {p.version}" for p in named)
     base = f"base {lock.base.ref}@{lock.base.digest}" if lock.base.digest else f"base {lock.base.ref} (unpinned)"
     return f"{lock.platform}: {len(lock.packages)} packages ({pins}); {base}"

@@ -31,7 +31,6 @@ class CudaFacts:
     cudnn: int | None  # of the base image: None when it carries none (torch's nvidia-cudnn wheel is what torch loads)
     base_devel: str
     base_runtime: str
-    driver_shipped: str
     driver_minimum: str
     platforms: tuple[str, ...]  # those its base images exist for
     archs: dict[str, tuple[str, ...]]  # platform -> compute capabilities to build for
@@ -205,7 +204,7 @@ def _cuda(minor: str, c: dict) -> CudaFacts:
     platforms = tuple(c.get("platforms", DEFAULT_PLATFORMS))
     archs = c["archs"] if isinstance(c["archs"], dict) else {platform: c["archs"] for platform in platforms}
     return CudaFacts(minor, c["version"], c["os"], c.get("cudnn"), c["base"]["devel"], c["base"]["runtime"],
-                     c["driver"]["shipped"], c["driver"]["minimum"], platforms,
+                     c["driver"]["minimum"], platforms,
                      {platform: tuple(listed) for platform, listed in archs.items()})
 
 

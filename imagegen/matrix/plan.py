@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 from imagegen.core import platforms, sizes
 from imagegen.core.errors import MatrixError, UserError
 from imagegen.matrix import cuda_wheels, rules, torch_archs
+from imagegen.matrix.versions import image_versions, torch_cuda as torch_cuda_of
 from imagegen.matrix.components import Components
 from imagegen.matrix.model import CXX_STANDARD, CudaFacts, ImageEntry, Matrix
 
@@ -146,7 +147,7 @@ def base_of(matrix: Matrix, image: ImageEntry) -> tuple[str, tuple]:
 
 def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) -> PlannedImage:
     torch = matrix.torch[image.torch]
-    torch_cuda = rules.torch_cuda(matrix, image)
+    torch_cuda = torch_cuda_of(matrix, image)
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     wheels = cuda_wheels.from_wheels(image)
     os_name = cuda.os if cuda and not wheels else image.os
@@ -157,7 +158,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         name=image.name,
         platform=platform,
         platforms=image.platforms,
-        versions=versions(matrix, image),
+        versions=image_versions(matrix, image),
         components=matrix.components,
         flavor=image.flavor if cuda else "custom",
         base_image=base_of(matrix, image)[0],
@@ -186,18 +187,6 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         lock_source=image.lock_source,
         max_size=sizes.parse(image.max_size) if image.max_size else None,
     )
-
-
-def versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
-    """The version of each component the image has, in the table's order: the image's own (`none` included), and
-    what its torch build says. A component the image never names is not among them."""
-    torch = matrix.torch[image.torch]
-    torch_cuda = rules.torch_cuda(matrix, image)
-    build = torch.builds[torch_cuda]
-    from_torch = {"torch_cuda": torch_cuda, "cudnn": build.cudnn, "nccl": build.nccl,
-                  "torchvision": torch.torchvision}
-    return {c.key: from_torch.get(c.key) if c.source == "torch" else image.versions.get(c.key)
-            for c in matrix.components if c.source == "torch" or c.key in image.versions}
 
 
 def _extras_of(table: Components, versions_of: Mapping[str, str | None]) -> dict[str, str]:

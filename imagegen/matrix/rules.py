@@ -16,7 +16,8 @@ from packaging.version import InvalidVersion, Version
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
 from imagegen.matrix import cuda_wheels, known_bad, source_builds, torch_archs
-from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
+from imagegen.matrix.versions import image_versions, torch_build, torch_cuda
+from imagegen.matrix.model import ImageEntry, Matrix
 
 PYTORCH_INDEX = "pytorch-index"  # an image's `lock:` when its torch build is on the PyTorch index alone
 
@@ -356,28 +357,6 @@ def _check_unique_names(matrix: Matrix) -> list[Problem]:
         problems.append(matrix.problem(("latest",), f"latest names {matrix.latest!r}, which is no image; "
                                        f"images: {', '.join(counts)}", "known-image"))
     return problems
-
-
-def image_versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
-    """The image's versions with those its torch build decides (cudnn, nccl, torch_cuda, torchvision)."""
-    build = torch_build(matrix, image)
-    decided = {"cudnn": build.cudnn, "nccl": build.nccl, "torch_cuda": build.cuda} if build else {}
-    return {**decided, "torchvision": matrix.torch[image.torch].torchvision, **image.versions}
-
-
-def torch_build(matrix: Matrix, image: ImageEntry) -> TorchBuild | None:
-    """The torch build the image installs, None when its facts are missing (reported elsewhere)."""
-    torch = matrix.torch.get(image.torch)
-    cuda = torch_cuda(matrix, image) if torch else None
-    return torch.builds.get(cuda) if torch and cuda else None
-
-
-def torch_cuda(matrix: Matrix, image: ImageEntry) -> str | None:
-    """The CUDA version torch was built for: what torch.version.cuda reports."""
-    torch = matrix.torch[image.torch]
-    if image.torch_build == "pypi":
-        return torch.pypi_build
-    return image.torch_build or image.cuda
 
 
 def _is_version(text: str) -> bool:
