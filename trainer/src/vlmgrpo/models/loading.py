@@ -84,7 +84,8 @@ def from_pretrained(auto_class, name: str, key: str = "model_name_or_path", **kw
                           "model, or a hub id this machine can download") from None
 
 
-def load_config(name: str):
+def load_model_config(name: str):
+    """The model's config.json (transformers' AutoConfig); one ConfigError line when it cannot be read."""
     from transformers import AutoConfig
 
     try:
@@ -102,7 +103,7 @@ def is_vision_language(name: str) -> bool:
         MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
     )
 
-    model_type = load_config(name).model_type
+    model_type = load_model_config(name).model_type
     if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return True
     if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
@@ -227,7 +228,7 @@ def unmatched_lora_targets(config: ModelConfig, vision: bool) -> list[str]:
 
     pattern = re.compile(lora_config(config).target_modules)
     with init_empty_weights():
-        model = auto_model_class(vision).from_config(load_config(config.model_name_or_path))
+        model = auto_model_class(vision).from_config(load_model_config(config.model_name_or_path))
     names = [name for name, _ in model.named_modules()]
     if any(pattern.fullmatch(name) for name in names):
         return []
@@ -281,7 +282,7 @@ def answer_box_space(requested: str, model_type: str) -> str:
 
 def answer_space_and_resize(requested: str, model_name: str, processor) -> tuple[str, Optional[callable]]:
     """The space a model answers boxes in (from its config.json, no weights) and its processor's resize."""
-    return answer_box_space(requested, load_config(model_name).model_type), resize_function(processor)
+    return answer_box_space(requested, load_model_config(model_name).model_type), resize_function(processor)
 
 
 def resize_function(processor) -> Optional[callable]:
