@@ -1,4 +1,4 @@
-"""VLM-R1's rewards for text answers (vlmgrpo/answer_rewards.py) against VLM-R1's own values: data/
+"""VLM-R1's rewards for text answers (vlmgrpo/rewards/answer.py) against VLM-R1's own values: data/
 vlm_r1_answer_rewards.json was computed by running VLM-R1's functions (the commit is in the file), not ours; and a
 real GRPO run on multiple-choice rows with no box, scored by them."""
 

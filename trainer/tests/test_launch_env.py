@@ -1,4 +1,4 @@
-"""The launch from each scheduler's environment, exactly as it sets it (sources in vlmgrpo/launch_env.py), and
+"""The launch from each scheduler's environment, exactly as it sets it (sources in vlmgrpo/run/launch_env.py), and
 `--print-config` naming where each value came from."""
 
 import subprocess
