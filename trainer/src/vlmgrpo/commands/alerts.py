@@ -1,4 +1,4 @@
-"""`vlmgrpo alert-rules`: the run's alert rules (alerts.py) as YAML, with the thresholds given as options."""
+"""`vlmgrpo alert-rules`: the run's alert rules (run/alerts.py) as YAML, with the thresholds given as options."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ RUN_OPTIONS = [
     field_option("--max-restarts", RunConfig, type=int),
     field_option("--overwrite-output", RunConfig, is_flag=True, default=None),
     trl_option("--deepspeed", "Or a preset: zero2, zero3, zero3_offload."),
-    # Without these flags, train and sft read the launch from the environment (launch_env.py): Kubeflow Trainer v2's
+    # Without these flags, train and sft read the launch from the environment (run/launch_env.py): Kubeflow Trainer v2's
     # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
     launch_option("--nproc-per-node", type=int),
     launch_option("--nnodes", type=int),

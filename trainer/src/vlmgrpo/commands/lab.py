@@ -1,4 +1,4 @@
-"""`vlmgrpo lab`: JupyterLab (lab.py) in the foreground, replacing this process so that signals reach it."""
+"""`vlmgrpo lab`: JupyterLab (image/lab.py) in the foreground, replacing this process so that signals reach it."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def field_option(flag: str, section: type, more: str = "", **kwargs):
 
 
 def launch_option(flag: str, **kwargs):
-    """A launch key: without the flag, train and sft read it from the scheduler's variables (launch_env.py)."""
+    """A launch key: without the flag, train and sft read it from the scheduler's variables (run/launch_env.py)."""
     key = flag.lstrip("-").replace("-", "_")
     where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {field_default(RunConfig, key)}."
     return field_option(flag, RunConfig, where, **kwargs)

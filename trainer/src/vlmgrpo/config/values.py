@@ -47,7 +47,7 @@ def as_written(hint):
 
 @functools.lru_cache(maxsize=None)
 def _adapter(hint):
-    # pydantic is imported here, not at the top: the data and model code reach this module through config.py, and
+    # pydantic is imported here, not at the top: the data and model code reach this module through config/load.py, and
     # trainer/scripts/verify_gpu.py runs that code on GPU machines that carry only torch, transformers and TRL.
     from pydantic import ConfigDict, TypeAdapter
 

@@ -1,4 +1,4 @@
-"""Reading datasets, shared by GRPO's REC rows (rec_data.py) and SFT's chat rows (chat_data.py): `data:` entries
+"""Reading datasets, shared by GRPO's REC rows (rec.py) and SFT's chat rows (chat.py): `data:` entries
 (.jsonl / .json files, YAML mixtures, mappings), sampling, image roots, image headers, and the loop that validates
 every row up front with the row validator of the command (load_data's `validate`) and gathers every problem as
 `file:line: problem`. Images are opened only when a row is read for training.

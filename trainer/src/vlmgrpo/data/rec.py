@@ -1,4 +1,4 @@
-"""REC data: VLM-R1 rows with a box in the answer, read by data.py, validated up front, images loaded lazily.
+"""REC data: VLM-R1 rows with a box in the answer, read by datasets.py, validated up front, images loaded lazily.
 
 Two row forms are read, in either file type:
   conversations: {"image": "a.jpg" | [...], "conversations": [{"from": "human", "value": "<image>..."},

@@ -120,7 +120,7 @@ def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> d
 
 
 def write_results(output: str, summary: dict, predictions: list) -> None:
-    """predictions: rec_eval.Prediction or task_eval.TaskPrediction, each with as_json()."""
+    """predictions: evaluation.rec.Prediction or evaluation.tasks.TaskPrediction, each with as_json()."""
     os.makedirs(output, exist_ok=True)
     atomic.write_text(os.path.join(output, "predictions.jsonl"),
                   "".join(json.dumps(p.as_json()) + "\n" for p in predictions))

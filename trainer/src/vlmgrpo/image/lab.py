@@ -2,7 +2,7 @@
 
 The images that name a jupyterlab version (matrix.yaml) install the trainer's `lab` extra: JupyterLab, ipywidgets,
 jupyter-server-proxy (TensorBoard at /tensorboard/, registered below) and matplotlib. Everything here is plain data
-for the command in cli_lab.py; the server is JupyterLab's own.
+for the command in commands/lab.py; the server is JupyterLab's own.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ defaults), its command-line options, and the same four parts for every command:
   save(trainer, config)              the final model: one layout for every command (below);
   metrics                            the MetricsView: what metrics.jsonl holds and the stdout line shows.
 
-commands.py registers every recipe in the table the CLI iterates. Only light modules are imported here and in the
-recipes' module level: the CLI imports them to register its commands, and `info`/`selftest` must start without trl.
+commands/training.py registers every recipe in the table the CLI iterates. Only light modules are imported here
+and in the recipes' module level: the CLI imports them to register its commands, and `info`/`selftest` must start without trl.
 """
 
 from __future__ import annotations

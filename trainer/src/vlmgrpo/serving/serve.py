@@ -1,7 +1,7 @@
 """`vlmgrpo serve`: an OpenAI-compatible chat-completions endpoint (image inputs included) for a trained model.
 
 The field's servers do the serving: vLLM's OpenAI server where the image has vLLM and a GPU, `transformers serve`
-elsewhere (the CPU path the tests run). Each listens on loopback; a thin layer in front (serve_app.py) answers the
+elsewhere (the CPU path the tests run). Each listens on loopback; a thin layer in front (app.py) answers the
 mistakes they turn into 500s or silently accept with a 4xx that says what is wrong: a body that is not JSON, an image
 that does not decode, a model name this server does not serve. Signals: SIGTERM stops new requests, lets those in
 flight finish, then stops the engine.
