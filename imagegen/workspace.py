@@ -176,6 +176,13 @@ def _shown(path: Path) -> Path:
         return path
 
 
+def _package_folders(pyproject: dict) -> tuple[str, ...]:
+    """[tool.setuptools.packages.find] where; else src/ and the top, where setuptools looks by default."""
+    found = pyproject.get("tool", {}).get("setuptools", {}).get("packages", {})
+    where = found.get("find", {}).get("where") if isinstance(found, dict) else None
+    return tuple(str(folder) for folder in where) if isinstance(where, list) and where else ("src", ".")
+
+
 def read_trainer(trainer_dir: Path) -> plan_module.Trainer:
     """The trainer's version (the first part of every tag) and what it requires of the image."""
     pyproject = trainer_dir / "pyproject.toml"
@@ -188,7 +195,8 @@ def read_trainer(trainer_dir: Path) -> plan_module.Trainer:
         return plan_module.Trainer(project["version"],
                                    tuple(Requirement(r) for r in project.get("dependencies", ())),
                                    tuple(Requirement(r) for r in build),
-                                   {name: tuple(Requirement(r) for r in wanted) for name, wanted in extras.items()})
+                                   {name: tuple(Requirement(r) for r in wanted) for name, wanted in extras.items()},
+                                   _package_folders(document))
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "
                         "Pass --trainer DIR") from None

@@ -5,9 +5,15 @@ import pytest
 
 from imagegen.core.errors import UserError
 from imagegen.stages import inventory
+from imagegen.workspace import read_trainer
 from tests.helpers import REPO
 
 PROGRAM = "import json\nprint(json.dumps({}))\n"
+
+
+def program(trainer_dir):
+    """As `imagegen test` reads it: the folders from the trainer's pyproject.toml, read once by read_trainer."""
+    return inventory.program(trainer_dir, read_trainer(trainer_dir).package_folders)
 
 
 def trainer_tree(root, where, pyproject_where=None):
@@ -21,23 +27,23 @@ def trainer_tree(root, where, pyproject_where=None):
 
 
 def test_the_repositorys_trainer_gives_its_own_inventory_module():
-    assert inventory.program(REPO / "trainer") == (REPO / "trainer/src/vlmgrpo/inventory.py").read_text()
+    assert program(REPO / "trainer") == (REPO / "trainer/src/vlmgrpo/inventory.py").read_text()
 
 
 @pytest.mark.parametrize("where, named", [("src", None), (".", None), ("python", "python")])
 def test_the_module_is_found_wherever_the_trainer_keeps_its_packages(tmp_path, where, named):
-    assert inventory.program(trainer_tree(tmp_path, where, named)) == PROGRAM
+    assert program(trainer_tree(tmp_path, where, named)) == PROGRAM
 
 
 def test_a_namespace_package_without_init_is_found_as_python_would(tmp_path):
     trainer_tree(tmp_path, "src")
     (tmp_path / "src/vlmgrpo/__init__.py").unlink()
-    assert inventory.program(tmp_path) == PROGRAM
+    assert program(tmp_path) == PROGRAM
 
 
 def test_a_trainer_without_the_module_is_one_error_naming_it_and_where_it_looked(tmp_path):
     trainer_tree(tmp_path, "python")  # its pyproject does not say python/, so src/ and the top are searched
     with pytest.raises(UserError) as raised:
-        inventory.program(tmp_path)
+        program(tmp_path)
     message = str(raised.value)
     assert "no module vlmgrpo.inventory" in message and f"{tmp_path}/src" in message and "--trainer DIR" in message

@@ -21,8 +21,9 @@ from imagegen.reports import listing
 def program(workspace) -> str:
     """The inventory program the checks and the SBOM read images with: the trainer's."""
     from imagegen.stages import inventory
+    from imagegen.workspace import read_trainer
 
-    return inventory.program(workspace.trainer)
+    return inventory.program(workspace.trainer, read_trainer(workspace.trainer).package_folders)
 
 
 @click.command()

@@ -6,7 +6,7 @@ and `vlmgrpo selftest` read one answer."""
 from __future__ import annotations
 
 import json
-import tomllib
+from collections.abc import Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
 
@@ -18,11 +18,11 @@ MODULE = "vlmgrpo.inventory"  # what the image runs as `python -m vlmgrpo.invent
 TIMEOUT_S = 600
 
 
-def program(trainer_dir: Path) -> str:
+def program(trainer_dir: Path, package_folders: Sequence[str]) -> str:
     """The inventory program's text, from the trainer source the images are built from: the module found as Python
-    imports it from that source (the package folders its pyproject.toml names), so a move inside the trainer moves
-    it here too."""
-    path = module_path(trainer_dir, MODULE)
+    imports it from that source (its package folders: workspace.read_trainer), so a move inside the trainer moves it
+    here too."""
+    path = module_path(trainer_dir, package_folders, MODULE)
     try:
         return path.read_text()
     except OSError as error:
@@ -30,10 +30,10 @@ def program(trainer_dir: Path) -> str:
                         "trainer source the image was built from") from None
 
 
-def module_path(trainer_dir: Path, module: str) -> Path:
+def module_path(trainer_dir: Path, package_folders: Sequence[str], module: str) -> Path:
     """The file of a module in a source tree, found by Python's own path finder in the tree's package folders."""
     package = module.rpartition(".")[0]
-    roots = [str(trainer_dir / where) for where in package_folders(trainer_dir)]
+    roots = [str(trainer_dir / where) for where in package_folders]
     found = PathFinder.find_spec(package, roots)
     if found is not None and found.submodule_search_locations:
         spec = PathFinder.find_spec(module, list(found.submodule_search_locations))
@@ -41,17 +41,6 @@ def module_path(trainer_dir: Path, module: str) -> Path:
             return Path(spec.origin)
     raise UserError(f"{trainer_dir}: no module {module} under {', '.join(roots)}; pass --trainer DIR, the trainer "
                     "source the image was built from")
-
-
-def package_folders(trainer_dir: Path) -> list[str]:
-    """Where setuptools finds the trainer's packages ([tool.setuptools.packages.find] where; else src/ and the top)."""
-    try:
-        with (trainer_dir / "pyproject.toml").open("rb") as handle:
-            found = tomllib.load(handle).get("tool", {}).get("setuptools", {}).get("packages", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        found = {}
-    where = found.get("find", {}).get("where") if isinstance(found, dict) else None
-    return [str(folder) for folder in where] if isinstance(where, list) and where else ["src", "."]
 
 
 def of_image(image: str, text: str, *, client=None) -> dict:
