@@ -123,7 +123,7 @@ def lock(selection, workspace):
         for outcome in outcomes:
             for warning in outcome.warnings:
                 click.echo(f"warning: {name}: {warning}", err=True)
-            click.echo(f"{path}: {lock_module.summary(outcome.lock, loaded.components.families.values())}")
+            click.echo(f"{path}: {lock_module.summary(outcome.lock, loaded.components.torch_families.values())}")
     sys.exit(1 if failed else 0)
 
 

@@ -27,7 +27,7 @@ from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts_bases, facts_images, index, wheelnames
 from imagegen.locking.factcheck import Checker, Report
 from imagegen.matrix import torch_archs
-from imagegen.matrix.components import TORCH, Components
+from imagegen.matrix.components import Components
 from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchBuild, TorchFacts
 from imagegen.matrix.plan import PYPI, TORCH_INDEX
 
@@ -89,7 +89,7 @@ def _check_torch_build(checker: Checker, torch: TorchFacts, cuda: str, table: Co
         return
     pins = {canonicalize_name(r.name): pinned(r) for r in requirements}
     build = torch.builds[cuda]
-    for key, family in torch_pinned_families(table).items():
+    for key, family in table.torch_families.items():
         checker.differs((*at, key), getattr(build, key), family_pin(pins, family),
                         f"{wheels[-1].filename} pins {family}*")
     # CUDA 12 builds pin nvidia-cuda-runtime-cu12; CUDA 13 builds pin the cuda-toolkit metapackage.
@@ -279,12 +279,6 @@ def _changed_parts(checker: Checker, files: list[index.IndexFile], ours: Version
 def pinned(requirement: Requirement) -> str | None:
     pins = [s.version for s in requirement.specifier if s.operator == "=="]
     return pins[0] if len(pins) == 1 else None
-
-
-def torch_pinned_families(table: Components) -> dict[str, str]:
-    """Key -> lock family of the components a torch build's wheels pin (`from: torch` with a lock_family: cuDNN,
-    NCCL), as the component table names them."""
-    return {c.key: c.lock_family for c in table if c.source == TORCH and c.lock_family}
 
 
 def family_pin(pins: dict[str, str | None], family: str) -> str | None:

@@ -101,7 +101,7 @@ def torch_release(version: str, table: Components) -> dict:
         "builds": {cuda: build},
         "pypi_build": cuda,
         "python": f">={pythons[0]},<3.{int(pythons[-1].split('.')[1]) + 1}",
-        **{key: facts.family_pin(pins, family) for key, family in facts.torch_pinned_families(table).items()},
+        **{key: facts.family_pin(pins, family) for key, family in table.torch_families.items()},
         "torchvision": _torchvision_for(version),
         "cxx11_abi": wheelnames.cxx11_abi(wheel.filename),
         "cxx_standard": index.torch_cxx_standard(wheel),

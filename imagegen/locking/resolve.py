@@ -206,8 +206,8 @@ def write_locks(path: Path, locks: list[Lock]) -> None:
 
 
 def summary(lock: Lock, families: Iterable[str]) -> str:
-    """One line: the platform, how many packages, torch and the wheels of the component families (cuDNN, NCCL), the
-    base pin."""
+    """One line: the platform, how many packages, torch and the wheels of its families (Components.torch_families:
+    cuDNN, NCCL), the base pin."""
     named = [p for p in lock.packages if p.name == "torch" or p.name.startswith(tuple(families))]
     pins = ", ".join(f"{p.name} {p.version}" for p in named)
     base = f"base {lock.base.ref}@{lock.base.digest}" if lock.base.digest else f"base {lock.base.ref} (unpinned)"

@@ -92,6 +92,11 @@ class Components:
         """Component key -> the name prefix of the distribution the lock pins for it."""
         return {c.key: c.lock_family for c in self.rows if c.lock_family}
 
+    @property
+    def torch_families(self) -> dict[str, str]:
+        """Those of the components torch decides (cuDNN, NCCL): the distributions a torch wheel pins for them."""
+        return {c.key: c.lock_family for c in self.rows if c.lock_family and c.source == TORCH}
+
     def of_distribution(self, name: str) -> Component | None:
         return next((c for c in self.rows if c.distribution and _canonical(c.distribution) == _canonical(name)),
                     None)
