@@ -9,7 +9,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
 from vlmgrpo.run.checkpoint import checkpoint_step, latest_checkpoint, resolve_resume, run_identity
@@ -32,20 +32,29 @@ RENAMED_TRL_KEYS = {
 }
 
 
-def under_current_names(kwargs: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
-    """kwargs with each old name under its new one where KNOWN (the TRL config's fields) has the new one."""
-    known = set(known)
+def under_current_names(kwargs: dict[str, Any], known: Iterable[str],
+                        defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """kwargs with each old name under its new one where KNOWN (the TRL config's fields) has the new one. An old name
+    that neither sets goes there with its value in DEFAULTS (the config class's own): TRL's SFTConfig defaults
+    gradient_checkpointing to True, which transformers 5 warns about at every start."""
+    known, defaults = set(known), defaults or {}
     renamed = dict(kwargs)
     for old, new in RENAMED_TRL_KEYS.items():
-        if old in renamed and new in known and new not in renamed:
+        if new not in known or new in renamed:
+            continue
+        if old in renamed:
             renamed[new] = renamed.pop(old)
+        elif defaults.get(old) is not None:
+            renamed[new] = defaults[old]
     return renamed
 
 
 def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
     from vlmgrpo.models.loading import cuda_available
 
-    kwargs = under_current_names(config.trl, trl_field_types(config.command))
+    defaults = {f.name: f.default for f in dataclasses.fields(config.command.trl_config_class())
+                if f.default is not dataclasses.MISSING}
+    kwargs = under_current_names(config.trl, trl_field_types(config.command), defaults)
     if (config.data.val_split_ratio or config.data.eval_data) and "eval_strategy" not in kwargs:
         # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
         kwargs["eval_strategy"] = "steps"
@@ -71,23 +80,10 @@ def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
     return kwargs
 
 
-def class_defaults_under_current_names(kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
-    """kwargs plus, for an old name neither they nor a new name set, the class's own default under the new name:
-    TRL's SFTConfig defaults gradient_checkpointing to True, which transformers 5 warns about at every start."""
-    declared = {f.name: f for f in dataclasses.fields(config_class)}
-    given = dict(kwargs)
-    for old, new in RENAMED_TRL_KEYS.items():
-        if new in declared and old in declared and new not in given and old not in given \
-                and declared[old].default not in (None, dataclasses.MISSING):
-            given[new] = declared[old].default
-    return given
-
-
 def build_trl_config(config: TrainConfig):
     """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`."""
-    config_class = config.command.trl_config_class()
     try:
-        return config_class(**class_defaults_under_current_names(resolve_trl_kwargs(config), config_class))
+        return config.command.trl_config_class()(**resolve_trl_kwargs(config))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{config.source}: invalid {config.command.trl_class} settings: {exc}") from None
 
