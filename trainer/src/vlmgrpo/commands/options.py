@@ -22,27 +22,37 @@ RENAMED = {"model": "model_name_or_path", "adapter": "adapter_name_or_path", "ou
            "batch_size": "per_device_train_batch_size"}
 
 
+def config_key(name: str) -> str:
+    """The config key an option sets, from its flag (--max-steps) or its parameter name (max_steps)."""
+    name = name.lstrip("-").replace("-", "_")
+    return RENAMED.get(name, name)
+
+
 def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
     from vlmgrpo.config.load import parse_set
 
     overrides = parse_set(options.pop("set_values"))
     for option, value in options.items():
         if value is not None and value != ():
-            overrides[RENAMED.get(option, option)] = list(value) if isinstance(value, tuple) else value
+            overrides[config_key(option)] = list(value) if isinstance(value, tuple) else value
     return overrides
+
+
+def _option(flag: str, field_text: str, more: str, **kwargs):
+    """A click option whose help is its field's text, then what only the command line adds."""
+    return click.option(flag, help=" ".join(filter(None, (field_text, more))), **kwargs)
 
 
 def field_option(flag: str, section: type, more: str = "", **kwargs):
     """An option for a key of one of vlmgrpo's sections (sections.py), its help that field's: one text for the file,
     `--print-config` and the command line (`more` says what only the command line adds)."""
-    key = flag.lstrip("-").replace("-", "_")
-    return click.option(flag, help=" ".join(filter(None, (field_help(section, key), more))), **kwargs)
+    return _option(flag, field_help(section, config_key(flag)), more, **kwargs)
 
 
 def launch_option(flag: str, **kwargs):
     """A launch key: without the flag, train and sft read it from the scheduler's variables (run/launch_env.py)."""
-    key = flag.lstrip("-").replace("-", "_")
-    where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {field_default(RunConfig, key)}."
+    default = field_default(RunConfig, config_key(flag))
+    where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {default}."
     return field_option(flag, RunConfig, where, **kwargs)
 
 
@@ -50,10 +60,10 @@ def launch_option(flag: str, **kwargs):
 TRL_KEYS: set[str] = set()
 
 
-def trl_option(flag: str, more: str = "", key: str = "", **kwargs):
+def trl_option(flag: str, more: str = "", **kwargs):
     """An option for a field of TRL's config or of the model's section: the help is the field's, as TRL writes it
     (copied by trainer/scripts/trl_help.py, so that `--help` does not import TRL); `more` is what only the command
     line adds."""
-    key = key or RENAMED.get(flag.lstrip("-").replace("-", "_"), flag.lstrip("-").replace("-", "_"))
+    key = config_key(flag)
     TRL_KEYS.add(key)
-    return click.option(flag, help=" ".join(filter(None, (TRL_HELP.get(key, ""), more))), **kwargs)
+    return _option(flag, TRL_HELP.get(key, ""), more, **kwargs)
