@@ -134,21 +134,59 @@ def test_an_alias_that_holds_torch_in_its_name_is_not_read_as_a_version_tag():
 
 
 def test_every_check_is_a_module_found_by_discovery_in_order():
-    names = [module.NAME for module in checks.discovered()]
+    names = [name for module in checks.discovered() for name in module.NAMES]
     assert names[:3] == ["labels.match_matrix", "user.nonroot", "command.info"] and names[-1] == "selftest"
-    assert all(hasattr(module, "run") and isinstance(module.ORDER, int) for module in checks.discovered())
+    for module in checks.discovered():
+        assert callable(module.run) and isinstance(module.ORDER, int) and isinstance(module.NAMES, tuple)
+        assert isinstance(module.NEEDS, tuple) and all(isinstance(need, str) for need in module.NEEDS)
+
+
+def host_context(emulated=False, gpu=False, require_gpu=False, labels=None):
+    from imagegen.stages.checks.context import Context
+
+    facts = {"platform": "linux/arm64" if emulated else "linux/amd64", "labels": {
+        f"io.imagegen.{label}": version for label, version in (labels or {}).items()}}
+    return Context("repo:tag", None, facts, None, emulated, gpu, "the engine has no GPU runtime", require_gpu, False, "")
+
+
+def test_a_check_runs_only_where_what_it_needs_is_there():
+    """One contract with the image's own checks: NEEDS says what a check applies to, the runner skips it elsewhere."""
+    def needing(*needs):
+        return SimpleNamespace(NAMES=("needs",), NEEDS=needs)
+
+    assert checks.unmet_need(needing("native"), host_context()) is None
+    status, why = checks.unmet_need(needing("native"), host_context(emulated=True))
+    assert status == "skip" and "QEMU user emulation" in why
+    assert checks.unmet_need(needing("matrix"), host_context())[0] == "skip"  # an image given by reference only
+    assert checks.unmet_need(needing("gpu"), host_context()) == ("skip", "the engine has no GPU runtime")
+    assert checks.unmet_need(needing("gpu"), host_context(require_gpu=True))[0] == "fail"
+    assert checks.unmet_need(needing("gpu"), host_context(gpu=True)) is None
+    with_vllm = host_context(labels={"vllm": "0.31.0", "deepspeed": "none"})
+    assert checks.unmet_need(needing("vllm", "gpu"), with_vllm)[0] == "skip"  # applies, but no GPU
+    assert checks.unmet_need(needing("vllm"), with_vllm) is None
+    assert checks.unmet_need(needing("deepspeed", "gpu"), host_context(labels={"deepspeed": "none"},
+                                                                       require_gpu=True)) == \
+        ("skip", "no deepspeed in this image (its label names none)")  # not applicable beats no GPU
+
+
+def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeypatch):
+    never = SimpleNamespace(NAMES=("never.a", "never.b"), ORDER=1, NEEDS=("native",),
+                            run=lambda context: pytest.fail("ran under emulation"))
+    monkeypatch.setattr(checks, "discovered", lambda: [never])
+    found = checks.run_checks(host_context(emulated=True))
+    assert [(c.name, c.status) for c in found] == [("never.a", "skip"), ("never.b", "skip")]
 
 
 def test_a_check_dropped_into_the_package_is_run(tmp_path, monkeypatch):
-    """Adding a check is one file: a module with NAME, ORDER and run(context), nothing registered anywhere. (The
-    package's __path__ is extended by a directory holding it, as a new file in the package would be.)"""
+    """Adding a check is one file: a module with NAMES, ORDER, NEEDS and run(context), nothing registered anywhere.
+    (The package's __path__ is extended by a directory holding it, as a new file in the package would be.)"""
     (tmp_path / "zz_added_for_a_test.py").write_text(
-        'from imagegen.stages.results import Check\n\nNAME, ORDER = "added.by_test", 999\n\n\n'
-        'def run(context):\n    return [Check(NAME, "pass", context.ref)]\n')
+        'from imagegen.stages.results import Check\n\nNAMES, ORDER, NEEDS = ("added.by_test",), 999, ()\n\n\n'
+        'def run(context):\n    return [Check(NAMES[0], "pass", context.ref)]\n')
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "imagegen.stages.checks.zz_added_for_a_test", raising=False)
     try:
-        (added,) = [module for module in checks.discovered() if module.NAME == "added.by_test"]
+        (added,) = [module for module in checks.discovered() if module.NAMES == ("added.by_test",)]
         assert [c.name for c in added.run(SimpleNamespace(ref="r"))] == ["added.by_test"]
         assert checks.discovered()[-1] is added  # ORDER 999: after the selftest
     finally:

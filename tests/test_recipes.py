@@ -115,18 +115,18 @@ def test_recipe_add_a_reward_function(tmp_path):
 HOST_CHECK = '''\
 from imagegen.stages.results import Check
 
-NAME, ORDER = "recipe.host_check", 95
+NAMES, ORDER, NEEDS = ("recipe.host_check",), 95, ()
 
 
 def run(context):
-    return [Check(NAME, "pass", f"checked {context.ref}")]
+    return [Check(NAMES[0], "pass", f"checked {context.ref}")]
 '''
 INSIDE_CHECK = '''\
 from vlmgrpo.checks import PASS, result
 
 NAMES = ("recipe.inside_check",)
 ORDER = 95
-NEEDS_GPU = False
+NEEDS = ()
 
 
 def run(context):
@@ -148,7 +148,7 @@ def test_recipe_add_an_in_image_check(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path / "host")])
     monkeypatch.delitem(sys.modules, "imagegen.stages.checks.recipe_host_check", raising=False)
     try:
-        (module,) = [m for m in checks.discovered() if m.NAME == "recipe.host_check"]
+        (module,) = [m for m in checks.discovered() if m.NAMES == ("recipe.host_check",)]
         assert [c.detail for c in module.run(SimpleNamespace(ref="an-image"))] == ["checked an-image"]
     finally:
         sys.modules.pop("imagegen.stages.checks.recipe_host_check", None)

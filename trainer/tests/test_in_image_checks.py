@@ -20,7 +20,8 @@ def test_every_check_module_has_the_interface_and_the_report_keeps_its_names_and
     modules = checks.discover()
     for module in modules:
         assert isinstance(module.NAMES, tuple) and module.NAMES, module.__name__
-        assert isinstance(module.ORDER, int) and isinstance(module.NEEDS_GPU, bool) and callable(module.run)
+        assert isinstance(module.ORDER, int) and callable(module.run)
+        assert isinstance(module.NEEDS, tuple) and all(isinstance(need, str) for need in module.NEEDS)
     assert [module.ORDER for module in modules] == sorted(module.ORDER for module in modules)
     names = [name for module in modules for name in module.NAMES]
     assert len(names) == len(set(names)), names
@@ -35,7 +36,7 @@ from vlmgrpo.checks import PASS, result
 
 NAMES = ("custom.{name}",)
 ORDER = {order}
-NEEDS_GPU = {needs_gpu}
+NEEDS = {needs}
 
 
 def run(context):
@@ -48,8 +49,8 @@ def dropped_in(tmp_path, monkeypatch):
     """Drop check modules into the package (its __path__ extended by a directory, as a new file in it would be)."""
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
 
-    def drop(name, order, needs_gpu=False, body="return [result('custom.' + __name__.rsplit('.', 1)[1], PASS, 'ran')]"):
-        (tmp_path / f"{name}.py").write_text(DROPPED_IN.format(name=name, order=order, needs_gpu=needs_gpu, body=body))
+    def drop(name, order, needs=(), body="return [result('custom.' + __name__.rsplit('.', 1)[1], PASS, 'ran')]"):
+        (tmp_path / f"{name}.py").write_text(DROPPED_IN.format(name=name, order=order, needs=needs, body=body))
         monkeypatch.delitem(sys.modules, f"vlmgrpo.checks.{name}", raising=False)
 
     yield drop
@@ -59,7 +60,9 @@ def dropped_in(tmp_path, monkeypatch):
 
 def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
     dropped_in("custom_hello", order=55)
-    dropped_in("custom_needs_gpu", order=66, needs_gpu=True, body="raise AssertionError('ran without a GPU')")
+    dropped_in("custom_needs_gpu", order=66, needs=("gpu",), body="raise AssertionError('ran without a GPU')")
+    dropped_in("custom_needs_absent", order=68, needs=("imagegen_absent_component", "gpu"),
+               body="raise AssertionError('ran in an image without its component')")
     dropped_in("custom_broken", order=67, body="raise RuntimeError('its library is broken')")
     report = run_selftest(str(tmp_path / "absent.json"), skip_train=True)
     names = [c["name"] for c in report["checks"]]
@@ -69,6 +72,8 @@ def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
     if found["gpu.nvidia_smi"]["status"] == "skip":  # no GPU here: the GPU check is skipped without being run
         assert found["custom.custom_needs_gpu"] == {"name": "custom.custom_needs_gpu", "status": "skip",
                                                     "detail": "no GPU visible"}
+    assert found["custom.custom_needs_absent"] == {  # attached by what the image has: not applicable, even for --require-gpu
+        "name": "custom.custom_needs_absent", "status": "skip", "detail": "imagegen-absent-component not installed"}
     assert found["custom.custom_broken"] == {"name": "custom.custom_broken", "status": "fail",
                                              "detail": "RuntimeError: its library is broken"}
     assert names[-1] == "train.tiny_grpo"  # a broken check hides no other
@@ -105,11 +110,12 @@ def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tm
 
 
 def test_the_toolkit_checks_skip_without_a_toolkit_and_compile_for_the_newest_arch_of_the_image(tmp_path):
-    from vlmgrpo.checks import cuda_toolkit
+    from vlmgrpo.checks import cuda_deepspeed_op, cuda_toolkit
 
     nowhere = {"CUDA_HOME": str(tmp_path / "no-cuda"), "PATH": str(tmp_path)}
-    found = cuda_toolkit.run(checks.Context(expected=None), env=nowhere)
-    assert [r["name"] for r in found] == list(cuda_toolkit.NAMES)
+    found = cuda_toolkit.run(checks.Context(expected=None), env=nowhere) + \
+        cuda_deepspeed_op.run(checks.Context(expected=None), env=nowhere)
+    assert [r["name"] for r in found] == ["cuda.kernel", "cuda.deepspeed_op"]
     assert all(r["status"] == "skip" and r["detail"].startswith("no CUDA toolkit in this image (CUDA_HOME=")
                for r in found), found
     assert cuda_toolkit.target_arch({"cuda_archs": ["7.5", "9.0", "12.0"]}) == "12.0"

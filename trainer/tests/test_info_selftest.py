@@ -6,9 +6,19 @@ import pytest
 
 from conftest import ENV, in_process
 from vlmgrpo.image.info import collect_info
+from vlmgrpo.inventory import installed_version
 
 GPU_CHECKS = ["gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn",
               "gpu.deepspeed_ops"]
+COMPONENT_OF = {"gpu.flash_attn": ("flash_attn", "flash-attn"), "gpu.deepspeed_ops": ("deepspeed", "deepspeed")}
+
+
+def gpu_skip(name: str, versions: dict | None) -> str:
+    """Why a GPU check is skipped here: its component is absent (in versions, else not installed), else no GPU."""
+    key, distribution = COMPONENT_OF.get(name, (None, None))
+    if key is None or (versions.get(key) if versions is not None else installed_version(distribution)):
+        return "no GPU visible"
+    return f"no {key} in this image (expected.json: {key} none)" if versions is not None else f"{distribution} not installed"
 
 
 # imagegen writes expected.json from its table of components: each one's version, and the
@@ -69,8 +79,8 @@ def test_selftest_skip_train_on_cpu_with_matching_versions(tmp_path):
     versions = [name for name in checks if name.startswith("version.")]
     assert sorted(versions) == sorted(f"version.{key}" for key in VERSION_KEYS)
     assert all(checks[name]["status"] == "pass" for name in versions), checks
-    for name in GPU_CHECKS:
-        assert checks[name] == {"name": name, "status": "skip", "detail": "no GPU visible"}
+    for name in GPU_CHECKS:  # skipped without a GPU; those of a component this environment lacks, as not applicable
+        assert checks[name] == {"name": name, "status": "skip", "detail": gpu_skip(name, venv_versions())}
     assert checks["train.tiny_grpo"]["status"] == "skip"
     assert report["passed"] + report["failed"] + report["skipped"] == len(checks)
     if os.getuid() == 0:  # this sandbox runs tests as root; the image does not
@@ -110,7 +120,9 @@ def test_selftest_without_expected_file_and_require_gpu(tmp_path):
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["version"]["status"] == "skip" and "absent.json" in checks["version"]["detail"]
     assert not [name for name in checks if name.startswith("version.")]
-    assert all(checks[name]["status"] == "fail" and "no GPU visible" in checks[name]["detail"] for name in GPU_CHECKS)
+    for name in GPU_CHECKS:  # a check of a component that is not here does not apply, with or without --require-gpu
+        why = gpu_skip(name, None)
+        assert checks[name] == {"name": name, "status": "fail" if why == "no GPU visible" else "skip", "detail": why}
 
 
 def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
 """The vllm.* in-image checks: their logic on literal metadata and paths, and a clean skip where vLLM is absent."""
 
+import pytest
+
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context
 from vlmgrpo.checks import vllm_runtime
 
@@ -31,12 +33,28 @@ def test_nvcc_is_looked_for_where_torch_finds_cuda_home():
 
 
 def test_an_image_without_vllm_skips_every_vllm_check_with_the_reason(monkeypatch):
-    monkeypatch.setattr(vllm_runtime, "installed", lambda name: None if name == "vllm" else "2.14.1")
-    expected = {"versions": {"torch": "2.14.1", "vllm": None}}
-    results = vllm_runtime.run(Context(expected=expected))
+    import vlmgrpo.checks as checks
+
+    monkeypatch.setattr(checks, "installed_version", lambda name: None if name == "vllm" else "2.14.1")
+    monkeypatch.setattr(vllm_runtime, "run", lambda context: pytest.fail("a check ran where its component is absent"))
+    no_gpu = lambda: (False, "no GPU visible")  # noqa: E731
+    assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"torch": "2.14.1", "vllm": None}}), no_gpu) \
+        == (SKIP, "no vllm in this image (expected.json: vllm none)")
+    assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"torch": "2.14.1"}}), no_gpu) \
+        == (SKIP, "no vllm in this image (expected.json does not name it)")
+    assert checks.unmet_need(vllm_runtime, Context(expected=None), no_gpu) == (SKIP, "vllm not installed")
+    assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"vllm": "0.31.0"}}), no_gpu) is None
+    monkeypatch.setattr(checks, "discover", lambda: [vllm_runtime])
+    results = checks.run_checks(Context(expected={"versions": {"vllm": None}}))
     assert [(r["name"], r["status"]) for r in results] == [(name, SKIP) for name in vllm_runtime.NAMES]
-    assert results[0]["detail"] == "no vLLM in this image (expected.json: vllm none)"
-    assert vllm_runtime.run(Context(expected=None))[0]["detail"] == "vllm not installed"
+
+
+def test_a_component_installed_against_the_file_is_still_checked(monkeypatch):
+    """version.<key> fails the mismatch; the component's own checks still say whether it works."""
+    import vlmgrpo.checks as checks
+
+    monkeypatch.setattr(checks, "installed_version", lambda name: "0.31.0" if name == "vllm" else None)
+    assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"vllm": None}}), lambda: (False, "")) is None
 
 
 def test_an_image_that_should_have_vllm_fails_when_it_does_not_import(monkeypatch):

@@ -1,10 +1,13 @@
 """The checks of a built image, one module each, found by discovery (as jupyter/docker-stacks finds its
-units): each module of this package but `context` says NAME, ORDER and `run(context) -> list[Check]`.
-Adding a check is one file and its test.
-
-`test_image` runs every check on one image. An image of another platform than the engine's (arm64 on an
-x86_64 host) runs under QEMU user emulation, where importing torch hangs or crashes: a check that needs
-torch says so (`context.native_only()`) and skips; the others read the inventory, which needs no torch.
+units). Adding a check is one file and its test. Each module of this package but `context` says, as the
+image's own checks do (vlmgrpo.checks, whose report the `selftest` check brings in):
+  NAMES  the check names it reports (each reported when it raises ContainerError or a need is unmet);
+  ORDER  where its checks go in the report;
+  NEEDS  what it applies to: "native" (the image runs natively: under QEMU user emulation, an arm64 image
+         on an x86_64 host, importing torch hangs or crashes), "matrix" (a matrix entry to compare with),
+         "gpu" (the engine gives containers GPUs), or a component key (the image's label for it names a
+         version). run_checks skips a module whose need is unmet, with the reason, without running it;
+  run(context) -> list[Check].
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from types import ModuleType
 
 from imagegen.engine import containers
 from imagegen.render.locked import LockedImage
-from imagegen.stages.checks.context import Context
-from imagegen.stages.results import FAIL, Check, TestResult
+from imagegen.stages.checks.context import Context, native_only
+from imagegen.stages.results import FAIL, SKIP, Check, TestResult
+
+NATIVE, MATRIX, GPU = "native", "matrix", "gpu"  # the needs that are not component keys
 
 
 def discovered() -> list[ModuleType]:
@@ -27,13 +32,32 @@ def discovered() -> list[ModuleType]:
     return sorted(found, key=lambda module: (module.ORDER, module.__name__))
 
 
+def unmet_need(module: ModuleType, context: Context) -> tuple[str, str] | None:
+    """(status, why) when the module does not apply to this image (a skip; no GPU fails it with --require-gpu),
+    None when it applies."""
+    for need in module.NEEDS:
+        if need == NATIVE and context.emulated:
+            return SKIP, native_only(context.platform)
+        if need == MATRIX and context.image is None:
+            return SKIP, "no matrix entry given; the image's own labels are the reference"
+        if need not in (NATIVE, MATRIX, GPU) and context.component_version(need) is None:
+            return SKIP, f"no {need} in this image (its label names none)"
+    if GPU in module.NEEDS and not context.gpu:
+        return (FAIL if context.require_gpu else SKIP), context.gpu_reason
+    return None
+
+
 def run_checks(context: Context) -> list[Check]:
     checks: list[Check] = []
     for module in discovered():
+        unmet = unmet_need(module, context)
+        if unmet:
+            checks += [Check(name, *unmet) for name in module.NAMES]
+            continue
         try:
             checks += module.run(context)
         except containers.ContainerError as error:  # the engine could not run what the check needs
-            checks.append(Check(module.NAME, FAIL, str(error)))
+            checks += [Check(name, FAIL, str(error)) for name in module.NAMES]
     return checks
 
 

@@ -5,13 +5,11 @@ import json
 from imagegen.stages.checks.context import Context, tail
 from imagegen.stages.results import FAIL, PASS, Check
 
-NAME, ORDER = "command.info", 30
+NAME = "command.info"
+NAMES, ORDER, NEEDS = (NAME,), 30, ("native",)
 
 
 def run(context: Context) -> list[Check]:
-    skip = context.native_only(NAME)
-    if skip:
-        return [skip]
     done = context.run(["info"])
     try:
         json.loads(done.stdout)["versions"]

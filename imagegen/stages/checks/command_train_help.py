@@ -3,7 +3,8 @@
 from imagegen.stages.checks.context import Context, tail
 from imagegen.stages.results import FAIL, PASS, Check
 
-NAME, ORDER = "command.train_help", 70
+NAME = "command.train_help"
+NAMES, ORDER, NEEDS = (NAME,), 70, ()
 ARGS = ["train", "--help"]
 
 

@@ -72,9 +72,12 @@ class Context:
         found = self.inventory()
         return use(found) if found is not None else [Check(name, SKIP, "no inventory (inside.inventory says why)")]
 
-    def native_only(self, name: str) -> Check | None:
-        """A skip when the image runs under emulation, where the check cannot."""
-        return Check(name, SKIP, native_only(self.platform)) if self.emulated else None
+    def component_version(self, key: str) -> str | None:
+        """The version the image's label gives a component (its label named by the matrix entry's table, else by
+        the component key), None where it names none or has no such label."""
+        label = next((c.label for c in self.image.plan.components if c.key == key), key) if self.image else key
+        version = self.labels.get(label)
+        return None if version in (None, "none") else version
 
 
 def native_only(platform: str) -> str:

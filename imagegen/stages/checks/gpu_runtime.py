@@ -4,13 +4,11 @@ the reason without one, failed with --require-gpu."""
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, SKIP, Check
 
-NAME, ORDER = "gpu.runtime", 80
+NAME = "gpu.runtime"
+NAMES, ORDER, NEEDS = (NAME,), 80, ("native",)
 
 
 def run(context: Context) -> list[Check]:
-    skip = context.native_only(NAME)
-    if skip:
-        return [skip]
     if context.gpu:
         return [Check(NAME, PASS, context.gpu_reason)]
     return [Check(NAME, FAIL if context.require_gpu else SKIP, context.gpu_reason)]

@@ -3,7 +3,8 @@
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
-NAME, ORDER = "inside.inventory", 35
+NAME = "inside.inventory"
+NAMES, ORDER, NEEDS = (NAME,), 35, ()
 
 
 def run(context: Context) -> list[Check]:

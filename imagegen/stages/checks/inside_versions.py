@@ -3,8 +3,8 @@
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
-ORDER = 50
 NAME = "inside"  # one check per label: inside.<label>
+NAMES, ORDER, NEEDS = (NAME,), 50, ()
 LIBRARIES = ("cudnn", "nccl")  # torch reports them shorter (cuDNN 9.1.0 for 9.1.0.70)
 
 

@@ -3,14 +3,13 @@ label may name another base that stood in for the lock's (--base-image), which t
 
 from imagegen.render.tags import BASE_LABEL, base_label_matches
 from imagegen.stages.checks.context import Context
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import FAIL, PASS, Check
 
-NAME, ORDER = "labels.match_matrix", 10
+NAME = "labels.match_matrix"
+NAMES, ORDER, NEEDS = (NAME,), 10, ("matrix",)
 
 
 def run(context: Context) -> list[Check]:
-    if context.image is None:
-        return [Check(NAME, SKIP, "no matrix entry given; the image's own labels are the reference")]
     labels = context.facts["labels"]
     differing = [f"{key}={labels.get(key)!r} (matrix: {value!r})" for key, value in context.image.labels.items()
                  if not (base_label_matches(labels, value) if key == BASE_LABEL else labels.get(key) == value)]

@@ -6,7 +6,8 @@ import json
 from imagegen.stages.checks.context import Context, tail
 from imagegen.stages.results import FAIL, Check
 
-NAME, ORDER = "selftest", 90
+NAME = "selftest"
+NAMES, ORDER, NEEDS = (NAME,), 90, ("native",)
 TIMEOUT_S = 1800
 
 
@@ -22,9 +23,6 @@ def checks_of(report_text: str, exit_code: int, stderr: str) -> list[Check]:
 
 
 def run(context: Context) -> list[Check]:
-    skip = context.native_only(NAME)
-    if skip:
-        return [skip]
     args = [NAME] + (["--require-gpu"] if context.require_gpu else []) + (["--skip-train"] if context.skip_train else [])
     done = context.run(args, timeout_s=TIMEOUT_S, gpu=context.gpu, shm_size="2g")
     return checks_of(done.stdout, done.exit_code, done.stderr)

@@ -9,7 +9,8 @@ from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, version_prefix
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
-NAME, ORDER = "tag.matches_inside", 60
+NAME = "tag.matches_inside"
+NAMES, ORDER, NEEDS = (NAME,), 60, ()
 # A version tag starts with the trainer's version, then -torch; an alias is an image's name, which may hold -torch
 # too (cu124-torch2.6) but starts with a letter.
 VERSION_TAG = re.compile(r"\d[\w.+]*-torch")

@@ -3,7 +3,8 @@
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
-NAME, ORDER = "user.nonroot", 20
+NAME = "user.nonroot"
+NAMES, ORDER, NEEDS = (NAME,), 20, ()
 
 
 def check_user(user: str) -> Check:

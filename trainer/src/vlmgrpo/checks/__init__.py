@@ -2,12 +2,14 @@
 discovery (pkgutil over the package, as jupyter/docker-stacks finds its test units), so adding a check is one file
 here and its test.
 
-Each check module defines:
-  NAMES      tuple of the check names it reports (its name when it fails with an exception or needs a GPU);
-  ORDER      an int: where its checks go in the report (modules run in this order);
-  NEEDS_GPU  True when it cannot run without a visible GPU: run_checks then skips it (fails it with --require-gpu)
-             without calling it, so the GPU-skip logic lives here only;
-  run(context) -> list of result(name, status, detail) dicts.
+Each check module defines (the contract of imagegen's host checks too, imagegen/stages/checks):
+  NAMES  tuple of the check names it reports (each is reported when it fails with an exception or a need is unmet);
+  ORDER  an int: where its checks go in the report (modules run in this order);
+  NEEDS  tuple of what it applies to: "gpu" (a visible GPU), or a component key ("vllm", "flash_attn",
+         "deepspeed"): an image that has the component, by expected.json or by what is installed. run_checks skips
+         a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu), so that rule
+         lives here only and a check attached to a component never asks whether the image has it;
+  run(context) -> list of result(name, status, detail) dicts, the fields of imagegen's Check.
 
 Modules whose names start with "_" are not checks. Every optional library may be missing: a check says so in its
 result instead of crashing, and an exception in one check fails its names without hiding the others.
@@ -18,10 +20,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+from vlmgrpo.inventory import installed_version
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 NO_GPU = "no GPU visible"
+GPU = "gpu"  # the need that is not a component key
 
 
 @dataclass
@@ -58,15 +63,50 @@ def gpu_visible() -> tuple[bool, str]:
         return False, f"{NO_GPU} (torch not importable: {exc})"
 
 
+def has_component(expected: Optional[dict], key: str) -> tuple[bool, str]:
+    """Whether the image has a component (expected.json names a version, or its distribution is installed: a check
+    still runs on one installed against the file, which version.<key> fails), and why not."""
+    if expected_version(expected, key):
+        return True, ""
+    distribution = ((expected or {}).get("distributions") or {}).get(key) or key.replace("_", "-")
+    if installed_version(distribution) is not None:
+        return True, ""
+    if expected is None:
+        return False, f"{distribution} not installed"
+    if key in (expected.get("versions") or {}):
+        return False, f"no {key} in this image (expected.json: {key} none)"
+    return False, f"no {key} in this image (expected.json does not name it)"
+
+
+def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) -> Optional[tuple[str, str]]:
+    """(status, why) when the module does not apply here: a component it needs is absent (a skip), else no GPU is
+    visible and it needs one (a skip, a failure with --require-gpu). None when it applies."""
+    for need in module.NEEDS:
+        if need != GPU:
+            has, why = has_component(context.expected, need)
+            if not has:
+                return SKIP, why
+    if GPU in module.NEEDS:
+        visible, why = gpu()
+        if not visible:
+            return (FAIL if context.require_gpu else SKIP), why
+    return None
+
+
 def run_checks(context: Context) -> list[dict[str, str]]:
     results: list[dict[str, str]] = []
-    gpu: Optional[tuple[bool, str]] = None
+    seen: list[tuple[bool, str]] = []  # gpu_visible, asked once and only when a check needs it
+
+    def gpu() -> tuple[bool, str]:
+        if not seen:
+            seen.append(gpu_visible())
+        return seen[0]
+
     for module in discover():
-        if module.NEEDS_GPU:
-            gpu = gpu or gpu_visible()
-            if not gpu[0]:
-                results += [result(name, FAIL if context.require_gpu else SKIP, gpu[1]) for name in module.NAMES]
-                continue
+        unmet = unmet_need(module, context, gpu)
+        if unmet:
+            results += [result(name, *unmet) for name in module.NAMES]
+            continue
         try:
             results += module.run(context)
         except Exception as exc:  # one broken library must not hide the other checks

@@ -15,7 +15,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("abi.extensions",)
 ORDER = 30
-NEEDS_GPU = False
+NEEDS = ()
 EXTENSION_DISTRIBUTIONS = ("torchvision", "flash-attn", "deepspeed")
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 

@@ -8,7 +8,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("cuda.archs",)
 ORDER = 40
-NEEDS_GPU = False
+NEEDS = ()
 
 
 def covers(arch_flags: list[str], arch: str) -> bool:

@@ -15,7 +15,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("audit.cuda_duplicates",)
 ORDER = 50
-NEEDS_GPU = False
+NEEDS = ()
 # Where CUDA base images keep their libraries; torch's nvidia-* wheels keep theirs under site-packages/nvidia.
 BASE_CUDA_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu")
 _LIBRARY = re.compile(r"^(lib[\w+-]+?)\.so(\.\d+)*$")

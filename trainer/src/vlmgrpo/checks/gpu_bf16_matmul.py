@@ -6,7 +6,7 @@ from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.bf16_matmul",)
 ORDER = 62
-NEEDS_GPU = True
+NEEDS = ("gpu",)
 
 
 def bf16_matmul() -> tuple[str, str]:

@@ -8,7 +8,7 @@ from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.cuda_available",)
 ORDER = 61
-NEEDS_GPU = True
+NEEDS = ("gpu",)
 
 
 def cuda_check(gpu_count: Optional[int]) -> tuple[str, str]:

@@ -1,25 +1,23 @@
-"""gpu.deepspeed_ops: DeepSpeed's ds_report runs and lists its ops (a skip when DeepSpeed is neither installed nor
-expected)."""
+"""gpu.deepspeed_ops: DeepSpeed's ds_report runs and lists its ops; in an image with DeepSpeed (run_checks skips it in
+one without)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
-from typing import Optional
 
 from vlmgrpo.inventory import installed_version
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.deepspeed_ops",)
 ORDER = 65
-NEEDS_GPU = True
+NEEDS = ("deepspeed", "gpu")
 
 
-def deepspeed_ops(expected: Optional[dict]) -> tuple[str, str]:
+def deepspeed_ops() -> tuple[str, str]:
     if installed_version("deepspeed") is None:
-        wanted = expected_version(expected, "deepspeed")
-        return (FAIL if wanted else SKIP), "deepspeed not installed"
+        return FAIL, "deepspeed not installed"
     try:
         command = [shutil.which("ds_report")] if shutil.which("ds_report") else [
             sys.executable, "-c", "from deepspeed.env_report import cli_main; cli_main()"]
@@ -34,4 +32,4 @@ def deepspeed_ops(expected: Optional[dict]) -> tuple[str, str]:
 
 
 def run(context: Context) -> list[dict[str, str]]:
-    return [result("gpu.deepspeed_ops", *deepspeed_ops(context.expected))]
+    return [result("gpu.deepspeed_ops", *deepspeed_ops())]

@@ -7,7 +7,7 @@ from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nccl_allreduce",)
 ORDER = 63
-NEEDS_GPU = True
+NEEDS = ("gpu",)
 
 
 def nccl_allreduce() -> tuple[str, str]:

@@ -8,7 +8,7 @@ from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nvidia_smi",)
 ORDER = 60
-NEEDS_GPU = True
+NEEDS = ("gpu",)
 
 
 def nvidia_smi() -> tuple[str, str]:

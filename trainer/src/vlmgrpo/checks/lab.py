@@ -25,7 +25,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("lab.server", "lab.kernel")
 ORDER = 58
-NEEDS_GPU = False
+NEEDS = ()
 START_TIMEOUT_S = 90
 KERNEL_TIMEOUT_S = 120
 

@@ -13,7 +13,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("net.infiniband",)
 ORDER = 55
-NEEDS_GPU = False
+NEEDS = ()
 LIBRARY = "libibverbs.so.1"
 DEVICES = "/sys/class/infiniband"
 

@@ -14,7 +14,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("train.tiny_grpo",)
 ORDER = 90
-NEEDS_GPU = False
+NEEDS = ()
 TRAIN_TIMEOUT_S = 900
 
 

@@ -8,7 +8,7 @@ from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("user.nonroot",)
 ORDER = 20
-NEEDS_GPU = False
+NEEDS = ()
 
 
 def run(context: Context) -> list[dict[str, str]]:

@@ -14,7 +14,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("version",)
 ORDER = 10
-NEEDS_GPU = False
+NEEDS = ()
 RUNTIME_LIBRARIES = ("cudnn", "nccl")  # read from torch unless a wheel family names their distribution
 
 

@@ -7,8 +7,8 @@ vllm.nvcc    a CUDA compiler works: FlashInfer, which vLLM pins, compiles kernel
              found as torch's cpp_extension finds CUDA_HOME (CUDA_HOME or CUDA_PATH, nvcc on PATH, /usr/local/cuda);
              it compiles a small kernel, which also needs the toolkit's headers and a host C++ compiler
 
-An image without vLLM (expected.json says none, or no file and none installed) skips all three with that reason.
-Needs no GPU.
+Attached to images with vLLM (NEEDS): run_checks skips all three, with the reason, in an image without it (expected.json
+says none, or no file and none installed). Needs no GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
 ORDER = 57
-NEEDS_GPU = False
+NEEDS = ("vllm",)
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
 NVCC_TIMEOUT_S = 30
 COMPILE_TIMEOUT_S = 120  # one small kernel: about 3 s here
@@ -110,22 +110,7 @@ def import_check(wanted: Optional[str]) -> tuple[str, str]:
     return (PASS if str(version) == str(wanted) else FAIL), f"vllm {version} imports, expected {wanted}"
 
 
-def absent_reason(context: Context) -> Optional[str]:
-    """Why the vllm checks do not apply here, or None when the image has (or should have) vLLM."""
-    wanted = expected_version(context.expected, "vllm")
-    if wanted:
-        return None
-    if context.expected is not None and installed("vllm") is None:
-        return "no vLLM in this image (expected.json: vllm none)"
-    if context.expected is None and installed("vllm") is None:
-        return "vllm not installed"
-    return None  # installed though expected absent: version.vllm fails it; still check that it works
-
-
 def run(context: Context) -> list[dict[str, str]]:
-    why = absent_reason(context)
-    if why:
-        return [result(name, SKIP, why) for name in NAMES]
     requires = (metadata.requires("vllm") or []) if installed("vllm") else []
     return [result("vllm.import", *import_check(expected_version(context.expected, "vllm"))),
             result("vllm.torch", *torch_check(requires, installed("torch"))),
