@@ -19,19 +19,26 @@ INPUTS = "sha256:3f2a9c1d4e5b" + "0" * 52
 TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b"
 
 
-@pytest.mark.parametrize("label, inside, wanted, same", [
-    ("torch", "2.6.0+cu124", "2.6.0", True),
-    ("torch", "2.6.1", "2.6.0", False),
-    ("cudnn", "9.1.0", "9.1.0.70", True),
-    ("cudnn", "9.5.1", "9.1.0.70", False),
-    ("python", "3.11.9", "3.11", True),
-    ("python", "3.12.1", "3.11", False),
-    ("flash-attn", None, "none", True),
-    ("flash-attn", "2.8.3", "none", False),
-    ("deepspeed", None, "0.19.8", False),
+def judged(inside, expected, matches):
+    return {"inside": inside, "expected": expected, "matches": matches}
+
+
+@pytest.mark.parametrize("label, key, wanted, found, status, says", [
+    # judged inside by the image's inventory (vlmgrpo.inventory.version_matches); the label must be what it judged by
+    ("torch", "torch", "2.6.0", {"compared": {"torch": judged("2.6.0+cu124", "2.6.0", True)}}, "pass",
+     "inside 2.6.0+cu124, label 2.6.0"),
+    ("cudnn", "cudnn", "9.1.0.70", {"compared": {"cudnn": judged("9.1.0", "9.1.0.70", False)}}, "fail", "inside 9.1.0"),
+    ("flash-attn", "flash_attn", "none", {"compared": {"flash_attn": judged(None, None, True)}}, "pass", "absent"),
+    ("torch", "torch", "2.6.1", {"compared": {"torch": judged("2.6.1", "2.6.0", False)}}, "fail",
+     "label 2.6.1, but the image was built to hold 2.6.0"),
+    ("deepspeed", "deepspeed", "0.19.8", {"compared": {}, "versions": {"deepspeed": "0.19.8"}}, "fail",
+     "expected.json names no deepspeed"),
+    ("trainer", "vlmgrpo", "0.1.0", {"compared": {}, "versions": {"vlmgrpo": "0.1.0"}}, "pass", "inside 0.1.0"),
+    ("trainer", "vlmgrpo", "0.1.0", {"compared": None, "versions": {"vlmgrpo": "0.2.0"}}, "fail", "inside 0.2.0"),
 ])
-def test_versions_inside_against_labels(label, inside, wanted, same):
-    assert inside_versions.same_version(label, inside, wanted) is same
+def test_a_label_is_the_version_the_image_judged_its_inside_by(label, key, wanted, found, status, says):
+    check = inside_versions.label_check(label, key, wanted, found)
+    assert (check.name, check.status) == (f"inside.{label}", status) and says in check.detail
 
 
 def facts(label, tags=(), inputs=INPUTS):
@@ -195,10 +202,12 @@ def test_a_check_dropped_into_the_package_is_run(tmp_path, monkeypatch):
 
 def test_versions_are_compared_by_the_component_tables_labels():
     """The made-up label liger-kernel is checked because the table names it; a label no row has is not."""
-    versions = {"torch": "2.6.0+cu124", "liger_kernel": "0.6.4", "vlmgrpo": "0.1.0"}
+    inventory = {"versions": {"torch": "2.6.0+cu124", "liger_kernel": "0.6.4", "vlmgrpo": "0.1.0"},
+                 "compared": {"torch": judged("2.6.0+cu124", "2.6.0", True),
+                              "liger_kernel": judged("0.6.4", "0.6.3", False)}}
     labels = {"torch": "2.6.0", "liger-kernel": "0.6.3", "image": "x"}
     keys = {"torch": "torch", "liger-kernel": "liger_kernel", "trainer": "vlmgrpo"}
-    found = {c.name: c.status for c in inside_versions.versions_match_labels(versions, labels, keys)}
+    found = {c.name: c.status for c in inside_versions.versions_match_labels(inventory, labels, keys)}
     assert found == {"inside.torch": "pass", "inside.liger-kernel": "fail"}
 
 

@@ -69,7 +69,11 @@ def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):
     keys = inside_versions.keys_of_labels(context, {"expected": None})
     labels = {key.removeprefix("io.imagegen."): value for key, value in image.labels.items()}
     inside = {**image.versions, "liger_kernel": "0.8.4", "vlmgrpo": "0.1.0"}
-    checks = {c.name: c for c in inside_versions.versions_match_labels(inside, labels, keys)}
+    # judged as the image's inventory judges it: what imagegen wrote in expected.json against what it read inside
+    from vlmgrpo.inventory import compared
+
+    inventory = {"versions": inside, "compared": compared(image.expected(), inside)}
+    checks = {c.name: c for c in inside_versions.versions_match_labels(inventory, labels, keys)}
     assert checks["inside.liger_kernel"].status == "fail"
     assert checks["inside.liger_kernel"].detail == "inside 0.8.4, label 0.8.5"
     assert checks["inside.torch"].status == "pass"

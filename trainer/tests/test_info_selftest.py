@@ -135,12 +135,41 @@ def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):
     assert expected_path(None) is None  # imagegen owns where the file lies; the trainer assumes no path of its own
 
 
-def test_version_comparison_rules():
-    from vlmgrpo.image.info import cudnn_parts
-    from vlmgrpo.checks.versions import same_public_version
+@pytest.mark.parametrize("key, inside, expected, families, same", [
+    ("torch", "2.14.1+cu130", "2.14.1", (), True),
+    ("torch", "2.14.0", "2.14.1", (), False),
+    ("torch", "2.6", "2.6.0", (), True),  # PEP 440: trailing zeros of the release are one version
+    ("vllm", "0.31.0rc1", "0.31.0", (), False),
+    ("cudnn", "9.1.0", "9.1.0.70", (), True),  # torch reports three parts
+    ("cudnn", "9.5.1", "9.1.0.70", (), False),
+    ("cudnn", "9", "9.1.0.70", (), False),  # too short to say
+    ("cudnn", "9.1.0.70", "9.1.0", ("cudnn",), True),  # the family's wheel, longer
+    ("cudnn", "9.1.0.70, 9.2.0.1", "9.1.0", ("cudnn",), False),  # two of a family installed
+    ("python", "3.11.9", "3.11", (), True),
+    ("python", "3.12.1", "3.11", (), False),
+    ("flash_attn", None, None, (), True),
+    ("flash_attn", "2.8.3", None, (), False),
+    ("deepspeed", None, "0.19.8", (), False),
+])
+def test_one_rule_judges_every_version(key, inside, expected, families, same):
+    """inventory.version_matches: what the image's own version checks and imagegen's inside.<label> checks judge by."""
+    from vlmgrpo.inventory import version_matches
 
-    assert same_public_version("2.14.1+cu130", "2.14.1")
-    assert not same_public_version("2.14.0", "2.14.1")
+    assert version_matches(key, inside, expected, families) is same
+
+
+def test_the_inventory_judges_what_it_reads_against_the_expected_file():
+    from vlmgrpo.inventory import compared
+
+    expected = {"versions": {"torch": "2.14.1", "cudnn": "9.1.0", "absent": None}, "families": {"cudnn": "nvidia-"}}
+    found = compared(expected, {"torch": "2.14.1+cu130", "cudnn": "9.1.0.70", "python": "3.11.9"})
+    assert found == {"torch": {"inside": "2.14.1+cu130", "expected": "2.14.1", "matches": True},
+                     "cudnn": {"inside": "9.1.0.70", "expected": "9.1.0", "matches": True}}
+
+
+def test_cudnn_parts_are_read_from_torchs_number():
+    from vlmgrpo.image.info import cudnn_parts
+
     assert cudnn_parts(92400) == (9, 24, 0) and cudnn_parts(8902) == (8, 9, 2)
 
 

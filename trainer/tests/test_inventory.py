@@ -16,7 +16,8 @@ import torch
 from conftest import ENV, fake_distribution
 from vlmgrpo import inventory
 
-KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions", "expected"]
+KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions", "compared",
+        "expected"]
 TEXT = Path(inventory.__file__).read_text()
 # Run the file's text with no site-packages and no environment (-S -I), then list every module it imported.
 SPY = ("import sys, atexit\nsys.path[:0] = {paths!r}\n"
@@ -34,7 +35,8 @@ def site(tmp_path_factory):
     fake_distribution(site, "imagegen-fake-family-cu12", "9.1.0.70")
     expected = site / "expected.json"
     expected.write_text(json.dumps({
-        "versions": {}, "gpu_count": None, "cuda_archs": [], "min_driver": None,
+        "versions": {"lib": "1.2.3", "transformers": "0.0.1", "absent": None, "family": "9.1.0", "none": None},
+        "gpu_count": None, "cuda_archs": [], "min_driver": None,
         "distributions": {"lib": "imagegen_fake_lib", "transformers": "transformers", "absent": "no-such-dist"},
         "families": {"family": "imagegen-fake-family-cu", "none": "no-such-family-"}}))
     return site
@@ -55,6 +57,8 @@ def test_as_a_module_it_prints_the_documented_keys(site):
     assert found["versions"] == {"lib": "1.2.3", "transformers": metadata.version("transformers"), "absent": None,
                                  "family": "9.1.0.70", "none": None, "python": "%d.%d.%d" % sys.version_info[:3],
                                  "torch_cuda": torch.version.cuda, "vlmgrpo": metadata.version("vlmgrpo")}
+    assert {key: judged["matches"] for key, judged in found["compared"].items()} == {  # judged inside, by one rule
+        "lib": True, "transformers": False, "absent": True, "family": True, "none": True}
     lib = next(d for d in found["distributions"] if d["name"] == "imagegen-fake-lib")
     assert lib == {"name": "imagegen-fake-lib", "version": "1.2.3", "hashes": {"sha256": "ab" * 32},
                    "license_expression": "MIT", "license": "x" * 300,

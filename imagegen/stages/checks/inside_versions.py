@@ -1,24 +1,13 @@
-"""Each component's version inside the image (its inventory, read without importing torch) equals its label."""
+"""Each component's version inside the image equals its label, judged inside the image: the inventory program reads
+the versions without importing torch and compares them with the image's expected.json by the one rule the image's own
+checks use (vlmgrpo.inventory.version_matches); here each label must be the version that comparison was against."""
 
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "inside"  # one check per label: inside.<label>
 NAMES, ORDER, NEEDS = (NAME,), 50, ()
-LIBRARIES = ("cudnn", "nccl")  # torch reports them shorter (cuDNN 9.1.0 for 9.1.0.70)
-
-
-def same_version(label: str, inside: str | None, wanted: str) -> bool:
-    """Inside reports may be shorter (cuDNN 9.1.0 for 9.1.0.70) or carry a local part (+cu124)."""
-    if wanted == "none":
-        return inside is None
-    if inside is None:
-        return False
-    inside = inside.split("+")[0]
-    parts = len(inside.split("."))
-    if label == "python":
-        return inside.split(".")[:2] == wanted.split(".")[:2]
-    return inside == wanted or (label in LIBRARIES and wanted.split(".")[:parts] == inside.split("."))
+TRAINER_KEY = "vlmgrpo"  # the trainer's version is no component of expected.json: its label is the installed version
 
 
 def keys_of_labels(context: Context, found: dict) -> dict[str, str]:
@@ -28,20 +17,27 @@ def keys_of_labels(context: Context, found: dict) -> dict[str, str]:
         table = {c.label: c.key for c in context.image.plan.components}
     else:
         table = {label: key for key, label in ((found.get("expected") or {}).get("labels") or {}).items()}
-    return {**table, "trainer": "vlmgrpo"}
+    return {**table, "trainer": TRAINER_KEY}
 
 
-def versions_match_labels(versions: dict, labels: dict[str, str], keys: dict[str, str]) -> list[Check]:
-    checks = []
-    for label, key in keys.items():
-        if label not in labels:
-            continue
-        inside, wanted = versions.get(key), labels[label]
-        checks.append(Check(f"{NAME}.{label}", PASS if same_version(label, inside, wanted) else FAIL,
-                            f"inside {inside or 'absent'}, label {wanted}"))
-    return checks
+def label_check(label: str, key: str, wanted: str, found: dict) -> Check:
+    name, judged = f"{NAME}.{label}", (found.get("compared") or {}).get(key)
+    if judged is None:
+        inside = found["versions"].get(key)
+        if key != TRAINER_KEY:
+            return Check(name, FAIL, f"inside {inside or 'absent'}, label {wanted}, but the image's expected.json "
+                                     f"names no {key} to judge it by")
+        return Check(name, PASS if inside == wanted else FAIL, f"inside {inside or 'absent'}, label {wanted}")
+    if (judged["expected"] or "none") != wanted:
+        return Check(name, FAIL, f"label {wanted}, but the image was built to hold {judged['expected'] or 'none'} "
+                                 "(its expected.json)")
+    return Check(name, PASS if judged["matches"] else FAIL, f"inside {judged['inside'] or 'absent'}, label {wanted}")
+
+
+def versions_match_labels(found: dict, labels: dict[str, str], keys: dict[str, str]) -> list[Check]:
+    return [label_check(label, key, labels[label], found) for label, key in keys.items() if label in labels]
 
 
 def run(context: Context) -> list[Check]:
-    return context.with_inventory(NAME, lambda found: versions_match_labels(found["versions"], context.labels,
+    return context.with_inventory(NAME, lambda found: versions_match_labels(found, context.labels,
                                                                             keys_of_labels(context, found)))

@@ -27,6 +27,9 @@ The object's keys:
                       installed distribution whose name starts with the prefix; several are listed ", "-joined, in
                       name order, so a comparison with one expected version fails), "python" (major.minor.micro),
                       "torch_cuda" (the `cuda = '...'` line of torch/version.py) and "vlmgrpo".
+  "compared":         component key -> {"inside", "expected", "matches"} for each key of EXPECTED's "versions" that
+                      "versions" reads, by the one rule both `imagegen test` and `vlmgrpo selftest` judge versions by
+                      (version_matches); null without EXPECTED.
   "expected":         EXPECTED's content as read, or null without one: what the image was built to hold, which
                       `imagegen test` compares with its labels for an image it has no matrix entry of.
 """
@@ -44,6 +47,9 @@ LICENSE_CHARS = 300
 OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
 _SHARED_LIBRARY = re.compile(r"\.so(\.\d+)*$")
 _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)\s*$", re.MULTILINE)
+_RELEASE = re.compile(r"^v?(\d+(?:\.\d+)*)(.*)$")
+# Torch reports these with three parts (cuDNN 9.1.0), their wheels with four (nvidia-cudnn-cu12 9.1.0.70).
+LIBRARY_KEYS = ("cudnn", "nccl")
 DPKG_FORMAT = "${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n"
 RPM_FORMAT = "%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\t%{ARCH}\n"
 
@@ -201,6 +207,47 @@ def component_versions(expected=None):
     return versions
 
 
+def public_version(version):
+    """A version as PEP 440 compares public versions, without `packaging`: the local part (+cu124) dropped, trailing
+    zeros of the release trimmed (2.6 is 2.6.0), the rest (rc1, .post1) lowercased."""
+    match = _RELEASE.match(str(version).split("+")[0].strip().lower())
+    if not match:
+        return (), str(version).strip().lower()
+    release = [int(part) for part in match.group(1).split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    return tuple(release), match.group(2).lstrip(".-_")
+
+
+def version_matches(key, inside, expected, families=()):
+    """The one rule a component's version inside is judged by, against what the image was built to hold:
+    expected absent (None) means not installed; python by major.minor; a library torch reports shorter than its wheel
+    (LIBRARY_KEYS) or a wheel family (families: nvidia-cudnn-cu12 9.1.0.70 for 9.1.0) where the shorter of the two
+    starts the longer, in at least three parts or all of the longer; any other by its public version."""
+    if expected is None:
+        return inside is None
+    if inside is None:
+        return False
+    inside, expected = str(inside), str(expected)
+    if "," in inside:  # several installed distributions of one family (component_versions joins them): never one
+        return False
+    if key == "python":
+        return inside.split(".")[:2] == expected.split(".")[:2]
+    if key in LIBRARY_KEYS or key in families:
+        ours, theirs = inside.split("+")[0].split("."), expected.split("+")[0].split(".")
+        shared = min(len(ours), len(theirs))
+        return ours[:shared] == theirs[:shared] and shared >= min(3, max(len(ours), len(theirs)))
+    return public_version(inside) == public_version(expected)
+
+
+def compared(expected, versions):
+    """EXPECTED's versions against those read here, by version_matches, for each key both name."""
+    families = expected.get("families") or {}
+    return {key: {"inside": versions[key], "expected": wanted,
+                  "matches": version_matches(key, versions[key], wanted, families)}
+            for key, wanted in (expected.get("versions") or {}).items() if key in versions}
+
+
 def read_expected(path):
     """(the expected-versions file's content, None) or (None, why there is none or {} and why it is unusable)."""
     if not path:
@@ -219,6 +266,7 @@ def read_expected(path):
 
 def inventory(expected=None):
     manager = package_manager()
+    versions = component_versions(expected)
     return {
         "python": platform.python_version(),
         "distributions": distributions(),
@@ -226,7 +274,8 @@ def inventory(expected=None):
         "package_manager": manager,
         "os_packages": os_packages(manager),
         "machines": machines(),
-        "versions": component_versions(expected),
+        "versions": versions,
+        "compared": compared(expected, versions) if expected is not None else None,
         "expected": expected,
     }
 

@@ -21,6 +21,7 @@ from importlib import metadata
 from typing import Callable, Mapping, Optional
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.inventory import version_matches
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
 ORDER = 57
@@ -107,7 +108,7 @@ def import_check(wanted: Optional[str]) -> tuple[str, str]:
     version = getattr(vllm, "__version__", None)
     if wanted is None:
         return PASS, f"vllm {version} imports"
-    return (PASS if str(version) == str(wanted) else FAIL), f"vllm {version} imports, expected {wanted}"
+    return (PASS if version_matches("vllm", version, wanted) else FAIL), f"vllm {version} imports, expected {wanted}"
 
 
 def run(context: Context) -> list[dict[str, str]]:
