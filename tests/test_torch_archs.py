@@ -4,7 +4,7 @@ import pytest
 
 from imagegen.matrix import torch_archs
 
-from tests.helpers import edited, image_named, planned_from, problems_of, warnings_of
+from tests.helpers import edited, planned_from, problems_of, warnings_of
 
 
 def test_torch_s_flags_in_the_matrix_s_spelling():
