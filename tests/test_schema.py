@@ -6,7 +6,7 @@ from imagegen.core.errors import MatrixError
 from imagegen.matrix import model as matrix_module
 from imagegen.workspace import Workspace
 
-from tests.helpers import FIXTURE_MATRIX, edited, image_named, problems_of, rules_broken
+from tests.helpers import FIXTURE_MATRIX, edited, image_named, parsed, problems_of, rules_broken
 
 
 def parse_problems(text: str) -> list:
@@ -98,3 +98,21 @@ def test_an_image_whose_torch_only_the_pytorch_index_serves_must_say_so():
     assert "lock: pytorch-index" in problems[0].message
     problems = problems_of(edited(lambda d: image_named(d, "cpu").update(lock="pytorch-index")))
     assert [(p.key, p.rule) for p in problems] == [("images[7].lock", "lock-source")]
+
+
+def test_the_validated_facts_are_the_model_with_their_defaults():
+    """One model of the file: what the schema validated is what plan and rules read, defaults applied once."""
+    def edit(data):
+        data["torch"]["2.4.1"]["builds"]["12.4"] = {"nccl": "2.21.5", "platforms": ["linux/amd64", "linux/arm64"]}
+
+    matrix = parsed(edited(edit))
+    build = matrix.torch["2.4.1"].builds["12.4"]
+    assert (build.cuda, build.cudnn, build.nccl, build.cxx11_abi, build.platforms) == (
+        "12.4", "9.1.0.70", "2.21.5", False, ["linux/amd64", "linux/arm64"])  # the release's, where it says none
+    assert matrix.torch["2.4.1"].builds["11.8"].platforms == ["linux/amd64"] and matrix.torch["2.4.1"].version == "2.4.1"
+    one_list, per_platform = matrix.cuda["11.8"], matrix.cuda["12.4"]
+    assert (one_list.minor, one_list.platforms, one_list.archs_by_platform["linux/amd64"][-1]) == (
+        "11.8", ["linux/amd64"], "9.0")
+    assert per_platform.archs_by_platform == {"linux/amd64": ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0"),
+                                              "linux/arm64": ("9.0",)}
+    assert per_platform.base.devel.endswith("-cudnn-devel-ubuntu22.04") and per_platform.driver.minimum == "525.60.13"

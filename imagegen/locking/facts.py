@@ -28,7 +28,8 @@ from imagegen.locking import facts_bases, facts_images, index, wheelnames
 from imagegen.locking.factcheck import Checker, Report
 from imagegen.matrix import torch_archs
 from imagegen.matrix.components import Components
-from imagegen.matrix.model import FlashAttnRelease, Matrix, PackageRelease, TorchBuild, TorchFacts
+from imagegen.matrix.model import Matrix
+from imagegen.matrix.schema import FlashAttnRelease, PackageRelease, TorchBuild, TorchFacts
 from imagegen.matrix.plan import PYPI, TORCH_INDEX
 
 MACHINE_TAG = "x86_64"
@@ -118,7 +119,7 @@ def _check_cxx_standard(checker: Checker, torch: TorchFacts, wheel: index.IndexF
 def _archs_to_read(at: tuple, build: TorchBuild, files: list[index.IndexFile], what: str) -> list:
     """Each platform whose archs the matrix states, with the wheel that says what it was compiled for."""
     found = []
-    for platform, stated in build.archs.items():
+    for platform, stated in build.archs_by_platform.items():
         machine = MACHINE[platform]
         wheels = [f for f in files if f.is_wheel and wheelnames.linux_platforms(f.filename, machine)]
         if wheels:  # a build without a wheel for a platform is said by the platform checks

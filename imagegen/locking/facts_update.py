@@ -21,7 +21,7 @@ from imagegen.core import atomic
 from imagegen.core.errors import UserError
 from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts, facts_images, index, wheelnames
-from imagegen.matrix import model, torch_archs
+from imagegen.matrix import model, schema, torch_archs
 from imagegen.matrix.components import Components
 from imagegen.matrix.plan import PYPI
 
@@ -157,7 +157,7 @@ def _torch_yaml(version: str, entry: dict) -> str:
     lines += [f"        archs: {{{archs}}}", f'    pypi_build: "{cuda}"', f'    python: "{entry["python"]}"',
               f"    cudnn: {entry['cudnn']}", f"    nccl: {entry['nccl']}", f"    torchvision: {entry['torchvision']}",
               f"    cxx11_abi: {'true' if entry['cxx11_abi'] else 'false'}"]
-    if entry["cxx_standard"] != model.CXX_STANDARD:
+    if entry["cxx_standard"] != schema.CXX_STANDARD:
         lines.append(f"    cxx_standard: {entry['cxx_standard']}")
     return "\n".join(lines) + "\n"
 

@@ -23,7 +23,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
 from packaging.version import InvalidVersion, Version
 
 from imagegen.core.errors import UserError
-from imagegen.matrix.model import CXX_STANDARD
+from imagegen.matrix.schema import CXX_STANDARD
 
 HTTP_TIMEOUT_S = 60
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -106,7 +106,7 @@ def requirements(metadata: dict[str, list[str]]) -> list[Requirement]:
 
 # What a torch release's headers say of the C++ standard they need: `#error C++20 or later compatible compiler is
 # required to use ATen.` (torch 2.14.1's ATen/ATen.h); a release whose header has no such line needs C++17
-# (matrix.model.CXX_STANDARD, the default of the facts).
+# (matrix.schema.CXX_STANDARD, the default of the facts).
 CXX_STANDARD_HEADER = "torch/include/ATen/ATen.h"
 CXX_STANDARD_LINE = re.compile(rb"#\s*error\s+C\+\+(\d+) or later")
 

@@ -1,4 +1,5 @@
-"""matrix.yaml as typed, plain data: component facts and the image entries that use them."""
+"""matrix.yaml as typed data: the facts as the schema validated them (schema.CudaFacts, TorchFacts, ...), and each
+image entry resolved once: its defaults applied and its components gathered by key."""
 
 from __future__ import annotations
 
@@ -9,81 +10,9 @@ from imagegen.matrix.components import IMAGE, Components
 from imagegen.matrix.components import table as components_table
 from imagegen.core.errors import MatrixError, Problem, UserError
 from imagegen.matrix import schema, yamlsource
+from imagegen.matrix.schema import DEFAULT_PLATFORMS, CudaFacts, FlashAttnRelease, OsFacts, PackageRelease, TorchFacts
 
 NONE = "none"  # spelled in the matrix for a component an image leaves out
-DEFAULT_PLATFORMS = ("linux/amd64",)
-CXX_STANDARD = 17  # of a torch release or a flash-attn build that says none
-
-
-@dataclass(frozen=True)
-class OsFacts:
-    name: str
-    python: str
-    glibc: str  # the manylinux level its wheels are resolved for
-    extra_python: str | None
-
-
-@dataclass(frozen=True)
-class CudaFacts:
-    minor: str  # "12.4"
-    version: str  # "12.4.1"
-    os: str
-    cudnn: int | None  # of the base image: None when it carries none (torch's nvidia-cudnn wheel is what torch loads)
-    base_devel: str
-    base_runtime: str
-    driver_minimum: str
-    platforms: tuple[str, ...]  # those its base images exist for
-    archs: dict[str, tuple[str, ...]]  # platform -> compute capabilities to build for
-
-
-@dataclass(frozen=True)
-class TorchBuild:
-    """One CUDA build of a torch release: what its wheels pin, and their C++ ABI."""
-
-    cuda: str
-    cudnn: str
-    nccl: str
-    cxx11_abi: bool
-    platforms: tuple[str, ...]  # those it has wheels for
-    source: str | None = None  # where its pins come from, when no index here confirms them (the release's, if unset)
-    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # platform -> what its wheels were compiled for
-
-
-@dataclass(frozen=True)
-class TorchFacts:
-    version: str
-    builds: dict[str, TorchBuild]
-    pypi_build: str
-    python: str  # a PEP 440 specifier such as ">=3.9,<3.14"
-    torchvision: str
-    source: str | None = None  # where its facts come from (PyTorch's build matrix at the release tag)
-    cxx_standard: int = CXX_STANDARD  # what its headers require (ATen/ATen.h's `#error C++20 or later ...`)
-
-
-@dataclass(frozen=True)
-class FlashAttnRelease:
-    version: str
-    torch: tuple[str, ...]
-    cuda: dict[str, str]  # CUDA major -> the tag in the wheel's name
-    python: tuple[str, ...]
-    cxx11_abi: tuple[bool, ...]  # the C++ ABIs its wheels are built for
-    requires: tuple[str, ...]  # its own requirements, installed from the lock beside it
-    source: str | None = None  # its release page: what lists its wheels
-    cxx_standard: int = CXX_STANDARD  # the -std=c++NN its source build compiles with
-    torch_by_cuda: dict[str, tuple[str, ...]] = field(default_factory=dict)  # CUDA major -> torch minors, if fewer
-
-    def torch_for(self, cuda_major: str) -> tuple[str, ...]:
-        """The torch major.minor releases its wheels for that CUDA major cover."""
-        return self.torch_by_cuda.get(cuda_major, self.torch)
-
-
-@dataclass(frozen=True)
-class PackageRelease:
-    """What one release of a package declares on the index."""
-
-    python: str | None  # Requires-Python, if it declares one
-    torch: str | None  # the torch it requires, if any
-    tested_torch: tuple[str, ...]  # torch major.minor its CI tests (DeepSpeed)
 
 
 @dataclass(frozen=True)
@@ -167,57 +96,31 @@ def parse(text: str, file: str) -> Matrix:
     if not isinstance(located.data, dict):
         raise MatrixError([located.problem((), "the matrix must be a mapping with keys such as "
                                            "cuda, torch and images", "type")])
-    problems = schema.check(located)
+    valid, problems = schema.validated(located)
     if problems:
         raise MatrixError(problems)
-    return _build(located)
+    return _build(located, valid)
 
 
-def _build(located: yamlsource.Located) -> Matrix:
+def _build(located: yamlsource.Located, valid) -> Matrix:
     data = located.data
     defaults = data.get("defaults", {})
     table = components_table(data["components"])
     return Matrix(
         located=located,
-        repository=data["repository"],
-        latest=data.get("latest"),
-        os={name: OsFacts(name, o["python"], o["glibc"], o.get("extra_python")) for name, o in data["os"].items()},
-        cuda={minor: _cuda(minor, c) for minor, c in data["cuda"].items()},
-        torch={v: _torch(v, t) for v, t in data["torch"].items()},
-        flash_attn={v: FlashAttnRelease(v, tuple(f["torch"]), dict(f["cuda"]), tuple(f["python"]),
-                                        tuple(f["cxx11_abi"]), tuple(f.get("requires", ())), f.get("source"),
-                                        f.get("cxx_standard", CXX_STANDARD),
-                                        {major: tuple(t) for major, t in (f.get("torch_by_cuda") or {}).items()})
-                    for v, f in data.get("flash_attn", {}).items()},
-        packages={name: {v: PackageRelease(r.get("python"), r.get("torch"), tuple(r.get("tested_torch", ())))
-                         for v, r in releases.items()}
-                  for name, releases in data.get("packages", {}).items()},
+        repository=valid.repository,
+        latest=valid.latest,
+        os=dict(valid.os),
+        cuda=schema.keyed(valid.cuda),
+        torch=schema.keyed(valid.torch),
+        flash_attn=schema.keyed(valid.flash_attn),
+        packages={name: dict(releases) for name, releases in (valid.packages or {}).items()},
         known_bad=[KnownBad({key: k[key] for key in table.keys if key in k}, k.get("with"), k["reason"], i,
                             k.get("warn", False), tuple(k.get("issues", ())))
                    for i, k in enumerate(data.get("known_bad", []))],
         components=table,
         images=[_image(i, {**defaults, **entry}, table) for i, entry in enumerate(data["images"])],
     )
-
-
-def _cuda(minor: str, c: dict) -> CudaFacts:
-    platforms = tuple(c.get("platforms", DEFAULT_PLATFORMS))
-    archs = c["archs"] if isinstance(c["archs"], dict) else {platform: c["archs"] for platform in platforms}
-    return CudaFacts(minor, c["version"], c["os"], c.get("cudnn"), c["base"]["devel"], c["base"]["runtime"],
-                     c["driver"]["minimum"], platforms,
-                     {platform: tuple(listed) for platform, listed in archs.items()})
-
-
-def _torch(version: str, t: dict) -> TorchFacts:
-    """A build's cudnn, nccl and cxx11_abi default to the release's."""
-    builds = {cuda: TorchBuild(cuda, b.get("cudnn", t["cudnn"]), b.get("nccl", t["nccl"]),
-                               b.get("cxx11_abi", t["cxx11_abi"]),
-                               tuple(b.get("platforms", t.get("platforms", DEFAULT_PLATFORMS))),
-                               b.get("source", t.get("source")),
-                               {platform: tuple(archs) for platform, archs in (b.get("archs") or {}).items()})
-              for cuda, b in t["builds"].items()}
-    return TorchFacts(version, builds, t["pypi_build"], t["python"], t["torchvision"], t.get("source"),
-                      t.get("cxx_standard", CXX_STANDARD))
 
 
 def _image(index: int, e: dict, table: Components) -> ImageEntry:

@@ -18,7 +18,8 @@ from imagegen.core.errors import MatrixError, UserError
 from imagegen.matrix import cuda_wheels, rules, torch_archs
 from imagegen.matrix.versions import image_versions, torch_cuda as torch_cuda_of
 from imagegen.matrix.components import Components
-from imagegen.matrix.model import CXX_STANDARD, CudaFacts, ImageEntry, Matrix
+from imagegen.matrix.model import ImageEntry, Matrix
+from imagegen.matrix.schema import CXX_STANDARD, CudaFacts
 
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
@@ -144,7 +145,7 @@ def base_of(matrix: Matrix, image: ImageEntry) -> tuple[str, tuple]:
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     if cuda and not cuda_wheels.from_wheels(image):
         kind = "devel" if image.flavor == "devel" else "runtime"
-        return (cuda.base_devel if kind == "devel" else cuda.base_runtime), ("cuda", image.cuda, "base", kind)
+        return (cuda.base.devel if kind == "devel" else cuda.base.runtime), ("cuda", image.cuda, "base", kind)
     return image.base, ("images", image.index, "base")
 
 
@@ -177,7 +178,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         cxx11_abi=torch.builds[torch_cuda].cxx11_abi,
         source_builds=image.source_builds,
         flash_attn_wheel_url=_flash_attn_wheel(matrix, image, torch_cuda),
-        flash_attn_requires=flash_attn.requires if flash_attn else (),
+        flash_attn_requires=tuple(flash_attn.requires) if flash_attn else (),
         flash_attn_cxx_standard=flash_attn.cxx_standard if flash_attn else CXX_STANDARD,
         deepspeed_ops=image.deepspeed_ops,
         cuda_arch_list=_arch_list(archs, "flash_attn" in image.source_builds),
@@ -228,9 +229,9 @@ def _min_driver(matrix: Matrix, base: CudaFacts | None, torch_cuda: str | None) 
     """The oldest driver the image's CUDA runs on: its base toolkit's, or, without a CUDA base, that of the CUDA
     torch's wheels carry (PyPI's torch is a CUDA build whose libraries are wheels: the `cpu` image's)."""
     if base is not None:
-        return base.driver_minimum
+        return base.driver.minimum
     carried = matrix.cuda.get(torch_cuda or "")
-    return carried.driver_minimum if carried else None
+    return carried.driver.minimum if carried else None
 
 
 def _flash_attn_wheel(matrix: Matrix, image: ImageEntry, torch_cuda: str) -> str | None:

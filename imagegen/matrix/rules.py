@@ -79,15 +79,16 @@ def _check_facts(matrix: Matrix) -> list[Problem]:
 
 def _check_archs(matrix: Matrix, minor: str) -> list[Problem]:
     cuda = matrix.cuda[minor]
+    archs_of = cuda.archs_by_platform
     listed = matrix.located.data["cuda"][minor]["archs"]
     per_platform = isinstance(listed, dict)
     problems = [matrix.problem(("cuda", minor, "archs", platform), f"{platform} is not among its platforms "
-                               f"({', '.join(cuda.platforms)})", "cuda-arch") for platform in cuda.archs
+                               f"({', '.join(cuda.platforms)})", "cuda-arch") for platform in archs_of
                 if platform not in cuda.platforms]
     problems += [matrix.problem(("cuda", minor, "archs"), f"no archs for {platform}: list the compute "
                                 f"capabilities of its GPUs under archs.{platform}", "cuda-arch")
-                 for platform in cuda.platforms if platform not in cuda.archs]
-    for platform, archs in cuda.archs.items():
+                 for platform in cuda.platforms if platform not in archs_of]
+    for platform, archs in archs_of.items():
         for index, arch in enumerate(archs):
             if not re.fullmatch(r"\d+\.\d+", arch):
                 path = ("cuda", minor, "archs", *((platform,) if per_platform else ()), index)

@@ -2,7 +2,8 @@
 
 Checking the shape first means the compatibility rules can trust the data they read. The image keys
 that are components come from the file's own `components` table, so the table is checked first and the
-image model is made from it.
+image model is made from it. The validated facts (os, cuda, torch, flash_attn, packages) are the model
+the rest of imagegen reads, with their defaults applied here: no second copy of them is built by hand.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import functools
 import re
 from typing import Annotated, Any, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, create_model
+from pydantic import (BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationError, create_model,
+                      model_validator)
 
 from imagegen.core.errors import Problem
 from imagegen.core.validation import (BOOL, INT, KEY, STR, TAG_PREFIX, VERSION, Strict, choice, fail, matching,
@@ -20,6 +22,8 @@ from imagegen.matrix import components
 from imagegen.matrix.yamlsource import Located
 
 PLATFORMS = ("linux/amd64", "linux/arm64")
+DEFAULT_PLATFORMS = ("linux/amd64",)  # of an image, a CUDA release's bases and a torch build that name none
+CXX_STANDARD = 17  # of a torch release or a flash-attn build that says none
 PLATFORM_LIST = list[choice(*PLATFORMS)]
 # A name becomes a tag, a file name (locks/NAME.json) and a directory: the OCI tag grammar, so no "/" and no
 # leading "." can take a path out of its folder.
@@ -72,9 +76,31 @@ ARTIFACT_CHOICE = either({"scalar": VERSION, "mapping": SourceBuild},
                          "a quoted version string such as \"12.4\" or a mapping with keys version, build")
 
 
+class Keyed(Strict):
+    """The value of a mapping in the file that knows its key (a CUDA minor, a torch version): set by `keyed`."""
+
+    _key: str = PrivateAttr(default="")
+
+
+def keyed(mapping: dict[str, Keyed] | None) -> dict[str, Keyed]:
+    """The mapping, each value told its key."""
+    for key, value in (mapping or {}).items():
+        value._key = key
+    return dict(mapping or {})
+
+
+def by_platform(archs: Any, platforms: Any) -> dict[str, tuple[str, ...]]:
+    """Platform -> architectures, from one list for every platform or a mapping with a list per platform."""
+    if archs is None:
+        return {}
+    if isinstance(archs, list):
+        return {platform: tuple(archs) for platform in platforms}
+    return {platform: tuple(listed) for platform, listed in archs.model_dump(by_alias=True).items() if listed}
+
+
 class OsFacts(Strict):
     python: VERSION
-    glibc: VERSION
+    glibc: VERSION  # the manylinux level its wheels are resolved for
     extra_python: choice("deadsnakes") = None
 
 
@@ -93,17 +119,27 @@ class ArchsPerPlatform(Strict):
     arm64: list[VERSION] = Field(None, alias="linux/arm64")
 
 
-class CudaFacts(Strict):
-    version: VERSION
+class CudaFacts(Keyed):
+    version: VERSION  # "12.4.1"
     os: STR
     cudnn: INT = None  # the base image's cuDNN major; absent when the base carries none (torch's wheels do)
     base: BaseImages
     driver: Driver
-    platforms: PLATFORM_LIST = None
+    platforms: PLATFORM_LIST = Field(default_factory=lambda: list(DEFAULT_PLATFORMS))  # its base images exist for
     # One list for every platform, or one per platform (GH200 and GB200 are arm64 hosts).
     archs: either({"list": list[VERSION], "mapping": ArchsPerPlatform},
                   "a list or a mapping with keys linux/amd64, linux/arm64")
     source: STR = None  # where its base tags and driver versions come from (no index here confirms them)
+
+    @property
+    def minor(self) -> str:
+        """Its key in the file: "12.4"."""
+        return self._key
+
+    @property
+    def archs_by_platform(self) -> dict[str, tuple[str, ...]]:
+        """Platform -> the compute capabilities to build for."""
+        return by_platform(self.archs, self.platforms)
 
 
 # Where a fact that `imagegen facts check` cannot confirm everywhere comes from: the file of a project at a
@@ -120,39 +156,74 @@ class TorchArchsPerPlatform(Strict):
     arm64: list[TORCH_ARCH] = Field(None, alias="linux/arm64")
 
 
-class TorchBuild(Strict):
+class TorchBuild(Keyed):
+    """One CUDA build of a torch release: what its wheels pin, and their C++ ABI. What it leaves out is the
+    release's (TorchFacts fills it in)."""
+
     cudnn: VERSION = None
     nccl: VERSION = None
     cxx11_abi: BOOL = None
-    platforms: PLATFORM_LIST = None
+    platforms: PLATFORM_LIST = None  # those it has wheels for
     # What its wheels were compiled for (torch.cuda.get_arch_list()), per platform; facts check reads PyPI's.
     archs: either({"mapping": TorchArchsPerPlatform}, "a mapping with keys linux/amd64, linux/arm64") = None
-    source: SOURCE = None
+    source: SOURCE = None  # where its pins come from, when no index here confirms them
+
+    @property
+    def cuda(self) -> str:
+        """Its key in the file: the CUDA version its wheels are built for."""
+        return self._key
+
+    @property
+    def archs_by_platform(self) -> dict[str, tuple[str, ...]]:
+        return by_platform(self.archs, ())
 
 
-class TorchFacts(Strict):
+class TorchFacts(Keyed):
     builds: dict[KEY, TorchBuild]
     pypi_build: VERSION
-    python: STR
+    python: STR  # a PEP 440 specifier such as ">=3.9,<3.14"
     cudnn: VERSION
     nccl: VERSION
     torchvision: VERSION
     cxx11_abi: BOOL
-    cxx_standard: INT = None  # the C++ standard its headers require (17 when unset); facts check reads the wheel's
+    cxx_standard: INT = CXX_STANDARD  # what its headers require (ATen/ATen.h's `#error C++20 or later ...`)
     platforms: PLATFORM_LIST = None
-    source: SOURCE = None
+    source: SOURCE = None  # where its facts come from (PyTorch's build matrix at the release tag)
+
+    @model_validator(mode="after")
+    def _builds_default_to_the_release(self) -> "TorchFacts":
+        for build in keyed(self.builds).values():
+            build.cudnn = build.cudnn or self.cudnn
+            build.nccl = build.nccl or self.nccl
+            build.cxx11_abi = self.cxx11_abi if build.cxx11_abi is None else build.cxx11_abi
+            build.platforms = build.platforms or self.platforms or list(DEFAULT_PLATFORMS)
+            build.source = build.source or self.source
+        return self
+
+    @property
+    def version(self) -> str:
+        """Its key in the file: the release, "2.6.0"."""
+        return self._key
 
 
-class FlashAttnRelease(Strict):
+class FlashAttnRelease(Keyed):
     torch: list[VERSION]
-    cuda: dict[KEY, VERSION]
+    cuda: dict[KEY, VERSION]  # CUDA major -> the tag in the wheel's name
     # Where its wheels for a CUDA major cover fewer torch releases than `torch` (2.8.3: torch 2.10 on CUDA 13 only).
-    torch_by_cuda: dict[KEY, list[VERSION]] = None
+    torch_by_cuda: dict[KEY, list[VERSION]] = Field(default_factory=dict)
     python: list[VERSION]
-    cxx11_abi: list[BOOL]
-    cxx_standard: INT = None  # the -std=c++NN its build passes to g++ and nvcc (17 when unset)
-    requires: list[STR] = None
-    source: SOURCE = None
+    cxx11_abi: list[BOOL]  # the C++ ABIs its wheels are built for
+    cxx_standard: INT = CXX_STANDARD  # the -std=c++NN its build passes to g++ and nvcc
+    requires: list[STR] = Field(default_factory=list)  # its own requirements, installed from the lock beside it
+    source: SOURCE = None  # its release page: what lists its wheels
+
+    @property
+    def version(self) -> str:
+        return self._key
+
+    def torch_for(self, cuda_major: str) -> list[str]:
+        """The torch major.minor releases its wheels for that CUDA major cover."""
+        return self.torch_by_cuda.get(cuda_major, self.torch)
 
 
 class PackageRelease(Strict):
@@ -161,7 +232,7 @@ class PackageRelease(Strict):
 
     python: STR = None
     torch: STR = None
-    tested_torch: list[VERSION] = None
+    tested_torch: list[VERSION] = Field(default_factory=list)
     source: SOURCE = None
 
 
@@ -218,18 +289,23 @@ TABLE = _model("Table", {"components": dict[KEY, ComponentRow]}, required=("comp
 
 def check(located: Located) -> list[Problem]:
     """Every shape problem in the file: unknown keys, missing keys, wrong types, bad names."""
+    return validated(located)[1]
+
+
+def validated(located: Located) -> tuple[Any, list[Problem]]:
+    """(the matrix as the model validated it, None where it has problems; every shape problem in the file)."""
     data = located.data
-    found = _validate(TABLE, {"components": data.get("components")} if "components" in data else {}, located)
+    _, found = _validate(TABLE, {"components": data.get("components")} if "components" in data else {}, located)
     found += [located.problem(("components", key), f"{key!r} cannot be a component key: use lowercase letters, "
                               "digits and _, starting with a letter", "name")
               for key in _mapping(data.get("components")) if isinstance(key, str) and not COMPONENT_KEY.fullmatch(key)]
     if found:
-        return found
+        return None, found
     table = components.table(data["components"])
     missing = [key for key in components.CORE_KEYS if key not in table]
     if missing:
-        return [located.problem(("components",), f"missing the rows imagegen reads by key: {', '.join(missing)}",
-                                "required-key")]
+        return None, [located.problem(("components",), "missing the rows imagegen reads by key: "
+                                      f"{', '.join(missing)}", "required-key")]
     return _validate(matrix_model(table), data, located)
 
 
@@ -237,9 +313,8 @@ def _mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _validate(model: type[Strict], data: Any, located: Located) -> list[Problem]:
+def _validate(model: type[Strict], data: Any, located: Located) -> tuple[Any, list[Problem]]:
     try:
-        model.model_validate(data)
+        return model.model_validate(data), []
     except ValidationError as error:
-        return [located.problem(path, message, rule) for path, message, rule in problems(error, model)]
-    return []
+        return None, [located.problem(path, message, rule) for path, message, rule in problems(error, model)]

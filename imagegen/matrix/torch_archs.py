@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from imagegen.core.errors import Problem
-from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
+from imagegen.matrix.model import ImageEntry, Matrix
+from imagegen.matrix.schema import TorchBuild
 
 ARCH = re.compile(r"(\d+)\.(\d+)(a|f)?(\+PTX)?")  # "8.6", "9.0a", "12.0+PTX": the TORCH_CUDA_ARCH_LIST spelling
 FLAG = re.compile(r"(sm|compute)_(\d+)(\d)([af]?)")  # sm_86, sm_90a, compute_120: torch's own spelling
@@ -55,8 +56,8 @@ def claimed(matrix: Matrix, image: ImageEntry, build: TorchBuild | None, platfor
     """The archs an image is for on a platform: its CUDA line's, less those its torch build was not compiled for
     (all of them where the matrix does not say what the build was compiled for)."""
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
-    wanted = cuda.archs.get(platform, ()) if cuda else ()
-    built = build.archs.get(platform) if build else None
+    wanted = cuda.archs_by_platform.get(platform, ()) if cuda else ()
+    built = build.archs_by_platform.get(platform) if build else None
     return wanted if built is None else tuple(arch for arch in wanted if covers(built, arch))
 
 
@@ -65,12 +66,12 @@ def warnings(matrix: Matrix, image: ImageEntry, build: TorchBuild | None) -> lis
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     if cuda is None or build is None:
         return []
-    dropped = {platform: [arch for arch in cuda.archs.get(platform, ())
+    dropped = {platform: [arch for arch in cuda.archs_by_platform.get(platform, ())
                           if arch not in claimed(matrix, image, build, platform)] for platform in image.platforms}
     dropped = {platform: archs for platform, archs in dropped.items() if archs}
     if not dropped:
         return []
-    said = "; ".join(f"{', '.join(archs)} on {platform} (built for {', '.join(build.archs[platform])})"
+    said = "; ".join(f"{', '.join(archs)} on {platform} (built for {', '.join(build.archs_by_platform[platform])})"
                      for platform, archs in dropped.items())
     return [matrix.problem(("images", image.index, "torch"),
                            f"torch {image.torch}'s CUDA {build.cuda} build does not run on {said}: the image "

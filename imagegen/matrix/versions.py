@@ -6,7 +6,8 @@ One place for both the rules (known-bad ranges) and the planned image (labels, t
 from __future__ import annotations
 
 from imagegen.matrix.components import TORCH
-from imagegen.matrix.model import ImageEntry, Matrix, TorchBuild
+from imagegen.matrix.model import ImageEntry, Matrix
+from imagegen.matrix.schema import TorchBuild
 
 
 def image_versions(matrix: Matrix, image: ImageEntry) -> dict[str, str | None]:
