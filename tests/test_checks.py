@@ -173,7 +173,7 @@ def test_a_check_runs_only_where_what_it_needs_is_there():
     assert checks.unmet_need(needing("vllm"), with_vllm) is None
     assert checks.unmet_need(needing("deepspeed", "gpu"), host_context(labels={"deepspeed": "none"},
                                                                        require_gpu=True)) == \
-        ("skip", "no deepspeed in this image (its label names none)")  # not applicable beats no GPU
+        ("skip", "no deepspeed in this image (its labels name no version of it)")  # not applicable beats no GPU
 
 
 def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeypatch):

@@ -41,7 +41,7 @@ def unmet_need(module: ModuleType, context: Context) -> tuple[str, str] | None:
         if need == MATRIX and context.image is None:
             return SKIP, "no matrix entry given; the image's own labels are the reference"
         if need not in (NATIVE, MATRIX, GPU) and context.component_version(need) is None:
-            return SKIP, f"no {need} in this image (its label names none)"
+            return SKIP, f"no {need} in this image (its labels name no version of it)"
     if GPU in module.NEEDS and not context.gpu:
         return (FAIL if context.require_gpu else SKIP), context.gpu_reason
     return None
