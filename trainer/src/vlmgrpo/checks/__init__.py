@@ -17,6 +17,7 @@ result instead of crashing, and an exception in one check fails its names withou
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
@@ -95,13 +96,7 @@ def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) ->
 
 def run_checks(context: Context) -> list[dict[str, str]]:
     results: list[dict[str, str]] = []
-    seen: list[tuple[bool, str]] = []  # gpu_visible, asked once and only when a check needs it
-
-    def gpu() -> tuple[bool, str]:
-        if not seen:
-            seen.append(gpu_visible())
-        return seen[0]
-
+    gpu = functools.lru_cache(maxsize=1)(gpu_visible)  # asked once, and only when a check needs a GPU
     for module in discover():
         unmet = unmet_need(module, context, gpu)
         if unmet:

@@ -12,7 +12,7 @@ import tempfile
 from typing import Mapping
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
-from vlmgrpo.checks.cuda_toolkit import no_toolkit, target_arch
+from vlmgrpo.checks.cuda_toolkit import toolkit_nvcc, target_arch
 from vlmgrpo.inventory import installed_version
 
 NAMES = ("cuda.deepspeed_op",)
@@ -40,7 +40,7 @@ def deepspeed_check(env: Mapping[str, str], arch: str) -> tuple[str, str]:
 
 
 def run(context: Context, env: Mapping[str, str] = os.environ) -> list[dict[str, str]]:
-    nvcc, why = no_toolkit(env)
+    nvcc, why = toolkit_nvcc(env)
     if nvcc is None:
         return [result(name, SKIP, why) for name in NAMES]
     return [result("cuda.deepspeed_op", *deepspeed_check(env, target_arch(context.expected)))]

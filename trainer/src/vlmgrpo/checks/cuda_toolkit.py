@@ -58,14 +58,14 @@ def kernel_check(nvcc: str, arch: str, env: Mapping[str, str]) -> tuple[str, str
     return PASS, f"{nvcc} compiles a kernel for sm_{arch.replace('.', '')} into a library linked to libcudart; it loads"
 
 
-def no_toolkit(env: Mapping[str, str]) -> tuple[Optional[str], str]:
+def toolkit_nvcc(env: Mapping[str, str]) -> tuple[Optional[str], str]:
     """(nvcc, "") where torch's cpp_extension finds it, else (None, why the toolkit checks skip)."""
     nvcc, where = find_nvcc(env)
     return (nvcc, "") if nvcc else (None, f"no CUDA toolkit in this image ({where}): a runtime or CPU image")
 
 
 def run(context: Context, env: Mapping[str, str] = os.environ) -> list[dict[str, str]]:
-    nvcc, why = no_toolkit(env)
+    nvcc, why = toolkit_nvcc(env)
     if nvcc is None:
         return [result(name, SKIP, why) for name in NAMES]
     return [result("cuda.kernel", *kernel_check(nvcc, target_arch(context.expected), env))]
