@@ -12,6 +12,13 @@ def layer_sizes(image_id: str) -> list[tuple[int, str]]:
     return [(entry["Size"], entry["CreatedBy"]) for entry in reversed(history) if entry["Size"]]
 
 
+def test_no_layer_of_the_cpu_image_holds_half_of_it(cpu_image):
+    sizes = layer_sizes(cpu_image["id"])
+    total = sum(size for size, _ in sizes)
+    largest, step = max(sizes)
+    assert largest <= total / 2, f"{largest / total:.2f} of the image in one layer, made by {step[:200]}"
+
+
 def test_a_change_to_one_stack_package_sends_at_most_a_tenth_of_the_image_again(cpu_image):
     """The layers below the stack's install step are cached and the same blobs (tests/test_lock.py holds the step
     order); its layer and those above are new."""

@@ -109,11 +109,11 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     has_nvcc = plan.has_toolkit or cuda_home is not None
     base = _layer(plan, "base", base_image, env, {}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
                   compilers=plan.compiles_kernels if has_nvcc else ())
-    # cuDNN and NCCL stay in the CUDA libraries' step for now (no torch_families): their own step balances the layers
-    # (bench: the largest 0.35 of the cpu image, not 0.53) but rebuilds every framework layer cold once, which took the
-    # suite to 90 minutes here; it lands with the bench that measures what it buys (issue 31).
+    # cuDNN and NCCL (the lock families of the components torch decides) install in a step of their own after the
+    # CUDA release's libraries, so that no layer holds over half of the image: a pull fetches layers side by side and
+    # unpacks one while the next downloads.
     steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build,
-                          extra_roots=plan.extra_roots)
+                          tuple(plan.components.torch_families.values()), extra_roots=plan.extra_roots)
     framework_files = _framework_files(plan, versions, steps)
     if plan.flash_attn_source_build:
         framework_files[COMPILE_PROBE] = template_file(env, COMPILE_PROBE)

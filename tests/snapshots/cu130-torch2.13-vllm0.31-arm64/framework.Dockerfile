@@ -22,6 +22,16 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cuda-libraries.txt
 
+# cuDNN 9.20.0.48 and NCCL 2.29.7, which change with torch's release as the libraries above change with the
+# CUDA update: a layer apart, so that no layer holds over half of the image (a pull downloads layers side by side).
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/cudnn-nccl.txt,target=/tmp/requirements/cudnn-nccl.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cudnn-nccl.txt
+
 # torch, on the cuDNN 9.20.0.48 and NCCL 2.29.7 wheels it pins (above, or in this step); those are what it uses.
 RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
