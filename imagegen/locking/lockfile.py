@@ -275,12 +275,13 @@ def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool,
     (cuBLAS, cuFFT, the runtime, ...: 2.15 GB of the cpu image's 6.62) and then cuDNN and NCCL (torch_families,
     the name prefixes of the lock families of the components torch decides: 1.22 GB), which change with torch's
     release while the others change with the CUDA update; one step of all of them was 0.53 of the image, a layer
-    that every pull waits on (torch's, now the largest, is 2.25 GB: 0.34). Then torch (the largest and most stable: a bump of peft leaves their steps cached),
-    then the tools that compile sources against it, flash-attn and DeepSpeed, then what the trainer extras of the
-    image's components need (extra_roots: JupyterLab's 89 packages, 0.21 GB of the cpu image's 6.62; in the stack's
-    step they made it 0.1 of the image, which a one-package change sends again), and last the rest of the stack. A
-    step's cache key is its parent's and its own requirement file, so images whose torch differs but whose CUDA
-    libraries are the same versions (on the same base and Python) make one and the same layer of those libraries.
+    that every pull waits on. Then torch (now the largest, 2.25 GB: 0.34; and the most stable: a bump of peft leaves
+    their steps cached), then the tools that compile sources against it, flash-attn and DeepSpeed, then what the
+    trainer extras of the image's components need (extra_roots: JupyterLab's 89 packages, 0.21 GB of the cpu image's
+    6.62; in the stack's step they made it 0.1 of the image, which a one-package change sends again), and last the
+    rest of the stack. A step's cache key is its parent's and its own requirement file, so images whose torch differs
+    but whose CUDA libraries are the same versions (on the same base and Python) make one and the same layer of those
+    libraries.
     """
     planner = _Planner(lock)
     planner.add("installer", [INSTALLER], tool="pip")
