@@ -41,6 +41,12 @@ def registry_bytes(work: Path) -> int:
     return sum(path.stat().st_size for path in blobs.rglob("data"))
 
 
+def blob(work: Path, digest: str) -> Path:
+    """Where the loopback registry of WORK stores the blob DIGEST (distribution's filesystem layout)."""
+    algorithm, hex_digest = digest.split(":", 1)
+    return work / loopback.STORAGE / "docker" / "registry" / "v2" / "blobs" / algorithm / hex_digest[:2] / hex_digest / "data"
+
+
 @contextmanager
 def fresh_engine(work: Path, debug: bool = False) -> Iterator[dict]:
     """A second dockerd (and its own containerd) with empty roots; yields the environment that points the docker

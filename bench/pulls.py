@@ -5,21 +5,26 @@ three times to Debian's docker-registry on loopback by `imagegen push --compress
 command, its SBOM included). A second dockerd with an empty data root (a fresh node, started with --debug so
 that it logs when it starts and ends unpacking each layer) pulls the gzip and the uncompressed push in turn, twice
 each, alternating, and runs one training step of the tiny model after each pull (`docker run IMAGE train`, to the
-step's line); it is emptied before each pull. Docker 20.10 cannot pull zstd: podman 4.3 pulls all three pushes
-once each, into empty storage. The network is loopback: on a real node the download comes on top."""
+step's line); it is emptied before each pull. Then the same engine loads (`docker load`) an archive of the very
+blobs the registry holds for each push, twice each, alternating: the unpacking alone, with no download beside it
+to share the CPU. Docker 20.10 cannot pull zstd: podman 4.3 pulls all three pushes once each, into empty storage.
+The network is loopback: on a real node the download comes on top."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-from .cold_engine import fresh_engine, loopback_registry
-from .cold_start import first_step, inputs, layers, podman_pull
+from .cold_engine import blob, fresh_engine, loopback_registry
+from .cold_start import MANIFEST_TYPES, first_step, inputs, layers, podman_pull
 from .common import DOCKER, IMAGEGEN, docker, gb, run, table
 from .cpu_image import build_image, remove_images
 
@@ -62,8 +67,33 @@ def _time(stamp: str) -> float:
     return datetime.fromisoformat(whole).timestamp() + float(f"0.{fraction or 0}")
 
 
-def docker_pulls(pushed: dict[str, dict], data: Path, work: Path) -> dict[str, list[dict]]:
-    """Each docker pull of DOCKER_PULLS on the empty engine, then one training step; emptied before each."""
+def load_blobs(pushed: dict, registry: Path, env: dict) -> None:
+    """`docker load` of a pushed tag from the registry's own blobs, streamed as an archive (nothing written): the
+    layer bytes a pull fetches, as they are (gzip or not; the load decompresses what it finds)."""
+    host, _, path = pushed["target"].partition("/")
+    repository, _, tag = path.rpartition(":")
+    request = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{tag}",
+                                     headers={"Accept": MANIFEST_TYPES})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        manifest = json.load(answer)
+    names = [f"{index}.tar" for index, _ in enumerate(manifest["layers"])]
+    index = json.dumps([{"Config": "config.json", "RepoTags": None, "Layers": names}]).encode()
+    load = subprocess.Popen([DOCKER, "load", "-q"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    with tarfile.open(fileobj=load.stdin, mode="w|") as out:
+        entry = tarfile.TarInfo("manifest.json")
+        entry.size = len(index)
+        out.addfile(entry, io.BytesIO(index))
+        out.add(blob(registry, manifest["config"]["digest"]), "config.json")
+        for name, layer in zip(names, manifest["layers"]):
+            out.add(blob(registry, layer["digest"]), name)
+    load.stdin.close()
+    if load.wait() != 0:
+        raise RuntimeError(f"docker load of {pushed['target']}'s blobs failed")
+
+
+def docker_pulls(pushed: dict[str, dict], data: Path, work: Path, registry: Path) -> dict[str, list[dict]]:
+    """Each docker pull of DOCKER_PULLS on the empty engine, then one training step; emptied before each. Then
+    each load of DOCKER_PULLS (the same blobs: unpacking with no download beside it)."""
     found: dict[str, list[dict]] = {"gzip": [], "none": []}
     with fresh_engine(work, debug=True) as env:
         log = work / "cold-dockerd.log"
@@ -74,6 +104,11 @@ def docker_pulls(pushed: dict[str, dict], data: Path, work: Path) -> dict[str, l
             unpack_s = unpack_seconds(log, start)
             step_s, _ = first_step(pushed[compression]["target"], data, work, env)
             found[compression].append({"pull_s": pull_s, "unpack_s": unpack_s, "step_s": step_s})
+        for turn, compression in enumerate(DOCKER_PULLS):
+            subprocess.run([DOCKER, "system", "prune", "-af"], env=env, check=True, capture_output=True)
+            start = log.stat().st_size
+            load_blobs(pushed[compression], registry, env)
+            found[compression][turn // 2]["load_unpack_s"] = unpack_seconds(log, start)
     return found
 
 
@@ -100,7 +135,7 @@ def measure_image(image: str, data: Path, work: Path) -> dict:
     with loopback_registry(work / f"registry-{image}") as host:
         pushed = {compression: push(image, compression, host, work) for compression in COMPRESSIONS}
         remove_local(build.report)  # a GPU image is 7 GB
-        pulls = docker_pulls(pushed, data, work)
+        pulls = docker_pulls(pushed, data, work, work / f"registry-{image}")
         podman = {compression: podman_pull(pushed[compression]["target"], work) for compression in COMPRESSIONS}
     shutil.rmtree(work / f"registry-{image}", ignore_errors=True)
     raw = [size for _, size in pushed["none"]["layers"]]
@@ -117,9 +152,10 @@ def rows(image: str, found: dict) -> list[tuple]:
     for compression in COMPRESSIONS:
         pushed = found["pushed"][compression]
         pulls = found["pulls"].get(compression, [])
-        docker_cells = ("-", "-", "-", "-") if not pulls else (
+        docker_cells = ("-", "-", "-", "-", "-") if not pulls else (
             ", ".join(f"{p['pull_s']:.1f}" for p in pulls),
             ", ".join("-" if p["unpack_s"] is None else f"{p['unpack_s']:.1f}" for p in pulls),
+            ", ".join("-" if p.get("load_unpack_s") is None else f"{p['load_unpack_s']:.1f}" for p in pulls),
             ", ".join(f"{p['step_s']:.1f}" for p in pulls),
             f"**{mean([p['pull_s'] + p['step_s'] for p in pulls]):.1f}**")
         out.append((image, compression, gb(sum(size for _, size in pushed["layers"])), f"{pushed['push_s']:.1f}",
@@ -132,10 +168,15 @@ def ratios(image: str, found: dict) -> str:
     pull = mean([p["pull_s"] for p in pulls["none"]]) / mean([p["pull_s"] for p in pulls["gzip"]])
     to_step = (mean([p["pull_s"] + p["step_s"] for p in pulls["none"]])
                / mean([p["pull_s"] + p["step_s"] for p in pulls["gzip"]]))
+    unpack = {key: mean([p[key] for p in pulls["none"]]) / mean([p[key] for p in pulls["gzip"]])
+              if all(p.get(key) is not None for p in pulls["none"] + pulls["gzip"]) else None
+              for key in ("unpack_s", "load_unpack_s")}
+    said = {key: "-" if value is None else f"{value:.2f}" for key, value in unpack.items()}
     bytes_ratio = (sum(size for _, size in found["pushed"]["none"]["layers"])
                    / sum(size for _, size in found["pushed"]["gzip"]["layers"]))
     return (f"- {image}: uncompressed / gzip, docker pull {pull:.2f} (goal <= 0.7: {'met' if pull <= 0.7 else '**missed**'}), "
-            f"pull to the end of step 1 {to_step:.2f}, registry bytes {bytes_ratio:.2f}, push "
+            f"pull to the end of step 1 {to_step:.2f}; unpacking in the pull {said['unpack_s']}, unpacking alone (load) "
+            f"{said['load_unpack_s']}; registry bytes {bytes_ratio:.2f}, push "
             f"{found['pushed']['none']['push_s'] / found['pushed']['gzip']['push_s']:.2f}; podman pull none / gzip "
             f"{found['podman']['none'] / found['podman']['gzip']:.2f}, zstd / gzip "
             f"{found['podman']['zstd'] / found['podman']['gzip']:.2f}. Its largest layer holds "
@@ -156,9 +197,10 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
         "## 14. Pulling by layer compression: gzip, zstd and none onto an empty engine",
         "",
         __doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + " Unpack: the engine's own figure, the sum over "
-        "layers of the time from its \"Applying tar\" to its \"Applied tar\" log line (downloads run beside it).",
+        "layers of the time from its \"Applying tar\" to its \"Applied tar\" log line (in a pull, downloads run "
+        "beside it; in a load, nothing does).",
         "",
-        table(("image", "layers", "registry bytes", "push s", "docker pull s", "unpack s", "step 1 s",
+        table(("image", "layers", "registry bytes", "push s", "docker pull s", "unpack s", "load: unpack s", "step 1 s",
                "pull + step 1 s (mean)", "podman pull s"),
               [row for image in images for row in rows(image, found[image])]),
         "",

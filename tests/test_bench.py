@@ -39,3 +39,26 @@ def test_the_installer_comparison_builds_the_revisions_it_names():
     assert "pip install --no-deps --require-hashes" in show(LOCK_WITH_PIP, "templates/_macros.j2")
     assert "uv pip install" not in show(LOCK_WITH_PIP, "templates/_macros.j2")
     assert "uv pip install" in (REPO / "templates" / "_macros.j2").read_text()
+
+
+def test_unpack_seconds_sums_each_layers_span_from_the_engines_debug_log(tmp_path):
+    """Section 14's engine figure: per layer, from dockerd's "Applying tar" to its "Applied tar" line (the lines as
+    Docker 20.10 writes them with --debug), only after the given byte, a line of another layer ignored."""
+    from bench.pulls import unpack_seconds
+
+    def applying(stamp: str, layer: str) -> str:
+        return (f'time="2026-12-04T00:06:{stamp}Z" level=debug msg="Applying tar in /root/overlay2/{layer}/diff" '
+                f'storage-driver=overlay2\n')
+
+    def applied(stamp: str, layer: str) -> str:
+        return (f'time="2026-12-04T00:06:{stamp}Z" level=debug msg="Applied tar sha256:{"f" * 64} to {layer}, '
+                f'size: 198899994"\n')
+
+    first, second, other = "a" * 64, "b" * 64, "c" * 64
+    earlier = applying("01.000000000", first) + applied("09.000000000", first)
+    log = tmp_path / "dockerd.log"
+    log.write_text(earlier + applying("32.850749928", first) + 'time="x" level=debug msg="Downloaded"\n'
+                   + applied("42.382513407", first) + applying("42.386244319", second)
+                   + applied("43.000000000", second) + applied("44.000000000", other))
+    assert unpack_seconds(log, len(earlier)) == pytest.approx((42.382513407 - 32.850749928) + (43.0 - 42.386244319))
+    assert unpack_seconds(log, log.stat().st_size) is None
