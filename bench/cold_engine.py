@@ -35,16 +35,20 @@ def loopback_registry(work: Path) -> Iterator[str]:
         yield host
 
 
+def blobs(work: Path) -> Path:
+    """Where the loopback registry of WORK stores its blobs (distribution's filesystem layout)."""
+    return work / loopback.STORAGE / "docker" / "registry" / "v2" / "blobs"
+
+
 def registry_bytes(work: Path) -> int:
     """Bytes of every blob the loopback registry stores (layers, configs, manifests), each once."""
-    blobs = work / loopback.STORAGE / "docker" / "registry" / "v2" / "blobs"
-    return sum(path.stat().st_size for path in blobs.rglob("data"))
+    return sum(path.stat().st_size for path in blobs(work).rglob("data"))
 
 
 def blob(work: Path, digest: str) -> Path:
-    """Where the loopback registry of WORK stores the blob DIGEST (distribution's filesystem layout)."""
+    """Where the loopback registry of WORK stores the blob DIGEST."""
     algorithm, hex_digest = digest.split(":", 1)
-    return work / loopback.STORAGE / "docker" / "registry" / "v2" / "blobs" / algorithm / hex_digest[:2] / hex_digest / "data"
+    return blobs(work) / algorithm / hex_digest[:2] / hex_digest / "data"
 
 
 @contextmanager

@@ -51,13 +51,17 @@ def inputs(work: Path) -> Path:
     return data
 
 
-def layers(host: str, repository: str, tag: str) -> list[tuple[str, int]]:
-    """(digest, compressed bytes) of each layer of a tag, as the registry serves its manifest."""
+def manifest(host: str, repository: str, tag: str) -> dict:
+    """A tag's image manifest, as the registry serves it."""
     request = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{tag}",
                                      headers={"Accept": MANIFEST_TYPES})
     with urllib.request.urlopen(request, timeout=30) as answer:
-        manifest = json.load(answer)
-    return [(layer["digest"], layer["size"]) for layer in manifest["layers"]]
+        return json.load(answer)
+
+
+def layers(host: str, repository: str, tag: str) -> list[tuple[str, int]]:
+    """(digest, compressed bytes) of each layer of a tag, as the registry serves its manifest."""
+    return [(layer["digest"], layer["size"]) for layer in manifest(host, repository, tag)["layers"]]
 
 
 def push(host: str, ref: str, repository: str, work: Path) -> dict:

@@ -19,12 +19,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 
 from .cold_engine import blob, fresh_engine, loopback_registry
-from .cold_start import MANIFEST_TYPES, first_step, inputs, layers, podman_pull
+from .cold_start import first_step, inputs, layers, manifest, podman_pull
 from .common import DOCKER, IMAGEGEN, docker, gb, run, table
 from .cpu_image import build_image, remove_images
 
@@ -71,20 +70,16 @@ def load_blobs(pushed: dict, registry: Path, env: dict) -> None:
     """`docker load` of a pushed tag from the registry's own blobs, streamed as an archive (nothing written): the
     layer bytes a pull fetches, as they are (gzip or not; the load decompresses what it finds)."""
     host, _, path = pushed["target"].partition("/")
-    repository, _, tag = path.rpartition(":")
-    request = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{tag}",
-                                     headers={"Accept": MANIFEST_TYPES})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        manifest = json.load(answer)
-    names = [f"{index}.tar" for index, _ in enumerate(manifest["layers"])]
+    image = manifest(host, *path.rsplit(":", 1))
+    names = [f"{index}.tar" for index, _ in enumerate(image["layers"])]
     index = json.dumps([{"Config": "config.json", "RepoTags": None, "Layers": names}]).encode()
     load = subprocess.Popen([DOCKER, "load", "-q"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     with tarfile.open(fileobj=load.stdin, mode="w|") as out:
         entry = tarfile.TarInfo("manifest.json")
         entry.size = len(index)
         out.addfile(entry, io.BytesIO(index))
-        out.add(blob(registry, manifest["config"]["digest"]), "config.json")
-        for name, layer in zip(names, manifest["layers"]):
+        out.add(blob(registry, image["config"]["digest"]), "config.json")
+        for name, layer in zip(names, image["layers"]):
             out.add(blob(registry, layer["digest"]), name)
     load.stdin.close()
     if load.wait() != 0:
@@ -132,12 +127,13 @@ def remove_local(report: dict) -> None:
 def measure_image(image: str, data: Path, work: Path) -> dict:
     build = build_image(image, image, work)
     share = stack_share(build.report["image_id"])
-    with loopback_registry(work / f"registry-{image}") as host:
+    registry = work / f"registry-{image}"
+    with loopback_registry(registry) as host:
         pushed = {compression: push(image, compression, host, work) for compression in COMPRESSIONS}
         remove_local(build.report)  # a GPU image is 7 GB
-        pulls = docker_pulls(pushed, data, work, work / f"registry-{image}")
+        pulls = docker_pulls(pushed, data, work, registry)
         podman = {compression: podman_pull(pushed[compression]["target"], work) for compression in COMPRESSIONS}
-    shutil.rmtree(work / f"registry-{image}", ignore_errors=True)
+    shutil.rmtree(registry, ignore_errors=True)
     raw = [size for _, size in pushed["none"]["layers"]]
     return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": pulls, "podman": podman,
             "largest_layer": max(raw) / sum(raw), "stack_share": share}
@@ -175,8 +171,8 @@ def ratios(image: str, found: dict) -> str:
     bytes_ratio = (sum(size for _, size in found["pushed"]["none"]["layers"])
                    / sum(size for _, size in found["pushed"]["gzip"]["layers"]))
     return (f"- {image}: uncompressed / gzip, docker pull {pull:.2f} (goal <= 0.7: {'met' if pull <= 0.7 else '**missed**'}), "
-            f"pull to the end of step 1 {to_step:.2f}; unpacking in the pull {said['unpack_s']}, unpacking alone (load) "
-            f"{said['load_unpack_s']}; registry bytes {bytes_ratio:.2f}, push "
+            f"pull to the end of step 1 {to_step:.2f}; unpacking in the pull {said['unpack_s']}, unpacking alone "
+            f"(load) {said['load_unpack_s']}; registry bytes {bytes_ratio:.2f}, push "
             f"{found['pushed']['none']['push_s'] / found['pushed']['gzip']['push_s']:.2f}; podman pull none / gzip "
             f"{found['podman']['none'] / found['podman']['gzip']:.2f}, zstd / gzip "
             f"{found['podman']['zstd'] / found['podman']['gzip']:.2f}. Its largest layer holds "
