@@ -99,3 +99,21 @@ def test_a_component_in_name_names_the_images_that_have_it_and_only_those():
         image_named(data, "cu124-torch2.6")["name"] = "cu124-torch2.6-liger_kernel0.8"  # without it
     (problem,) = [p for p in problems_of(edited(misnamed)) if p.rule == "component-in-name"]
     assert problem.key.endswith(".name") and "liger_kernel none" in problem.message
+
+
+def test_a_component_takes_the_extra_its_row_names_for_the_torch_builds_cuda_major(tmp_path):
+    """flash-attn-4[cu13]: a row's cuda_extras picks its distribution's extra by the CUDA major torch is built for;
+    an image on another CUDA major (or with no CUDA) pins the plain distribution."""
+    def add_kernels(data):
+        data["components"]["liger_kernel"] = {"title": "Liger", "distribution": "liger-kernel",
+                                              "cuda_extras": {"13": "cu13"}}
+        data["packages"]["liger-kernel"] = {"0.8.5": {"python": ">=3.10", "torch": ">=2.1.2"}}
+        for image in data["images"]:
+            image["liger_kernel"] = "0.8.5"
+
+    plan = Workspace(locked_matrix(tmp_path, add_kernels), trainer=FIXTURE_TRAINER).load()
+    pins = {p.name: [r for r in lock_inputs(p)["requirements"] if r.startswith("liger")] for p in plan.images}
+    by_major = {p.name: (p.version("torch_cuda") or "").split(".")[0] for p in plan.images}
+    assert set(by_major.values()) >= {"12", "13"}, by_major  # the fixture has both
+    for name, major in by_major.items():
+        assert pins[name] == ["liger-kernel[cu13]==0.8.5" if major == "13" else "liger-kernel==0.8.5"], name

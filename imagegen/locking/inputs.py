@@ -38,11 +38,12 @@ def resolution_requirements(plan: PlannedImage) -> tuple[str, ...]:
     (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools and
     the installer."""
     local = f"+cu{plan.version('torch_cuda').replace('.', '')}" if plan.torch_index_url else ""
-    pins = {c.distribution: plan.version(c.key) for c in plan.components if c.distribution and not c.artifact}
-    for name in ("torch", "torchvision"):  # the PyTorch index names its builds torch==2.7.1+cu128
-        if pins.get(name):
-            pins[name] += local
-    wanted = [f"{name}=={version}" for name, version in pins.items() if version]
+    wanted = []
+    for c in plan.components:
+        version = plan.version(c.key) if c.distribution and not c.artifact else None
+        if version:  # the PyTorch index names its builds torch==2.7.1+cu128
+            version += local if c.distribution in ("torch", "torchvision") else ""
+            wanted.append(c.requirement(version, plan.version("torch_cuda")))
     wanted += [*plan.trainer_requirements, *plan.flash_attn_requires, INSTALLER]
     if plan.version("deepspeed") or plan.flash_attn_source_build:
         wanted += BUILD_TOOLS

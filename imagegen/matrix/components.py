@@ -43,6 +43,14 @@ class Component:
     # The trainer's extra (an [project.optional-dependencies] key of trainer/pyproject.toml) that the images that
     # have it install with the stack: JupyterLab's `lab` brings ipywidgets, the TensorBoard proxy and matplotlib.
     trainer_extra: str | None = None
+    # CUDA major -> the extra of its distribution that an image whose torch is built for that CUDA takes
+    # (flash-attn-4[cu13] brings the CUTLASS DSL's CUDA 13 libraries; on CUDA 12 it needs none).
+    cuda_extras: tuple[tuple[str, str], ...] = ()
+
+    def requirement(self, version: str, torch_cuda: str | None) -> str:
+        """The pin the lock resolves it by: name[extra]==version, the extra chosen by the torch build's CUDA major."""
+        extra = dict(self.cuda_extras).get((torch_cuda or "").split(".")[0])
+        return f"{self.distribution}{f'[{extra}]' if extra else ''}=={version}"
 
     @property
     def pinned(self) -> bool:
@@ -109,7 +117,8 @@ def table(rows: Mapping[str, Mapping]) -> Components:
                                       image_key=row.get("image_key", row.get("from", IMAGE) == IMAGE),
                                       lock_family=row.get("lock_family"), required=row.get("required", False),
                                       artifact=row.get("artifact", False), column=row.get("column", True),
-                                      in_name=row.get("in_name", False), trainer_extra=row.get("trainer_extra"))
+                                      in_name=row.get("in_name", False), trainer_extra=row.get("trainer_extra"),
+                                      cuda_extras=tuple(sorted((row.get("cuda_extras") or {}).items())))
                             for key, row in rows.items()))
 
 

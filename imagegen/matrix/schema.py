@@ -65,6 +65,7 @@ class ComponentRow(Strict):
     column: BOOL = None
     in_name: BOOL = None
     trainer_extra: STR = None
+    cuda_extras: dict[KEY, STR] = None  # CUDA major -> the extra of its distribution taken on that CUDA
 
 
 class SourceBuild(Strict):
