@@ -58,6 +58,9 @@ def test_engine_commands_listen_on_loopback_with_the_served_name():
     transformers = engine_command(settings, "transformers", 41000)
     assert transformers[0].endswith("transformers") and transformers[1:3] == ["serve", "/out/merged"]
     assert transformers[transformers.index("--host") + 1] == "127.0.0.1"
+    assert transformers[transformers.index("--attn-implementation") + 1] == "sdpa"  # chosen as `train` chooses: no GPU
+    chosen = ServeSettings("/m", "m", engine_args=["--attn-implementation", "eager"])
+    assert engine_command(chosen, "transformers", 41000).count("--attn-implementation") == 1
     assert engine_model_id(settings, "vllm") == "rec-model" and engine_model_id(settings, "transformers") == "/out/merged"
 
 

@@ -23,8 +23,11 @@ class ModelConfig(trl.ModelConfig):
         "Weights' dtype: auto (bfloat16 on a bf16-capable GPU, float32 on the CPU), bfloat16, float16, float32.",
         choices=["auto", "bfloat16", "float16", "float32"]))
     attn_implementation: str = field(default="auto", metadata=with_help(
-        "auto (flash_attention_2 when flash_attn imports and every GPU is sm80+, else sdpa), flash_attention_2, sdpa, "
-        "eager.", choices=["auto", "flash_attention_2", "sdpa", "eager"]))
+        "auto: flash_attention_4 where the image has flash-attn-4 and every GPU runs it (sm90 to sm12x with "
+        "transformers 5.24), else flash_attention_2 where flash-attn 2 imports and every GPU is sm80+, else sdpa. "
+        "flash_attention_2 runs as flash_attention_4 in an image that has only 4; a flash-attention choice that "
+        "cannot run here is an error before weights load.",
+        choices=["auto", "flash_attention_4", "flash_attention_2", "sdpa", "eager"]))
     lora_r: int = field(default=64, metadata=with_help("LoRA rank."))
     lora_alpha: int = field(default=128, metadata=with_help(
         "LoRA alpha (the update is scaled by lora_alpha / lora_r)."))

@@ -13,6 +13,7 @@ from typing import Optional
 from vlmgrpo.boxes import ABSOLUTE, NORM1000, RESIZED
 from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.errors import ConfigError
+from vlmgrpo.models.attention import choose_attention
 
 log = logging.getLogger("vlmgrpo")
 
@@ -23,45 +24,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def flash_attn_status() -> tuple[bool, str]:
-    """Whether flash-attn 2 can run here (the package imports and every visible GPU is Ampere or newer), and why."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "no GPU visible"
-    try:
-        import flash_attn
-    except Exception as error:  # not installed, or built against another torch (an undefined symbol)
-        first = (str(error).splitlines() or [""])[0]
-        return False, f"flash_attn does not import ({type(error).__name__}: {first})"
-    for index in range(torch.cuda.device_count()):
-        major, minor = torch.cuda.get_device_capability(index)
-        if major < 8:
-            return False, f"GPU {index} is sm{major}{minor} and flash-attn 2 needs sm80 or newer"
-    return True, f"flash_attn {getattr(flash_attn, '__version__', '?')} imports and every GPU is sm80 or newer"
-
-
-def flash_attn_usable() -> bool:
-    return flash_attn_status()[0]
-
-
-def choose_attention(requested: str) -> str:
-    """The attention kernel to load the model with: what was asked for (sdpa, eager), else flash_attention_2 where
-    it can run and sdpa where it cannot; one log line says which and why."""
-    if requested in ("sdpa", "eager"):
-        log.info("attention: %s (requested)", requested)
-        return requested
-    usable, why = flash_attn_status()
-    if usable:
-        log.info("attention: flash_attention_2 (%s)", why)
-        return "flash_attention_2"
-    if requested == "flash_attention_2":
-        log.warning("attention: sdpa, not the requested flash_attention_2 (%s)", why)
-    else:
-        log.info("attention: sdpa (%s)", why)
-    return "sdpa"
 
 
 def choose_dtype(requested: str):

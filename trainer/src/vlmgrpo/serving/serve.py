@@ -74,8 +74,13 @@ def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]
     if engine == "vllm":
         return [_script("vllm"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
                 "--served-model-name", settings.served_name, "--dtype", settings.dtype, *settings.engine_args]
+    attention = []  # the kernel `train` would load the model with, unless the operator passed one through
+    if not any(arg.startswith(("--attn-implementation", "--attn_implementation")) for arg in settings.engine_args):
+        from vlmgrpo.models.attention import choose_attention
+
+        attention = ["--attn-implementation", choose_attention("auto")]
     return [_script("transformers"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", settings.dtype, *settings.engine_args]
+            "--dtype", settings.dtype, *attention, *settings.engine_args]
 
 
 def engine_model_id(settings: ServeSettings, engine: str) -> str:
