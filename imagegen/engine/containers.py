@@ -198,6 +198,21 @@ def image_facts(image: str, *, client: docker.DockerClient | None = None) -> dic
     }
 
 
+def has_image(image: str) -> bool | None:
+    """Whether the engine holds the image; None when no engine answers."""
+    try:
+        client = docker_client()
+    except ContainerError:
+        return None
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.DockerException:
+        return None
+
+
 def _image(client: docker.DockerClient, image: str):
     try:
         return client.images.get(image)

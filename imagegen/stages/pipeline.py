@@ -8,7 +8,7 @@ from typing import Callable
 
 from imagegen.engine import containers, progress
 from imagegen.core import platforms, sizes
-from imagegen.stages import checks, publish, sbom
+from imagegen.stages import buildable, checks, publish, sbom
 from imagegen.render import output, tags
 from imagegen.render.contexts import RenderOptions
 from imagegen.stages.build import Builder, PipSettings, check_pip_settings, detect_ca_bundle, provenance_labels
@@ -17,7 +17,7 @@ from imagegen.core.errors import UserError
 from imagegen.core.text import aligned
 from imagegen.render.locked import LockedImage
 from imagegen.engine.registry import skopeo
-from imagegen.engine.registry.http import Credentials
+from imagegen.engine.registry.http import Credentials, tag_digest
 from imagegen.stages.results import BuildResult, PushResult, ReportError, TestResult, read_report, write_json
 
 Echo = Callable[[str], None]
@@ -67,11 +67,8 @@ def build_test_push(run: Run, echo: Echo) -> int:
     if run.registry and run.compression == "zstd":
         skopeo.require_skopeo()  # before the build: a push that cannot happen should not cost one
     unhashed = unhashed_artifacts(run.images)
-    if unhashed and not run.allow_unhashed:
-        raise UserError(f"{len(unhashed)} of the selected images would install an artifact without a sha256, which "
-                        f"nothing checks: {'; '.join(f'{name}: {what}' for name, what in unhashed.items())}. Re-lock "
-                        "them where its host answers (`imagegen lock --image NAME`), or build with --allow-unhashed "
-                        "(the image's label io.imagegen.unhashed names it)")
+    buildable.refuse_unbuildable(run.images, run.render_options, run.allow_unhashed,
+                                 buildable.engine_or_registry(containers.has_image, tag_digest))
     client = find_build_client(run.docker_binary, run.builder)
     echo(f"build client: {client.why}")
     _check_local_bases(run.images, run.render_options)

@@ -41,6 +41,10 @@ class RegistryError(UserError):
     """A user-facing push or registry failure; the message is one clear line."""
 
 
+class RegistryUnreachable(RegistryError):
+    """No answer at all (a name that does not resolve, a refused or timed-out connection): not a refusal."""
+
+
 @dataclass(frozen=True)
 class Credentials:
     username: str
@@ -130,7 +134,7 @@ class RegistryClient:
         except ValueError:  # oras-py: "Cannot respond to request for authentication"
             raise RegistryError(self._login_hint(f"refused {method} {url}")) from None
         except requests.RequestException as error:
-            raise RegistryError(f"cannot reach registry at {url}: {_reason(error)}") from None
+            raise RegistryUnreachable(f"cannot reach registry at {url}: {_reason(error)}") from None
         if response.status_code in (401, 403):
             raise RegistryError(self._login_hint(f"answered {method} {url} with HTTP {response.status_code}"))
         return response
@@ -174,7 +178,7 @@ class RegistryClient:
         try:
             response = session.get(url, timeout=HTTP_TIMEOUT_S)
         except requests.RequestException as error:
-            raise RegistryError(f"cannot reach registry at {url}: {_reason(error)}") from None
+            raise RegistryUnreachable(f"cannot reach registry at {url}: {_reason(error)}") from None
         if response.status_code != 401:
             return None
         return response.headers.get("WWW-Authenticate", "").split(" ", 1)[0].lower() or None
