@@ -1,0 +1,55 @@
+# imagegen framework layer: torch 2.6.0 built for CUDA 12.4 with the ML stack,
+# installed from the image's lock (locks/debian12-cu124-torch2.6.json).
+# Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
+FROM imagegen-layer/base:55ac66c9523204af
+
+# uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
+# hadolint ignore=DL3042
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/installer.txt,target=/tmp/requirements/installer.txt \
+    pip install --no-deps --require-hashes -r /tmp/requirements/installer.txt
+
+# The CUDA libraries torch's wheels load (nvidia-*), a layer of their own below torch: an image with another
+# torch but the same versions of these, on the same base and Python, shares this layer.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/cuda-libraries.txt,target=/tmp/requirements/cuda-libraries.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cuda-libraries.txt
+
+# cuDNN 9.1.0.70 and NCCL 2.21.5, which change with torch's release as the libraries above change with the
+# CUDA update: a layer apart, so that no layer holds over half of the image (a pull downloads layers side by side).
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/cudnn-nccl.txt,target=/tmp/requirements/cudnn-nccl.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/cudnn-nccl.txt
+
+# torch, on the cuDNN 9.1.0.70 and NCCL 2.21.5 wheels it pins (above, or in this step); those are what it uses.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/torch.txt,target=/tmp/requirements/torch.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt
+
+# The rest of the stack and the trainer's dependencies.
+RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=requirements/stack.txt,target=/tmp/requirements/stack.txt \
+    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
+    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
+
+# What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
+COPY expected.json /etc/imagegen/expected.json
+COPY requirements.lock /etc/imagegen/requirements.lock

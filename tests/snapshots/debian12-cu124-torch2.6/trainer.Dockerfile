@@ -1,0 +1,23 @@
+# imagegen trainer layer for debian12-cu124-torch2.6: the vlmgrpo trainer 0.1.0 and the entrypoint.
+# Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
+FROM imagegen-layer/framework:ac368fe52a83001a
+
+# The framework layer installed the trainer's dependencies and build tools, so this step
+# needs no index. The source is mounted, not copied: only the installed package lands here.
+# uv leaves its lock file /opt/venv/.lock writable by anyone (0666): the image's user must not hold the venv's lock.
+RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
+    pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer \
+    && rm -f /opt/venv/.lock
+
+COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
+
+ENV IMAGEGEN_EXPECTED=/etc/imagegen/expected.json
+# `vlmgrpo serve` listens on loopback unless told; a container's loopback is its own, so here it listens on every
+# address, which `docker run -p` publishes: give it an API key (VLMGRPO_API_KEY) wherever others can reach the port.
+ENV VLMGRPO_SERVE_HOST=0.0.0.0
+
+# Numeric, so that Kubernetes runAsNonRoot can verify it; 1000 is the user "trainer".
+USER 1000:1000
+WORKDIR /home/trainer
+ENTRYPOINT ["/usr/local/bin/imagegen-entrypoint"]
+CMD ["info"]
