@@ -5,8 +5,9 @@ in-image check that needs no GPU, the tiny GRPO run among them; the GPU checks s
 - debian12-cu130-torch2.14, the CUDA 13 devel line: nvcc, headers and CCCL from cuda-toolkit's wheels laid out in
   /usr/local/cuda; a kernel compiled, linked to libcudart and loaded; DeepSpeed's FusedAdam built by its JIT with that
   nvcc; torch's compiled architectures cover the image's.
-- debian12-cu128-torch2.8, the CUDA 12 runtime line (CUDA 12's nvcc wheels ship no nvcc): torch's CUDA 12.8 wheels
-  only, no toolkit.
+- debian12-cu124-torch2.6, the CUDA 12 runtime line (CUDA 12's nvcc wheels ship no nvcc): torch's CUDA 12.4 wheels
+  only, no toolkit; what `imagegen build --cuda 12.4` builds where Docker Hub does not answer. debian12-cu128-torch2.8,
+  the other CUDA 12 runtime line, is the same template with other pins, and is not built here.
 
 Each image's layers, its build cache and uv's cache mount are removed afterwards, as the vLLM test does."""
 
@@ -23,7 +24,7 @@ from tests.test_image_vllm import checks_of
 
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-DEVEL, RUNTIME = "debian12-cu130-torch2.14", "debian12-cu128-torch2.8"
+DEVEL, RUNTIME = "debian12-cu130-torch2.14", "debian12-cu124-torch2.6"
 
 
 @pytest.fixture(scope="module", params=[DEVEL, RUNTIME])
@@ -67,9 +68,38 @@ def test_each_line_builds_and_passes_every_check_that_needs_no_gpu(wheels_image)
         assert check(wheels_image, name).startswith("pass"), (name, sorted(checks.items()))
     gpu = [v for k, v in checks.items() if k.split(".", 1)[-1].startswith("gpu.")]
     # each skipped for want of a GPU, or, attached to flash-attn or DeepSpeed (NEEDS), where the image has not that
-    absent = ("skip no flash_attn in this image (", "skip no deepspeed in this image (")
+    absent = ("skip no flash_attn in this image (", "skip no flash_attn_4 in this image (",
+              "skip no deepspeed in this image (")
     assert gpu and all((v.startswith("skip") and "no GPU" in v) or v.startswith(absent) for v in gpu), gpu
     assert any("no GPU" in v for v in gpu), gpu
+
+
+def test_each_line_holds_flash_attention_4_and_chooses_sdpa_without_a_gpu(wheels_image):
+    """flash-attn-4 from the lock, checked inside without a GPU: it imports, its CUTLASS DSL loads the libraries of
+    the line's CUDA major (cu13 through the cu13 extra, cu12 by default), transformers takes flash_attention_4; the
+    tiny GRPO run says it chose SDPA and why."""
+    for name in ("flash_attn_4.import", "flash_attn_4.cutlass", "flash_attn_4.transformers"):
+        assert check(wheels_image, name).startswith("pass"), (name, wheels_image["checks"])
+    major = "13" if wheels_image["name"] == DEVEL else "12"
+    assert f"with its cu{major} libraries" in check(wheels_image, "flash_attn_4.cutlass")
+    assert check(wheels_image, "gpu.flash_attn_4").startswith("skip no GPU"), wheels_image["checks"]
+    assert "attention: sdpa (no GPU visible)" in check(wheels_image, "train.tiny_grpo"), wheels_image["checks"]
+    assert wheels_image["config"]["Labels"]["io.imagegen.flash-attn-4"] == "4.0.0b40"
+
+
+def test_a_forced_flash_attention_4_without_a_gpu_is_one_line_and_exit_2(wheels_image):
+    if wheels_image["name"] != DEVEL:
+        pytest.skip("the same trainer code as the devel line's; one line shows it")
+    script = ("set -e; vlmgrpo make-tiny --out /tmp/tiny --rows 4 | tail -1 > /tmp/paths.json; "
+              "read -r model data root < <(python3 -c 'import json; p = json.load(open(\"/tmp/paths.json\")); "
+              "print(p[\"model\"], p[\"data\"], p[\"image_root\"])'); "
+              "exec vlmgrpo train --model \"$model\" --data \"$data\" --image-root \"$root\" --output /tmp/out "
+              "--max-steps 1 --num-generations 2 --batch-size 2 --set attn_implementation=flash_attention_4")
+    done = docker_cli("run", "--rm", "--entrypoint", "bash", wheels_image["ref"], "-c", script, check=False)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "flash_attention_4 cannot run here" in line]
+    assert len(errors) == 1 and "no GPU visible" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
 def test_the_tag_and_labels_say_cuda_comes_from_nvidias_wheels_on_debian(wheels_image):
@@ -83,14 +113,14 @@ def test_the_tag_and_labels_say_cuda_comes_from_nvidias_wheels_on_debian(wheels_
         assert "-cu130-" in ref and ref.split(":")[-1].count("-debian12-") == 1, ref
         assert labels["io.imagegen.cuda.toolkit"].startswith("13.0."), labels
     else:
-        assert "-cu128-" in ref and "-runtime-debian12-" in ref, ref
+        assert "-cu124-" in ref and "-runtime-debian12-" in ref, ref
         assert labels["io.imagegen.cuda.toolkit"] == "none", labels
 
 
 def test_the_nvidia_container_toolkit_sees_what_it_sees_in_nvidia_cuda(wheels_image):
     """The variables NVIDIA's images set, which the NVIDIA container toolkit reads to expose the GPUs and the driver."""
     env = dict(line.split("=", 1) for line in wheels_image["config"]["Env"])
-    cuda = "13.0" if wheels_image["name"] == DEVEL else "12.8"
+    cuda = "13.0" if wheels_image["name"] == DEVEL else "12.4"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", env
     assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>={cuda}", env
     assert "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"], env

@@ -49,7 +49,11 @@ def tiny_train_check() -> dict[str, str]:
     steps = [line for line in trained.stdout.splitlines() if line.startswith("step ")]
     if len(steps) != 2:
         return result(name, FAIL, f"expected 2 logged steps, got {len(steps)}: {trained.stdout[-500:]}")
-    return result(name, PASS, f"2 GRPO steps in {seconds:.1f} s (incl. model generation); last: {steps[-1]}")
+    # Which attention the run chose, and why: the one line users look for in an image's report.
+    chose = next((line.split("attention: ", 1)[1] for line in trained.stderr.splitlines() if "attention: " in line),
+                 "not said")
+    return result(name, PASS, f"2 GRPO steps in {seconds:.1f} s (incl. model generation); attention: {chose}; "
+                              f"last: {steps[-1]}")
 
 
 def run(context: Context) -> list[dict[str, str]]:
