@@ -61,6 +61,8 @@ def test_unquoted_version_read_as_a_number_is_explained():
     (lambda d: image_named(d, "cu124-torch2.6").update(python="3.10"), "package-python"),
     (lambda d: image_named(d, "cu124-torch2.6").update(peft="0.21.3"), "package-facts"),
     (lambda d: d["packages"]["trl"]["1.16.0"].update(python="three"), "python-range"),
+    # cu124-torch2.6's torch build has the pre-C++11 ABI; a package whose compiled code has the other cannot load
+    (lambda d: d["packages"]["peft"]["0.21.2"].update(cxx11_abi=True), "package-abi"),
     (lambda d: image_named(d, "cpu").update(name="cu124-torch2.6"), "unique-name"),
     (lambda d: d.update(latest="nope"), "known-image"),
     (lambda d: image_named(d, "cpu").update(transformers="5"), "exact-version"),
@@ -72,6 +74,15 @@ def test_unquoted_version_read_as_a_number_is_explained():
 ])
 def test_each_rule_rejects_its_bad_matrix(edit, rule):
     assert rule in rules_broken(edited(edit))
+
+
+def test_a_package_abi_names_the_image_the_torch_build_and_the_way_out():
+    problems = problems_of(edited(lambda d: d["packages"]["peft"]["0.21.2"].update(cxx11_abi=True)))
+    abi = [p for p in problems if p.rule == "package-abi"]
+    assert abi and all(p.key.endswith(".peft") for p in abi)
+    assert any(p.message.endswith("peft 0.21.2 loads code built with the C++11 ABI into torch, and torch 2.6.0's CUDA "
+                                  "12.4 build has the pre-C++11 ABI: pick a torch build with the C++11 ABI, or set "
+                                  "peft: none") for p in abi), [p.message for p in abi]
 
 
 def test_transformers_5_1_reports_both_known_bad_entries_with_reasons():

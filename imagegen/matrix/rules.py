@@ -287,6 +287,12 @@ def _check_package_facts(matrix: Matrix, image: ImageEntry, key: str) -> list[Pr
     elif torches is not None and not torches.contains(image.torch, prereleases=True):
         problems.append(matrix.problem(_at(image, key), f"{name} {version} requires torch {release.torch}, the "
                                        f"image has {image.torch}", "package-torch"))
+    build = torch_build(matrix, image)
+    if release.cxx11_abi is not None and build is not None and build.cxx11_abi != release.cxx11_abi:
+        problems.append(matrix.problem(_at(image, key), f"{name} {version} loads code built with the "
+                                       f"{_abi(release.cxx11_abi)} into torch, and torch {image.torch}'s CUDA "
+                                       f"{build.cuda} build has the {_abi(build.cxx11_abi)}: pick a torch build with "
+                                       f"the {_abi(release.cxx11_abi)}, or set {key}: none", "package-abi"))
     return problems
 
 

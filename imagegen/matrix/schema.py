@@ -234,6 +234,9 @@ class PackageRelease(Strict):
     python: STR = None
     torch: STR = None
     tested_torch: list[VERSION] = Field(default_factory=list)
+    # The C++ ABI of the compiled code it (or what it pulls in) loads into torch: an image whose torch build has the
+    # other ABI fails at import with an undefined symbol.
+    cxx11_abi: BOOL = None
     source: SOURCE = None
 
 
