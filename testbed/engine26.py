@@ -1,0 +1,177 @@
+"""A second, modern Docker engine beside the main one, for the tests and the bench: Debian trixie's docker.io (26.1,
+built with Go 1.24, whose sha256 uses the CPU's SHA instructions where Docker 20.10's Go 1.19 does not) and the
+containerd it runs, in a debootstrapped trixie root of their own on this Debian 12 machine.
+
+Why a root of its own and not a privileged container: the engine then runs as the main one does, on the host's
+kernel and disk, with nothing between it and the layers it unpacks, so its pulls measure the engine. Why a network
+namespace of its own (ip netns): a second dockerd in the main engine's namespace edits the same bridge and iptables
+chains (one started with `--bridge none` has deleted the main engine's docker0); in its own namespace its docker0 and
+its rules are its own. It still reaches a registry on loopback: a docker-registry started inside the namespace
+serves the very storage directory the host's loopback registry writes (testbed/registry.py), so a push from the main
+engine is pulled by this one without any traffic leaving loopback.
+
+Everything it writes is under the work directory (its data root, bind-mounted into the root for one start, so every
+start is an empty engine) or the root itself (its socket and pid file); the main engine's data root, exec root,
+socket, bridge and iptables are never named. It imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from testbed import registry
+
+SUITE, MIRROR = "trixie", "http://deb.debian.org/debian"
+PACKAGES = ("docker.io", "iptables", "ca-certificates")  # docker.io depends on containerd, runc and tini
+DEFAULT_ROOT = Path(os.environ.get("IMAGEGEN_ENGINE26_ROOT", Path.home() / ".cache" / "imagegen" / "engine26-root"))
+NETNS_PREFIX = "imagegen-engine26"
+SOCKET, PIDFILE = "run/imagegen/docker.sock", "run/imagegen/docker.pid"  # inside the root
+START_TIMEOUT_S, STOP_TIMEOUT_S = 60, 30
+REGISTRY_PORT = 5000  # the namespace's own loopback: nothing else listens there
+
+
+class EngineError(RuntimeError):
+    """The engine could not be prepared or started; the message ends with its log's tail."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    host: str  # DOCKER_HOST for its clients
+    netns: str
+    version: str
+    go_version: str
+    store: str  # "overlay2" or "containerd" (the containerd image store)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "DOCKER_HOST": self.host}
+
+
+def prepare(root: Path = DEFAULT_ROOT) -> Path:
+    """The trixie root with docker.io, made once (debootstrap then apt: about 35 s here) and kept."""
+    if (root / "usr/bin/dockerd").exists():
+        return root
+    partial = root.with_name(root.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    _run(["debootstrap", "--variant=minbase", SUITE, str(partial), MIRROR], "debootstrap")
+    (partial / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")  # install, start nothing
+    (partial / "usr/sbin/policy-rc.d").chmod(0o755)
+    script = ("mount -t proc proc /proc && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+              f"-qq --no-install-recommends {' '.join(PACKAGES)}; status=$?; umount /proc; exit $status")
+    _run(["unshare", "--mount", "--propagation", "private", "chroot", str(partial), "sh", "-c", script], "apt-get")
+    partial.rename(root)
+    return root
+
+
+def _run(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise EngineError(f"{what} exited {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
+
+
+def _start_script(root: Path, data: Path, config: Path) -> str:
+    """Run inside the namespace, in a private mount namespace (its mounts vanish with the daemon): the root made a
+    mount point (the daemon remounts / when it unpacks), its own proc, sysfs and cgroup2, the host's devices, the
+    fresh data root bound over /var/lib/docker."""
+    return (f"set -e; mount --bind {root} {root}; mount -t proc proc {root}/proc; mount -t sysfs sysfs {root}/sys; "
+            f"mount -t cgroup2 cgroup2 {root}/sys/fs/cgroup; mount --rbind /dev {root}/dev; "
+            f"mkdir -p {data} {root}/var/lib/docker {root}/run/imagegen; mount --bind {data} {root}/var/lib/docker; "
+            f"cp {config} {root}/run/imagegen/daemon.json; "
+            f"exec chroot {root} dockerd --config-file /run/imagegen/daemon.json --data-root /var/lib/docker "
+            f"--exec-root /run/imagegen/exec -H unix:///{SOCKET} --pidfile /{PIDFILE} --cgroup-parent /{NETNS_PREFIX}")
+
+
+def _netns(name: str) -> None:
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    _run(["ip", "netns", "add", name], "ip netns add")
+    _run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], "ip link set lo up")
+
+
+@contextmanager
+def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = False,
+            max_concurrent_downloads: int = 3) -> Iterator[Engine]:
+    """An empty engine (its data root under `work`) in a namespace of its own; stopped, and its namespace and data
+    removed, on leaving."""
+    root = prepare(root)
+    netns = f"{NETNS_PREFIX}-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "daemon.json"
+    config.write_text(json.dumps({"features": {"containerd-snapshotter": containerd_store},
+                                  "max-concurrent-downloads": max_concurrent_downloads}))
+    _netns(netns)
+    log_path = work / "dockerd.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private",
+                                    "bash", "-c", _start_script(root, work / "data", config)],
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    host = f"unix://{root / SOCKET}"
+    try:
+        version = _wait_for(host, process, log_path)
+        yield Engine(host, netns, version["Version"], version["GoVersion"],
+                     "containerd" if containerd_store else "overlay2")
+    finally:
+        _stop(process)
+        subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
+        shutil.rmtree(work / "data", ignore_errors=True)
+
+
+def _wait_for(host: str, process: subprocess.Popen, log_path: Path) -> dict:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise EngineError(f"dockerd exited ({process.returncode}): {log_path.read_text()[-2000:]}")
+        done = subprocess.run(["docker", "version", "--format", "{{json .Server}}"], capture_output=True, text=True,
+                              env={**os.environ, "DOCKER_HOST": host})
+        if done.returncode == 0 and done.stdout.strip() not in ("", "null"):
+            return json.loads(done.stdout)
+        time.sleep(0.3)
+    raise EngineError(f"dockerd did not answer on {host} in {START_TIMEOUT_S} s: {log_path.read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to dockerd (it stops its containers and containerd), then SIGKILL to what is left of its session."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # containerd-shims it left: the session start_new_session made
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+@contextmanager
+def registry_in(engine: Engine, storage: Path, work: Path) -> Iterator[str]:
+    """docker-registry inside the engine's namespace, serving `storage` (what the host's registry holds); yields
+    "127.0.0.1:PORT" as the engine sees it."""
+    config = work / "registry-netns.yml"
+    config.write_text(registry.config(REGISTRY_PORT, storage))
+    log_path = work / "registry-netns.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(["ip", "netns", "exec", engine.netns, "docker-registry", "serve", str(config)],
+                                   stdout=log, stderr=subprocess.STDOUT)
+    host = f"127.0.0.1:{REGISTRY_PORT}"
+    probe = f"import urllib.request; urllib.request.urlopen('http://{host}/v2/', timeout=2)"
+    try:
+        deadline = time.monotonic() + registry.START_TIMEOUT_S
+        while subprocess.run(["ip", "netns", "exec", engine.netns, "python3", "-c", probe],
+                             capture_output=True).returncode:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise registry.RegistryNotServing(f"docker-registry in {engine.netns}: {log_path.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield host
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
