@@ -57,7 +57,7 @@ class Engine:
 
 def prepare(root: Path = DEFAULT_ROOT) -> Path:
     """The trixie root with docker.io, made once (debootstrap then apt: about 35 s here) and kept."""
-    if (root / "usr/bin/dockerd").exists():
+    if (root / "usr/sbin/dockerd").exists():
         return root
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -78,11 +78,14 @@ def _run(argv: list[str], what: str) -> None:
         raise EngineError(f"{what} exited {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
 
 
-def _start_script(root: Path, data: Path, config: Path) -> str:
+def _start_script(root: Path, data: Path, config: Path, shared: tuple[Path, ...]) -> str:
     """Run inside the namespace, in a private mount namespace (its mounts vanish with the daemon): the root made a
     mount point (the daemon remounts / when it unpacks), its own proc, sysfs and cgroup2, the host's devices, the
-    fresh data root bound over /var/lib/docker."""
-    return (f"set -e; mount --bind {root} {root}; mount -t proc proc {root}/proc; mount -t sysfs sysfs {root}/sys; "
+    fresh data root bound over /var/lib/docker, and each shared host folder at its own path (the daemon resolves
+    `docker run -v HOST:...` inside its root)."""
+    binds = "".join(f"mkdir -p {root}{path}; mount --bind {path} {root}{path}; " for path in shared)
+    return (f"set -e; mount --bind {root} {root}; {binds}mount -t proc proc {root}/proc; "
+            f"mount -t sysfs sysfs {root}/sys; "
             f"mount -t cgroup2 cgroup2 {root}/sys/fs/cgroup; mount --rbind /dev {root}/dev; "
             f"mkdir -p {data} {root}/var/lib/docker {root}/run/imagegen; mount --bind {data} {root}/var/lib/docker; "
             f"cp {config} {root}/run/imagegen/daemon.json; "
@@ -98,9 +101,9 @@ def _netns(name: str) -> None:
 
 @contextmanager
 def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = False,
-            max_concurrent_downloads: int = 3) -> Iterator[Engine]:
-    """An empty engine (its data root under `work`) in a namespace of its own; stopped, and its namespace and data
-    removed, on leaving."""
+            max_concurrent_downloads: int = 3, shared: tuple[Path, ...] = ()) -> Iterator[Engine]:
+    """An empty engine (its data root under `work`) in a namespace of its own, the `shared` host folders visible to
+    it at their own paths; stopped, and its namespace and data removed, on leaving."""
     root = prepare(root)
     netns = f"{NETNS_PREFIX}-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -111,7 +114,8 @@ def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = Fals
     log_path = work / "dockerd.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private",
-                                    "bash", "-c", _start_script(root, work / "data", config)],
+                                    "bash", "-c", _start_script(root, work / "data", config,
+                                                                          tuple(p.resolve() for p in shared))],
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     host = f"unix://{root / SOCKET}"
     try:

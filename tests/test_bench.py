@@ -62,3 +62,22 @@ def test_unpack_seconds_sums_each_layers_span_from_the_engines_debug_log(tmp_pat
                    + applied("43.000000000", second) + applied("44.000000000", other))
     assert unpack_seconds(log, len(earlier)) == pytest.approx((42.382513407 - 32.850749928) + (43.0 - 42.386244319))
     assert unpack_seconds(log, log.stat().st_size) is None
+
+
+def test_the_engines_section_reports_each_engine_against_gzip_on_its_own_and_on_docker_20_10():
+    from bench import engines
+
+    def tries(pull, step, version="26.1.5", go="go1.24.4"):
+        return [{"pull_s": pull, "start_s": 0.5, "step_s": step, "version": version, "go": go}] * 2
+
+    pulls = {("20.10", "gzip"): tries(80.0, 20.0, "20.10.24", "go1.19.8"), ("20.10", "none"): tries(60.0, 20.0),
+             ("26", "gzip"): tries(50.0, 15.0), ("26", "zstd"): tries(40.0, 15.0), ("26", "none"): tries(30.0, 15.0)}
+    layers = [("sha256:x", 10**9)]
+    found = {"pulls": pulls, "pushed": {c: {"layers": layers} for c in ("gzip", "zstd", "none")}}
+    by_row = {(row[1].split(" (")[0], row[2]): row for row in engines.rows("line", found)}
+    assert by_row[("26", "none")][-2:] == ("0.60", "0.38")  # 30 s against 26's gzip 50 s and 20.10's gzip 80 s
+    assert by_row[("26", "none")][7] == "**45.0**"
+    assert by_row[("20.10", "gzip")][1] == "20.10 (20.10.24, go1.19.8)"
+    line = engines.verdict("line", found)
+    assert "none on 26" in line and "0.38 of the gzip pull on 20.10 (goal <= 0.6: met)" in line
+    assert "pull + first step 45.0 s (goal <= 60 s: met)" in line
