@@ -46,3 +46,10 @@ def gb(size_bytes: float) -> str:
 
 def goal(met: bool) -> str:
     return "met" if met else "**missed**"
+
+
+def section_main(section, images: tuple[str, ...]) -> None:
+    """`python -m bench.MODULE DIR [IMAGE ...]`: one section of images alone, its text printed."""
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    print(section(target, tuple(sys.argv[2:]) or images))

@@ -23,7 +23,7 @@ from testbed import engine26
 
 from .cold_engine import fresh_engine, loopback_registry
 from .cold_start import first_step, inputs
-from .common import DOCKER, gb, run, table
+from .common import DOCKER, gb, goal, run, section_main, table
 from .cpu_image import build_image
 from .pulls import push, remove_local
 
@@ -101,8 +101,8 @@ def verdict(image: str, found: dict) -> str:
     ratio = mean([t["pull_s"] for t in pulls[best]]) / old
     total = mean([t["pull_s"] + t["step_s"] for t in pulls[best]])
     return (f"- {image}: the best on Docker 26 is {best[1]} on {best[0]}: its pull {ratio:.2f} of the gzip pull on "
-            f"20.10 (goal <= {GOAL_RATIO}: {'met' if ratio <= GOAL_RATIO else '**missed**'}), pull + first step "
-            f"{total:.1f} s (goal <= {GOAL_S:g} s: {'met' if total <= GOAL_S else '**missed**'}).")
+            f"20.10 (goal <= {GOAL_RATIO}: {goal(ratio <= GOAL_RATIO)}), pull + first step {total:.1f} s (goal <= "
+            f"{GOAL_S:g} s: {goal(total <= GOAL_S)}).")
 
 
 def sha_ni() -> bool:
@@ -130,6 +130,4 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
 
 
 if __name__ == "__main__":  # python -m bench.engines DIR [IMAGE ...]: this section alone, printed
-    target = Path(sys.argv[1])
-    target.mkdir(parents=True, exist_ok=True)
-    print(section(target, tuple(sys.argv[2:]) or IMAGES))
+    section_main(section, IMAGES)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .cold_engine import blob, fresh_engine, loopback_registry
 from .cold_start import first_step, inputs, layers, manifest, podman_pull
-from .common import DOCKER, IMAGEGEN, docker, gb, run, table
+from .common import DOCKER, IMAGEGEN, docker, gb, run, section_main, table
 from .cpu_image import build_image, remove_images
 
 # The cpu image and the GPU line every CI run builds here (CUDA 13.0 from NVIDIA's wheels, devel).
@@ -205,6 +205,4 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
 
 
 if __name__ == "__main__":  # python -m bench.pulls DIR [IMAGE ...]: this section alone, printed
-    target = Path(sys.argv[1])
-    target.mkdir(parents=True, exist_ok=True)
-    print(section(target, tuple(sys.argv[2:]) or IMAGES))
+    section_main(section, IMAGES)

@@ -67,11 +67,17 @@ def only_line(records) -> str:
     return records[0].getMessage()
 
 
-def test_flash_attention_2_where_it_imports_and_every_gpu_is_ampere_or_newer(monkeypatch, lines, distributions):
-    gpus(monkeypatch, (9, 0), (8, 0))
+@pytest.mark.parametrize("requested, capabilities, said", [
+    ("auto", ((9, 0), (8, 0)), "flash_attention_2 (flash_attn 2.8.3 imports and every GPU is sm80 or newer)"),
+    ("flash_attention_2", ((8, 6),), "flash_attention_2 (requested; flash_attn 2.8.3 imports and every GPU is sm80 or "
+                                     "newer)"),
+])
+def test_flash_attention_2_where_it_imports_and_every_gpu_is_ampere_or_newer(monkeypatch, lines, distributions,
+                                                                           requested, capabilities, said):
+    gpus(monkeypatch, *capabilities)
     flash_attn(monkeypatch, distributions, True)
-    assert choose_attention("auto") == "flash_attention_2"
-    assert only_line(lines) == "attention: flash_attention_2 (flash_attn 2.8.3 imports and every GPU is sm80 or newer)"
+    assert choose_attention(requested) == "flash_attention_2"
+    assert only_line(lines) == f"attention: {said}"
 
 
 def test_sdpa_when_flash_attn_does_not_import(monkeypatch, lines, distributions):
@@ -167,14 +173,6 @@ def test_a_flash_attention_choice_that_cannot_run_is_one_error(monkeypatch, line
     assert why in message and "\n" not in message
     assert message.endswith("use auto (the best kernel this image and GPU run, else sdpa) or sdpa")
     assert not lines
-
-
-def test_a_requested_flash_attention_2_that_runs_is_said_as_requested(monkeypatch, lines, distributions):
-    gpus(monkeypatch, (8, 6))
-    flash_attn(monkeypatch, distributions, True)
-    assert choose_attention("flash_attention_2") == "flash_attention_2"
-    assert only_line(lines) == ("attention: flash_attention_2 (requested; flash_attn 2.8.3 imports and every GPU "
-                                "is sm80 or newer)")
 
 
 @pytest.mark.parametrize("requested", ["sdpa", "eager"])
