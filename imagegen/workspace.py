@@ -16,13 +16,15 @@ from typing import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from imagegen.core import jsonsource
 from imagegen.core.errors import Problem, UserError
-from imagegen.locking import inputs, lockfile
+from imagegen.locking import claims, inputs, lockfile
 from imagegen.locking.lockfile import Lock
 from imagegen.matrix import model as matrix_module
 from imagegen.matrix import plan as plan_module
 from imagegen.matrix.plan import PlannedImage
 from imagegen.matrix.rules import PYTORCH_INDEX
+from imagegen.matrix.yamlsource import format_path
 from imagegen.render.contexts import Renderer, RenderOptions
 from imagegen.render.locked import LockedImage, lock_images
 
@@ -45,7 +47,9 @@ class Plan:
     matrix: matrix_module.Matrix
     images: list[PlannedImage]
     locked: dict[str, LockedImage]  # by key (image and platform)
-    lock_problems: dict[str, str] = field(default_factory=dict)  # by key: why it is not locked
+    # by key: why it is not locked; the problems of its lock file, at their lines there, where it is one imagegen
+    # would not write or one whose entries belie what it claims
+    lock_problems: dict[str, str | tuple[Problem, ...]] = field(default_factory=dict)
     lock_warnings: dict[str, str] = field(default_factory=dict)  # by key: not locked here, and that is expected
 
     def state(self, plan: PlannedImage) -> str:
@@ -60,8 +64,10 @@ class Plan:
         found = []
         for plan in self.images:
             entry = self.matrix.images[plan_module.index_of(self.matrix, plan.name)]
-            if plan.key in self.lock_problems:
-                why = self.lock_problems[plan.key]
+            why = self.lock_problems.get(plan.key)
+            if isinstance(why, tuple):
+                found += why
+            elif why is not None:
                 rule = "lock-stale" if "stale" in why else "lock-missing"
                 found.append(self.matrix.problem(("images", entry.index, "name"), why, rule))
             elif plan.key in self.locked:
@@ -70,8 +76,8 @@ class Plan:
 
     def require_locked(self, chosen: list[PlannedImage]) -> list[LockedImage]:
         """The chosen images, locked; else one line per platform of an image that is not."""
-        missing = [f"{plan.key}: {self.lock_problems.get(plan.key) or self.lock_warnings.get(plan.key)}"
-                   for plan in chosen if plan.key not in self.locked]
+        missing = [f"{plan.key}: {line}" for plan in chosen if plan.key not in self.locked
+                   for line in _lines(self.lock_problems.get(plan.key) or self.lock_warnings.get(plan.key))]
         if missing:
             raise UserError("\n".join(missing))
         return [self.locked[plan.key] for plan in chosen]
@@ -131,7 +137,7 @@ class Workspace:
             lock, why = self._lock_of(plan)
             if lock is not None:
                 locks[plan.key] = lock
-            elif plan.lock_source == PYTORCH_INDEX:
+            elif plan.lock_source == PYTORCH_INDEX and isinstance(why, str):
                 warnings[plan.key] = self._unreachable(plan, why)
             else:
                 problems[plan.key] = why
@@ -151,13 +157,18 @@ class Workspace:
                 f"run `{self.lock_command(plan.name)}` where that index answers, or let the scheduled locks "
                 f"workflow ({LOCKS_WORKFLOW}) lock it")
 
-    def _lock_of(self, plan: PlannedImage) -> tuple[Lock | None, str]:
+    def _lock_of(self, plan: PlannedImage) -> tuple[Lock | None, str | tuple[Problem, ...]]:
         path, command = _shown(self.lock_path(plan.name)), self.lock_command(plan.name)
+        text = ""
         try:
-            locks = lockfile.loads(path.read_text(), command)
+            text = path.read_text()
+            locks = lockfile.loads(text, command)
         except FileNotFoundError:
             return None, f"no lock at {path}; run `{command}`"
         except (OSError, UnicodeDecodeError, lockfile.LockFormatError) as error:
+            if isinstance(error, lockfile.LockFormatError) and error.where:
+                return None, _located(path, text, [claims.Mismatch(error.where, error.message, "lock-format")],
+                                      command)
             return None, f"{path} is not a lock imagegen wrote ({error}); run `{command}`"
         lock = locks.get(plan.platform)
         if lock is None:
@@ -165,7 +176,20 @@ class Workspace:
         reasons = lockfile.stale_reasons(lock, inputs.lock_inputs(plan))
         if reasons:
             return None, f"{path} is stale ({'; '.join(reasons)}); run `{command}`"
+        mismatches = claims.mismatches(plan, locks)
+        if mismatches:
+            return None, _located(path, text, mismatches, command)
         return lock, ""
+
+
+def _located(path: Path, text: str, mismatches: list[claims.Mismatch], command: str) -> tuple[Problem, ...]:
+    """Each at its line and key path in the lock file, with the command that writes the lock again."""
+    return tuple(Problem(str(path), jsonsource.line_of(text, m.where), format_path(m.where),
+                         f"{m.message}; run `{command}`", m.rule) for m in mismatches)
+
+
+def _lines(why: str | tuple[Problem, ...]) -> list[str]:
+    return [str(problem) for problem in why] if isinstance(why, tuple) else [why]
 
 
 def _shown(path: Path) -> Path:

@@ -34,6 +34,38 @@ def test_yaml_syntax_error_has_a_line():
     assert caught.value.problems[0].rule == "yaml"
 
 
+# A kilobyte of YAML whose aliases expand to a billion strings (nine levels of nine), and nesting 50,000 deep.
+BILLION_LAUGHS = "".join(f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9) if n else ', '.join(['lol'] * 9)}]\n"
+                         for n in range(10))
+DEEP = "images: " + "[" * 50_000 + "]" * 50_000 + "\n"
+
+
+@pytest.mark.parametrize("content, says", [
+    (BILLION_LAUGHS.encode(), ":5: (aliases): aliases expand to more than 10,000 nodes (*l3 alone is 7,381); write "
+                              "the values out [yaml]"),
+    (DEEP.encode(), ":1: (syntax): not valid YAML: exceeded maximum nesting depth [yaml]"),
+    ("".join(f"{'  ' * n}k{n}:\n" for n in range(200)).encode(), ":101: (nesting): nested deeper than 100 levels "
+                                                                 "[yaml]"),
+    (b"a: &a [1, *a]\n", ":1: (aliases): the alias *a stands inside its own anchor [yaml]"),
+    (b"repository: r\n# caf\xe9\n", ":2: (encoding): not UTF-8: byte 0xe9 at column 6; save the file as UTF-8 "
+                                     "[yaml]"),
+])
+def test_a_matrix_past_the_yaml_bounds_is_one_line_at_once(tmp_path, content, says):
+    """Refused from the parser's events before anything is built: no second, no memory, no traceback."""
+    import resource
+    import time
+
+    from tests.test_cli import imagegen
+
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(content)
+    started, peak = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = imagegen("validate", "--matrix", str(path))
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # kB: what the process's peak grew by
+    assert time.monotonic() - started < 5 and grown < 256 * 1024
+    assert result.returncode == 2 and result.stderr == f"error: {path}{says}\n"
+
+
 def test_unquoted_version_read_as_a_number_is_explained():
     problems = problems_of(edited(lambda d: image_named(d, "cpu").update(python=3.10)))
     assert [p.rule for p in problems] == ["type"]

@@ -1,8 +1,14 @@
 """Replace a file or a directory whole: a reader (a browser, an artifact upload, the next
-imagegen run) sees the old version or the new one, never half of either."""
+imagegen run) sees the old version or the new one, never half of either.
+
+A read-modify-write of a file a person edits too (the matrix) holds `exclusive(path)` from the read to the
+write, so two imagegen runs take turns, and passes what it read as `unchanged_from`: an edit made meanwhile
+(an editor takes no lock) is refused with FileChanged, not overwritten.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -11,22 +17,41 @@ from pathlib import Path
 from typing import Iterator
 
 
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+class FileChanged(Exception):
+    """The file is no longer what the caller read: someone wrote it meanwhile; it was left as they wrote it."""
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, then rename it into place."""
+def write_text(path: Path, text: str, unchanged_from: str | None = None) -> None:
+    write_bytes(path, text.encode("utf-8"), None if unchanged_from is None else unchanged_from.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes, unchanged_from: bytes | None = None) -> None:
+    """Write to a temp file beside `path`, then rename it into place; with `unchanged_from`, only if `path` still
+    holds exactly that when the new file is ready (else FileChanged)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
         os.chmod(temp, 0o644)  # mkstemp makes 0600; reports are read by CI uploads and other users
+        if unchanged_from is not None and path.read_bytes() != unchanged_from:
+            raise FileChanged(str(path))
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold the lock of `path` among imagegen's writers until the block ends: a flock on its folder, which, unlike
+    the file, no rename replaces and no lock file litters; a second writer waits its turn."""
+    handle = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # closing releases the lock
 
 
 @contextmanager

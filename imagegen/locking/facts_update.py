@@ -6,7 +6,9 @@ the C++ standard its headers need and the torchvision released with it. A packag
 Requires-Python and the torch it requires. Each is read as `imagegen facts check` reads it, so a written fact is one
 that check agrees with, and is appended to its section with its `source`, the comments of the file kept. Facts PyPI
 cannot serve (the PyTorch index's other builds, a CUDA line's base tags and driver) stay for a person to add with a
-source.
+source. A release is known by its version as PEP 440 compares them; index text is written only if it is what its
+field holds (a specifier on one line); the matrix is read and written under atomic.exclusive, and not written over
+an edit saved meanwhile.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -21,7 +24,7 @@ from imagegen.core import atomic
 from imagegen.core.errors import UserError
 from imagegen.core.platforms import MACHINE
 from imagegen.locking import facts, facts_images, index, wheelnames
-from imagegen.matrix import model, schema, torch_archs
+from imagegen.matrix import model, schema, torch_archs, yamlsource
 from imagegen.matrix.components import Components
 from imagegen.matrix.plan import PYPI
 
@@ -29,38 +32,70 @@ TORCHVISION_TRIES = 24  # the newest torchvision releases whose metadata may be 
 
 
 def update(matrix_path: Path, specs: tuple[str, ...]) -> list[str]:
-    """Append each release's facts; one line per release said. UserError for a spec it cannot write."""
-    text = matrix_path.read_text(encoding="utf-8")
-    matrix = model.parse(text, str(matrix_path))
-    said = []
-    for spec in specs:
-        name, version = _parse(spec)
-        if name == "torch":
-            if version in matrix.torch:
-                said.append(f"torch {version} is in the matrix already: `imagegen facts check` compares it")
-                continue
-            entry = torch_release(version, matrix.components)
-            text = _append(text, "torch", _torch_yaml(version, entry))
-            said.append(f"torch {version}: PyPI's CUDA {entry['pypi_build']} build, cuDNN {entry['cudnn']}, NCCL "
-                        f"{entry['nccl']}, torchvision {entry['torchvision']}, Python {entry['python']}")
-        elif name in matrix.packages or name in {c.distribution for c in matrix.components if c.distribution}:
-            key = next((k for k in matrix.packages if canonicalize_name(k) == name), name)
-            if version in matrix.packages.get(key, {}):
-                said.append(f"{key} {version} is in the matrix already: `imagegen facts check` compares it")
-                continue
-            entry = package_release(key, version)
-            text = _append_package(text, key, version, entry)
-            said.append(f"{key} {version}: " + ", ".join(f"{k} {v}" for k, v in entry.items() if k != "source"))
-        elif name == "cuda-toolkit":
-            raise UserError(f"{spec}: a CUDA line's base tags and driver are not on PyPI; add its `cuda` entry with "
-                            "a `source` (its release notes), and `imagegen facts check` compares its version with "
-                            "PyPI's cuda-toolkit releases")
-        else:
-            raise UserError(f"{spec}: {name} is neither torch nor a package of the matrix's components; facts "
-                            "update writes torch releases and the releases of the packages under `packages`")
-    model.parse(text, str(matrix_path))  # what it wrote still loads, or nothing is written
-    atomic.write_text(matrix_path, text)
+    """Append each release's facts; one line per release said. UserError for a spec it cannot write, and for a
+    matrix edited while the index was read (the edit is kept, nothing is written). One update at a time: a second
+    waits for the first and reads what it wrote."""
+    with atomic.exclusive(matrix_path):
+        read = yamlsource.read(matrix_path)
+        text, said = read, []
+        matrix = model.parse(text, str(matrix_path))
+        for spec in specs:
+            text = _add(matrix, text, spec, said)
+        if text == read:
+            return said
+        model.parse(text, str(matrix_path))  # what it wrote still loads, or nothing is written
+        try:
+            atomic.write_text(matrix_path, text, unchanged_from=read)
+        except atomic.FileChanged:
+            raise UserError(f"{matrix_path} changed while the index was read; nothing written, the change kept: run "
+                            f"`imagegen facts update {' '.join(specs)}` again") from None
     return said
+
+
+def _add(matrix: model.Matrix, text: str, spec: str, said: list[str]) -> str:
+    """The text with one release's facts appended (the same text when the matrix has them), what it did in `said`."""
+    name, version = _parse(spec)
+    if name == "torch":
+        known = _same_version(version, matrix.torch)
+        if known:
+            said.append(_already("torch", version, known))
+            return text
+        entry = torch_release(version, matrix.components)
+        said.append(f"torch {version}: PyPI's CUDA {entry['pypi_build']} build, cuDNN {entry['cudnn']}, NCCL "
+                    f"{entry['nccl']}, torchvision {entry['torchvision']}, Python {entry['python']}")
+        return _append(text, "torch", _torch_yaml(version, entry))
+    if name in matrix.packages or name in {c.distribution for c in matrix.components if c.distribution}:
+        key = next((k for k in matrix.packages if canonicalize_name(k) == name), name)
+        known = _same_version(version, matrix.packages.get(key, {}))
+        if known:
+            said.append(_already(key, version, known))
+            return text
+        entry = package_release(key, version)
+        said.append(f"{key} {version}: " + ", ".join(f"{k} {v}" for k, v in entry.items() if k != "source"))
+        return _append_package(text, key, version, entry)
+    if name == "cuda-toolkit":
+        raise UserError(f"{spec}: a CUDA line's base tags and driver are not on PyPI; add its `cuda` entry with "
+                        "a `source` (its release notes), and `imagegen facts check` compares its version with "
+                        "PyPI's cuda-toolkit releases")
+    raise UserError(f"{spec}: {name} is neither torch nor a package of the matrix's components; facts "
+                    "update writes torch releases and the releases of the packages under `packages`")
+
+
+def _already(name: str, version: str, known: str) -> str:
+    return (f"{name} {version} is in the matrix already{f' (as {known})' if known != version else ''}: "
+            "`imagegen facts check` compares it")
+
+
+def _same_version(version: str, known) -> str | None:
+    """The release among `known` (the matrix's keys) that is `version` as PEP 440 compares (9.9.9.0 is 9.9.9)."""
+    wanted = Version(version)
+    for other in known:
+        try:
+            if Version(str(other)) == wanted:
+                return str(other)
+        except InvalidVersion:
+            continue
+    return None
 
 
 def _parse(spec: str) -> tuple[str, str]:
@@ -137,12 +172,25 @@ def package_release(name: str, version: str) -> dict:
     entry = {}
     declared = next((f.requires_python for f in files if f.requires_python), None)
     if declared:
-        entry["python"] = declared
+        entry["python"] = _specifier(name, version, "Requires-Python", declared)
     wheel = next((f for f in files if f.is_wheel), None)
     torch = facts.torch_requirement(index.requirements(index.wheel_metadata(wheel))) if wheel else None
     if torch:
-        entry["torch"] = torch
+        entry["torch"] = _specifier(name, version, "torch requirement", torch)
     return entry
+
+
+def _specifier(name: str, version: str, what: str, text: str) -> str:
+    """The index's text, if it is a PEP 440 specifier on one line, as the matrix will quote it; else UserError."""
+    try:
+        SpecifierSet(text)
+        written = text.isprintable() and not {'"', "\\"} & set(text)
+    except InvalidSpecifier:
+        written = False
+    if not written:
+        raise UserError(f"{name} {version}: the index's {what} {text!r} is not a version specifier (PEP 440) on one "
+                        "line; nothing written")
+    return text
 
 
 def _torch_yaml(version: str, entry: dict) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from imagegen.core.errors import Problem
 from imagegen.locking.lockfile import BUILD_TOOLS, INSTALLER, Lock
 from imagegen.matrix import cuda_wheels
+from imagegen.matrix.components import Component
 from imagegen.matrix.versions import torch_build
 from imagegen.matrix.model import Matrix
 from imagegen.matrix.plan import PlannedImage, index_of
@@ -37,19 +38,25 @@ def resolution_requirements(plan: PlannedImage) -> tuple[str, ...]:
     """Everything the lock resolves: the image's pins, the trainer's needs, what flash-attn needs
     (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools and
     the installer."""
-    local = f"+cu{plan.version('torch_cuda').replace('.', '')}" if plan.torch_index_url else ""
-    wanted = []
-    for c in plan.components:
-        version = plan.version(c.key) if c.distribution and not c.artifact else None
-        if version:  # the PyTorch index names its builds torch==2.7.1+cu128
-            version += local if c.distribution in ("torch", "torchvision") else ""
-            wanted.append(c.requirement(version, plan.version("torch_cuda")))
+    wanted = [c.requirement(version, plan.version("torch_cuda")) for c, version in component_pins(plan)]
     wanted += [*plan.trainer_requirements, *plan.flash_attn_requires, INSTALLER]
     if plan.version("deepspeed") or plan.flash_attn_source_build:
         wanted += BUILD_TOOLS
     if plan.cuda_source == "wheels" and plan.has_toolkit:
         wanted.append(cuda_wheels.toolkit_requirement(plan.cuda_minor))
     return tuple(sorted(set(wanted), key=str.lower))
+
+
+def component_pins(plan: PlannedImage) -> list[tuple[Component, str]]:
+    """The components whose distribution the lock holds at exactly the image's version (torch, torchvision, every
+    pinned row), each with that version as its index names it: the PyTorch index's torch==2.7.1+cu128."""
+    local = f"+cu{plan.version('torch_cuda').replace('.', '')}" if plan.torch_index_url else ""
+    pins = []
+    for c in plan.components:
+        version = plan.version(c.key) if c.distribution and not c.artifact else None
+        if version:
+            pins.append((c, version + (local if c.distribution in ("torch", "torchvision") else "")))
+    return pins
 
 
 def flash_attn_requirement(plan: PlannedImage) -> str | None:

@@ -17,13 +17,23 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from imagegen.matrix.yamlsource import format_path
+
 LOCK_VERSION = 1
 SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 class LockFormatError(ValueError):
-    """A file in locks/ that is not a lock imagegen wrote."""
+    """A file in locks/ that is not a lock imagegen wrote; `where` is the key path of what is wrong in it (("platforms",
+    "linux/amd64", "packages", 3, "hashes")), () when the file as a whole is not a lock."""
+
+    def __init__(self, message: str, where: tuple = ()):
+        super().__init__(message)
+        self.message, self.where = message, where
+
+    def __str__(self) -> str:
+        return f"{format_path(self.where)}: {self.message}" if self.where else self.message
 
 
 @dataclass(frozen=True)
@@ -157,35 +167,42 @@ def _lock(image: str, platform: str, section: dict, command: str) -> Lock:
 
 
 def _check_packages(platform: str, section: dict) -> None:
-    """Each entry as imagegen writes it (a canonical name, a version, at least one sha256 of the right form), and
+    """Each entry as imagegen writes it (a canonical name, once; a version; at least one sha256 of the right form), and
     the stack whole: every requirement the lock was made from, and every package an entry says needs it, is there.
     A hand-edited lock fails here, naming the entry, before render would install a package unchecked or drop it."""
-    names = set()
+    names: dict[str, int] = {}
+    packages = ("platforms", platform, "packages")
     for index, entry in enumerate(section["packages"]):
-        where = f"platforms[{platform}].packages[{index}] ({entry.get('name')!r})"
-        if not isinstance(entry.get("name"), str) or not CANONICAL_NAME.fullmatch(entry["name"]):
-            raise LockFormatError(f"{where}: name is not a canonical distribution name")
+        name = entry.get("name")
+        if not isinstance(name, str) or not CANONICAL_NAME.fullmatch(name):
+            raise LockFormatError(f"{name!r} is not a canonical distribution name", (*packages, index, "name"))
+        if name in names:
+            raise LockFormatError(f"{name!r} is listed twice (also at packages[{names[name]}]): one entry per package",
+                                  (*packages, index, "name"))
         try:
             Version(str(entry.get("version")))
         except InvalidVersion:
-            raise LockFormatError(f"{where}: version {entry.get('version')!r} is not a version") from None
+            raise LockFormatError(f"{name}: {entry.get('version')!r} is not a version",
+                                  (*packages, index, "version")) from None
         hashes = entry.get("hashes")
         if not isinstance(hashes, list) or not hashes or not all(isinstance(h, str) and SHA256.fullmatch(h)
                                                                   for h in hashes):
-            raise LockFormatError(f"{where}: hashes must be one or more 'sha256:<64 hex digits>', one per file")
-        names.add(entry["name"])
+            raise LockFormatError(f"{name}: hashes must be one or more 'sha256:<64 hex digits>', one per file",
+                                  (*packages, index, "hashes"))
+        names[name] = index
     for index, entry in enumerate(section["packages"]):
         missing = [parent for parent in entry.get("required_by", ()) if parent not in names]
         if missing:
-            raise LockFormatError(f"platforms[{platform}].packages[{index}] ({entry['name']!r}): required_by "
-                                  f"{missing[0]!r}, which the lock does not hold")
-    for line in section["inputs"].get("requirements", ()):
+            raise LockFormatError(f"{entry['name']}: required_by {missing[0]!r}, which the lock does not hold",
+                                  (*packages, index, "required_by"))
+    for number, line in enumerate(section["inputs"].get("requirements", ())):
+        where = ("platforms", platform, "inputs", "requirements", number)
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
-            raise LockFormatError(f"platforms[{platform}].inputs.requirements: {line!r} is not a requirement") from None
+            raise LockFormatError(f"{line!r} is not a requirement", where) from None
         if not requirement.marker and canonicalize_name(requirement.name) not in names:
-            raise LockFormatError(f"platforms[{platform}]: the requirement {line!r} has no package in the lock")
+            raise LockFormatError(f"the requirement {line!r} has no package in the lock", where)
 
 
 def stale_reasons(lock: Lock, inputs: dict) -> list[str]:

@@ -84,7 +84,7 @@ class Matrix:
 def read(path: FilePath) -> Matrix:
     """Read and shape-check a matrix file; compatibility rules are checked by `rules`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = yamlsource.read(path)
     except OSError as exc:
         raise UserError(f"{path}: cannot read the matrix file: {exc.strerror}. "
                         "Pass --matrix PATH to point at another one.") from None

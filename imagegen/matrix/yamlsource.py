@@ -1,12 +1,17 @@
 """Load YAML while remembering the line of every key, so errors can point at it.
 
 A key written twice in one mapping is an error naming both lines: PyYAML keeps the later value
-without a word, so two `repository:` lines would otherwise pass.
+without a word, so two `repository:` lines would otherwise pass. Every YAML file imagegen reads is read
+here, bounded: nesting deeper than MAX_DEPTH levels, aliases that would add more than MAX_ALIASED nodes
+(a kilobyte "billion laughs" expands to a billion) and an alias inside its own anchor are refused from the
+parser's events, before anything is built; a file that is not UTF-8 is one problem with its line. (The
+trainer, its own distribution, reads its YAML with the same rules in vlmgrpo.config.yamlfile.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path as FilePath
 
 import yaml
 
@@ -14,6 +19,8 @@ from imagegen.core.errors import MatrixError, Problem
 
 Path = tuple  # a key path such as ("images", 2, "torch")
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ten times faster
+MAX_DEPTH = 100  # nesting levels: the matrix has 7
+MAX_ALIASED = 10_000  # nodes all aliases of a file may add together: a few anchors reused pass, an exponential fails
 
 
 @dataclass
@@ -41,8 +48,22 @@ def format_path(path: Path) -> str:
     return text or "(top level)"
 
 
+def read(path: FilePath) -> str:
+    """A YAML file's text; a file that is not UTF-8 is one problem at the line of its first bad byte (OSError
+    passes to the caller, which says what the file is for)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise MatrixError([Problem(str(path), line, "(encoding)", f"not UTF-8: byte 0x{data[exc.start]:02x} at "
+                                   f"column {column}; save the file as UTF-8", "yaml")]) from None
+
+
 def load(text: str, file: str) -> Located:
     try:
+        _check_bounds(text, file)
         node = yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -58,6 +79,43 @@ def load(text: str, file: str) -> Located:
     if twice:
         raise MatrixError(twice)
     return located
+
+
+def _check_bounds(text: str, file: str) -> None:
+    """Walk the parser's events, which cost nothing however the aliases expand: each open collection's anchor and
+    node count, each anchor's size once closed (None while open), and what the aliases add in all."""
+    open_nodes: list[list] = []  # [anchor, nodes so far] per open collection
+    sizes: dict[str, int | None] = {}
+    aliased = 0
+    for event in yaml.parse(text, Loader=LOADER):
+        line = event.start_mark.line + 1
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if len(open_nodes) == MAX_DEPTH:
+                raise _bound(file, line, "(nesting)", f"nested deeper than {MAX_DEPTH} levels")
+            sizes.update({event.anchor: None} if event.anchor else {})
+            open_nodes.append([event.anchor, 1])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = open_nodes.pop()
+        elif isinstance(event, yaml.AliasEvent):
+            size = sizes.get(event.anchor, 1)
+            if size is None:
+                raise _bound(file, line, "(aliases)", f"the alias *{event.anchor} stands inside its own anchor")
+            anchor, aliased = None, aliased + size
+            if aliased > MAX_ALIASED:
+                raise _bound(file, line, "(aliases)", f"aliases expand to more than {MAX_ALIASED:,} nodes "
+                             f"(*{event.anchor} alone is {size:,}); write the values out")
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, size = event.anchor, 1
+        else:
+            continue
+        sizes.update({anchor: size} if anchor else {})
+        if open_nodes:
+            open_nodes[-1][1] += size
+
+
+def _bound(file: str, line: int, key: str, message: str) -> MatrixError:
+    return MatrixError([Problem(file, line, key, message, "yaml")])
 
 
 def _convert(node: yaml.Node, path: Path, located: Located, twice: list[Problem]) -> object:

@@ -88,9 +88,37 @@ def test_bad_config_one_line_exit_2(tmp_path, content, expected):
     assert len(result.output.strip().splitlines()) == 1
 
 
+# A kilobyte whose aliases expand to a billion strings (nine levels of nine) under lora_target_modules, and nesting
+# 50,000 deep there: PyYAML reads both; the value checks then walked the billion (a MemoryError at 6.4 GB after 90 s).
+LAUGHS = "lora_target_modules: [" + ", ".join(f"&x{n} [{', '.join([f'*x{n - 1}' if n else 'q_proj'] * 9)}]"
+                                              for n in range(9)) + "]\n"
+
+
+@pytest.mark.parametrize("content, says", [
+    (LAUGHS.encode(), ":1: aliases expand to more than 10,000 nodes (*x3 alone is 7,381); write the values out"),
+    (b"lora_target_modules: " + b"[" * 50_000 + b"]" * 50_000 + b"\n", ":1: nested deeper than 100 levels"),
+    (b"lora_target_modules: &a [q_proj, *a]\n", ":1: the alias *a stands inside its own anchor"),
+    (b"lora_target_modules: [q_proj]\n# caf\xe9\n", ":2: not UTF-8: byte 0xe9 at column 6; save the file as UTF-8"),
+])
+def test_a_config_past_the_yaml_bounds_is_one_line_at_once(tmp_path, content, says):
+    import resource
+    import time
+
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    started, peak = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = invoke("--config", str(path), "--dry-run")
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # kB: what the process's peak grew by
+    assert time.monotonic() - started < 5 and grown < 256 * 1024
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [f"error: {path}{says}"]
+
+
 def test_bad_set_value_names_the_command_line():
     result = invoke("--set", "num_generations=many", "--print-config")
     assert result.exit_code == 2 and "command line: key 'num_generations'" in result.output
+    result = invoke("--set", "lora_target_modules=&a [q_proj, *a]", "--print-config")
+    assert result.exit_code == 2 and result.output == ("error: --set lora_target_modules: the alias *a stands inside "
+                                                       "its own anchor\n")
 
 
 def test_batch_not_divisible_by_generations_is_explained(tmp_path):

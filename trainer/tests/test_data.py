@@ -120,6 +120,17 @@ def test_bad_sampling_and_missing_file(tmp_path, images):
     assert any("does not exist" in p for p in problems) and any("sampling 'some'" in p for p in problems)
 
 
+@pytest.mark.parametrize("content, says", [
+    (b"datasets:\n  - path: a.jsonl # caf\xe9\n", ":2: not UTF-8: byte 0xe9 at column 24; save the file as UTF-8"),
+    (b"datasets: &d [a.jsonl, *d]\n", ":1: the alias *d stands inside its own anchor"),
+    (b"datasets:\n  - path: a.jsonl\n  - path: b.jsonl\n    path: c.jsonl\n", ":4: key 'path': written twice"),
+])
+def test_a_mixture_file_is_read_by_the_config_s_bounded_reader(tmp_path, images, content, says):
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_bytes(content)
+    assert errors_of([str(mixture)], images)[0].startswith(f"{mixture}{says}")
+
+
 def test_prompt_places_images_at_placeholders():
     messages = prompt_messages("<image>left, <image>right", "{question} Answer.")
     assert [block["type"] for block in messages[0]["content"]] == ["image", "text", "image", "text"]

@@ -13,7 +13,6 @@ import dataclasses
 import difflib
 import enum
 import os
-import re
 import textwrap
 import typing
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.config.sections import DataConfig, RecDataConfig, RewardConfig, RunConfig
 from vlmgrpo.config.template import task_template
 from vlmgrpo.config.values import check_value
+from vlmgrpo.config.yamlfile import YamlFileError, YamlRefused, load_yaml, read_yaml
 
 # Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
 # be VLM-R1's JOIN-ed lists of several.
@@ -104,50 +104,11 @@ def field_help(command) -> dict[str, str]:
 # --- loading -------------------------------------------------------------------------------------------------------
 
 
-class DuplicateKeyError(yaml.YAMLError):
-    def __init__(self, line: int, message: str):
-        super().__init__(message)
-        self.line = line
-
-
-class YamlLoader(yaml.SafeLoader):
-    """PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says; YAML 1.2 and every user mean a number. A key
-    written twice in one mapping is refused: YAML would keep the second silently (learning_rate 1e-6, then 0.5)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
-            if isinstance(key, typing.Hashable) and key in seen:
-                raise DuplicateKeyError(line, f"key {key!r}: written twice, on lines {seen[key]} and {line}: YAML "
-                                              "would keep the second silently; keep one")
-            if isinstance(key, typing.Hashable):
-                seen[key] = line
-        return super().construct_mapping(node, deep)
-
-
-YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+$"),
-    list("-+0123456789."),
-)
-
-
-def load_yaml(text: str):
-    return yaml.load(text, Loader=YamlLoader)
-
-
 def read_yaml_file(path: str) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
-    try:
-        values = load_yaml(text) or {}
-    except DuplicateKeyError as exc:
-        raise ConfigError(f"{path}:{exc.line}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        values = read_yaml(path, "config file") or {}
+    except YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
     return values
@@ -162,6 +123,8 @@ def parse_set(items: typing.Iterable[str]) -> dict[str, Any]:
             raise ConfigError(f"--set: expected key=value, got {item!r}")
         try:
             values[key.strip()] = load_yaml(raw) if raw else ""
+        except YamlRefused as exc:
+            raise ConfigError(f"--set {key.strip()}: {exc}") from None
         except yaml.YAMLError:
             values[key.strip()] = raw
     return values

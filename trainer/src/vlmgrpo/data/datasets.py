@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import yaml
-
 from vlmgrpo.access import unreadable
 from vlmgrpo.boxes import ABSOLUTE, NORM1000
 from vlmgrpo.config.load import JOIN
+from vlmgrpo.config.yamlfile import YamlFileError, read_yaml
 from vlmgrpo.errors import DataError
 from vlmgrpo.records import read_records
 
@@ -104,9 +103,9 @@ def _spec_from_mapping(entry: dict, base: Path, declared_in: str, default_root, 
 
 def _mixture_specs(path: str, default_root, default_space, default_method) -> list[DatasetSpec]:
     try:
-        content = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise DataError([f"{path}: cannot read mixture file: {exc}"]) from None
+        content = read_yaml(path, "mixture file") or {}
+    except YamlFileError as exc:
+        raise DataError([str(exc)]) from None
     entries = content.get("datasets") if isinstance(content, dict) else None
     if not isinstance(entries, list):
         raise DataError([f"{path}: a mixture file needs a 'datasets:' list of {{path, image_root, sampling}}"])
