@@ -239,7 +239,7 @@ def check_judge(config: TrainConfig) -> None:
     """Rows scored by the llm method need a judge that answers now, not a reward of 0 at step 1."""
     from vlmgrpo.rewards.judge import Judge
 
-    judge = Judge.from_config(config.reward)
+    judge = Judge.from_config(config.reward, config.where("judge_url"))
     if judge is None:
         raise ConfigError(f"{config.where('judge_url')}: key 'judge_url': rows are scored by the llm method "
                           "(accu_reward_method): set judge_url and judge_model to the judge's OpenAI-compatible "
