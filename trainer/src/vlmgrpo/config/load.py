@@ -187,8 +187,8 @@ def _canonical(origin: str, key: str, value, seen: dict[str, str]):
     seen[canonical] = key
     if canonical in LIST_KEYS and isinstance(value, str):
         value = [value]
-    if canonical == "reward_funcs" and isinstance(value, list):
-        value = [REWARD_ALIASES.get(name, name) for name in value]
+    if canonical == "reward_funcs" and isinstance(value, list):  # a list in it is left to check_value to refuse
+        value = [REWARD_ALIASES.get(name, name) if isinstance(name, str) else name for name in value]
     return canonical, value
 
 
