@@ -63,6 +63,7 @@ def test_the_manifest_reads_headers_and_the_edges_of_each_shard_and_misses_only_
     """A shard of 3 MiB: a value in its last MiB is seen, one in its middle MiB is not (the comment's price)."""
     shards = ({"a": (EDGE_BYTES // 4,), "b": (EDGE_BYTES // 4,), "c": (EDGE_BYTES // 4,)}, {"d": (8,)})
     model = make_model(tmp_path / "model", shards=shards)
+    (model / "training_args.bin").write_bytes(b"a training output's arguments, not weights")
     identity = run_identity("train", str(model))
     assert sorted(identity["weights"]) == ["config.json", "model-00001-of-00002.safetensors",
                                            "model-00002-of-00002.safetensors"]

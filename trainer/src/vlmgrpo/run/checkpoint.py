@@ -80,7 +80,11 @@ def _config_digest(directory: str) -> Optional[str]:
 # seed) differ in the data, which the first and last MiB of each file sample cheaply. What it misses: files that
 # agree in all of that and differ only in between (an edit of a few tensors in the middle of a shard).
 EDGE_BYTES = 1 << 20
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def _is_weights(name: str) -> bool:
+    """model.safetensors, its shards, pytorch_model*.bin; not a training output's training_args.bin."""
+    return name.endswith(".safetensors") or (name.endswith(".bin") and "model" in name)
 
 
 def weights_manifest(model: str) -> Optional[dict]:
@@ -90,7 +94,7 @@ def weights_manifest(model: str) -> Optional[dict]:
     if directory is None:
         return None
     files = {name: _weight_digests(os.path.join(directory, name)) for name in sorted(os.listdir(directory))
-             if name.endswith(WEIGHT_SUFFIXES) and os.path.isfile(os.path.join(directory, name))}
+             if _is_weights(name) and os.path.isfile(os.path.join(directory, name))}
     if not files:
         return None
     files["config.json"] = _config_digest(directory)
@@ -99,8 +103,8 @@ def weights_manifest(model: str) -> Optional[dict]:
 
 def _model_directory(model: str) -> Optional[str]:
     """The directory the weights are read from: the path itself, or a hub id's snapshot in the cache."""
-    if os.path.isdir(model):
-        return model
+    if os.path.isdir(os.path.expanduser(model)):
+        return os.path.expanduser(model)
     try:
         from huggingface_hub import snapshot_download
 
