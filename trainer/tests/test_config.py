@@ -76,6 +76,9 @@ def test_file_then_flags_then_set(tmp_path):
      "key 'attn_implementation': 'flash3' is not one of: auto, flash_attention_4, flash_attention_2"),
     ("box_space: pixels\n", "key 'box_space': 'pixels' is not one of: absolute, norm1000"),
     ("- a list\n", "expected a mapping"),
+    ("reward_funcs: [[iou, format]]\n", "key 'reward_funcs': [['iou', 'format']] is not valid, expected list of str"),
+    ("judge_concurrency: 0\n", "key 'judge_concurrency': must be >= 1 (judge calls in flight at once), got 0"),
+    ("judge_timeout: 0\n", "key 'judge_timeout': must be > 0 (seconds one judge call may take), got 0"),
     ("learning_rate: 1e-6\nseed: 1\nlearning_rate: 0.5\n",
      "bad.yaml:3: key 'learning_rate': written twice, on lines 1 and 3: YAML would keep the second silently"),
 ])

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from vlmgrpo.errors import UserError
-from vlmgrpo.image.lab import EXAMPLE, WORKSPACE, choose_root, copy_example, plan_lab, token_from
+from vlmgrpo.image.lab import EXAMPLE, WORKSPACE, announcement, choose_root, copy_example, plan_lab, token_from
 
 
 def test_an_empty_token_is_refused_and_a_missing_one_generated():
@@ -36,8 +36,18 @@ def test_the_plan_listens_where_the_image_says_and_hands_the_token_to_jupyter(tm
     plan = plan_lab(8899, None, str(tmp_path), {"VLMGRPO_SERVE_HOST": "0.0.0.0", "JUPYTER_TOKEN": "t0ken"})
     assert "--ServerApp.ip=0.0.0.0" in plan.argv and "--ServerApp.port=8899" in plan.argv
     assert plan.environment["JUPYTER_TOKEN"] == "t0ken" and "t0ken" not in " ".join(plan.argv)  # not in `ps`
-    assert plan.url == "http://127.0.0.1:8899/lab?token=t0ken" and not plan.token_generated
+    assert plan.url == "http://127.0.0.1:8899/lab" and not plan.token_generated
     assert "--ServerApp.ip=127.0.0.1" in plan_lab(8899, None, str(tmp_path), {}).argv
+
+
+def test_a_chosen_token_is_never_printed_and_a_generated_one_once(tmp_path):
+    chosen = plan_lab(8899, None, str(tmp_path), {"JUPYTER_TOKEN": "my-s3cret"})
+    assert announcement(chosen, 8899) == ("JupyterLab at http://127.0.0.1:8899/lab (token taken from JUPYTER_TOKEN, "
+                                          "not shown; publish the port with -p 8899:8899)")
+    generated = plan_lab(8899, None, str(tmp_path), {})
+    token = generated.environment["JUPYTER_TOKEN"]
+    assert announcement(generated, 8899).startswith(f"JupyterLab at http://127.0.0.1:8899/lab?token={token} (token "
+                                                    "generated")
 
 
 def test_the_example_is_copied_once_and_never_over_a_users_file(tmp_path):

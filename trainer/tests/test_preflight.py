@@ -137,3 +137,39 @@ def test_files_another_uid_cannot_read_or_write(tiny, shared_dir):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"key 'output_dir': cannot write to {shared_dir} (to create {shared_dir}/root-owned/run in it) as uid " \
            "4321 (mode 0755, owner uid 0, or a read-only mount)" in result.stderr
+
+
+def test_an_output_at_or_inside_the_model_or_adapter_is_refused_before_anything_is_written(tiny, tmp_path):
+    """`--output` equal to `--model` saved the trained (or merged) model over its base, in place, exit 0."""
+    model = shutil.copytree(tiny["model"], tmp_path / "model")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    said = "saving there would overwrite the model it is read from; choose an --output outside it"
+    for output, place in ((model, "is"), (model / "out", "is inside")):
+        result = run_train(tiny, output, "--model", str(model), dry_run=True)
+        assert result.exit_code == 2 and result.output.strip() == (
+            f"error: command line: key 'output_dir': {output} {place} the model (model_name_or_path) {model}: {said}")
+        sft = CliRunner().invoke(main, ["sft", "--model", str(model), "--data", tiny["sft"], "--output", str(output),
+                                        "--dry-run"])
+        assert sft.exit_code == 2 and f"key 'output_dir': {output} {place} the model" in sft.output
+    for output, named in ((model, f"the base model {model}"), (adapter, f"the adapter (--adapter) {adapter}")):
+        merged = CliRunner().invoke(main, ["merge", "--adapter", str(adapter), "--model", str(model),
+                                           "--output", str(output)])
+        assert merged.exit_code == 2 and merged.output.strip() == f"error: --output: {output} is {named}: {said}"
+    assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in Path(tiny["model"]).iterdir())
+
+
+def test_overwrite_output_removes_a_linked_checkpoint_s_link_and_keeps_what_it_points_to(tmp_path):
+    from vlmgrpo.config.load import load_config
+    from vlmgrpo.run.grpo import GRPO
+    from vlmgrpo.run.preflight import clear_earlier_run
+
+    elsewhere = tmp_path / "kept" / "checkpoint-7"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "trainer_state.json").write_text('{"global_step": 7}')
+    output = earlier_run(tmp_path / "out")
+    (output / "checkpoint-2").symlink_to(elsewhere, target_is_directory=True)
+    config = load_config(None, {"output_dir": str(output), "overwrite_output": True}, GRPO)
+    assert clear_earlier_run(config) == ["checkpoint-1", f"checkpoint-2 (a link; {elsewhere} kept)"]
+    assert not os.path.lexists(output / "checkpoint-2") and (elsewhere / "trainer_state.json").is_file()

@@ -315,12 +315,15 @@ def test_report_to_wandb_offline_keeps_the_run_and_its_metrics_beside_the_output
 
 
 @pytest.mark.slow
-def test_each_checkpoint_records_its_run_and_a_resume_with_another_model_is_refused(tiny, trained, tmp_path):
-    """Model B, the same architecture as A (here: A copied elsewhere), resuming A's checkpoints: refused before any
-    weights load, naming both, instead of training A's weights and saving them with B's tokenizer."""
+def test_each_checkpoint_records_its_run_and_a_resume_with_other_weights_is_refused(tiny, trained, tmp_path):
+    """The run's model copied elsewhere resumes its checkpoints (they know the model by its weights, not its path);
+    model B, the same architecture with other values, is refused before any weights load, naming both, instead of
+    training A's weights and saving them with B's tokenizer."""
     output, _ = trained
     record = json.loads((output / "checkpoint-3" / "vlmgrpo_checkpoint.json").read_text())
     assert record["identity"]["command"] == "train" and record["identity"]["model"] == tiny["model"]
+    weights = Path(tiny["model"], "model.safetensors")
+    assert record["identity"]["weights"]["model.safetensors"]["bytes"] == weights.stat().st_size
     assert record["files"]["model.safetensors"] == (output / "checkpoint-3" / "model.safetensors").stat().st_size
     other = tmp_path / "model-b"
     shutil.copytree(tiny["model"], other)
@@ -328,10 +331,15 @@ def test_each_checkpoint_records_its_run_and_a_resume_with_another_model_is_refu
     shutil.copytree(output, target)
     args = train_args(tiny, target, "--max-steps", "3", "--resume", "auto", "--dry-run")
     args[args.index("--model") + 1] = str(other)
+    vlmgrpo(*args, check=True)
+    from vlmgrpo.models.tiny import make_tiny
+
+    make_tiny(tmp_path / "seed1", rows=8, seed=1)
+    shutil.copy(tmp_path / "seed1" / "model" / "model.safetensors", other / "model.safetensors")
     refused = vlmgrpo(*args)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert f"holds a checkpoint of `train` on {tiny['model']}" in refused.stderr
-    assert f"not of `train` on {other}" in refused.stderr
+    assert f"holds a checkpoint of `train` on {tiny['model']}, whose weights are not those at {other} now " \
+           "(model.safetensors holds the same tensors with other values)" in refused.stderr
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ import dataclasses
 
 import click
 
+from vlmgrpo.commands.options import fail
+from vlmgrpo.errors import UserError
 from vlmgrpo.run.alerts import AlertSettings, prometheus_rule, rules_file
 
 
@@ -27,6 +29,9 @@ def alert_rules_command(form: str, **settings) -> None:
     rewards with zero spread, GPU memory near full, restarts, a target gone."""
     import yaml
 
-    chosen = AlertSettings(**settings)
+    try:
+        chosen = AlertSettings(**settings)
+    except UserError as error:
+        fail(error)
     document = rules_file(chosen) if form == "prometheus" else prometheus_rule(chosen)
     click.echo(yaml.safe_dump(document, sort_keys=False, width=120), nl=False)

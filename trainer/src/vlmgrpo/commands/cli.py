@@ -204,12 +204,14 @@ def merge(adapter: str, model: Optional[str], output: str, overwrite_output: boo
     from vlmgrpo.errors import ConfigError
     from vlmgrpo.models.loading import merge_adapter
     from vlmgrpo.access import unwritable_directory
-    from vlmgrpo.run.preflight import check_model_source
+    from vlmgrpo.run.preflight import check_model_source, check_output_apart
 
     try:
         config = build_config({}, "command line", {"adapter_name_or_path": adapter, "model_name_or_path": model,
                                                    "output_dir": output}, RECIPES["sft"])
         check_model_source(config)
+        check_output_apart("--output", output, {"the base model": config.model.model_name_or_path,
+                                                "the adapter (--adapter)": adapter})
         problem = unwritable_directory(output)
         if problem:
             raise ConfigError(f"--output: {problem}")

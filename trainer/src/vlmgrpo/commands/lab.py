@@ -11,7 +11,7 @@ import click
 
 from vlmgrpo.commands.options import fail
 from vlmgrpo.errors import UserError
-from vlmgrpo.image.lab import DEFAULT_PORT, TOKEN_VARIABLE, copy_example, plan_lab
+from vlmgrpo.image.lab import DEFAULT_PORT, announcement, copy_example, plan_lab
 
 
 @click.command("lab")
@@ -37,8 +37,7 @@ def lab_command(port: int, host: Optional[str], root_dir: Optional[str], example
         say(plan.root_note)
     if copied:
         say(f"example notebook: {copied}")
-    origin = "generated; set JUPYTER_TOKEN to choose it" if plan.token_generated else f"from {TOKEN_VARIABLE}"
-    say(f"JupyterLab at {plan.url} (token {origin}; publish the port with -p {port}:{port})")
+    say(announcement(plan, port))
     sys.stderr.flush()
     os.chdir(plan.root)
     os.execve(plan.argv[0], plan.argv, plan.environment)

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import yaml
 
-from vlmgrpo.config.value_checks import check_choices, check_question_template, check_ranges
+from vlmgrpo.config.value_checks import check_choices, check_judge_url, check_question_template, check_ranges
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.config.sections import DataConfig, RecDataConfig, RewardConfig, RunConfig
@@ -150,8 +150,8 @@ def _canonical(origin: str, key: str, value, seen: dict[str, str]):
     seen[canonical] = key
     if canonical in LIST_KEYS and isinstance(value, str):
         value = [value]
-    if canonical == "reward_funcs" and isinstance(value, list):
-        value = [REWARD_ALIASES.get(name, name) for name in value]
+    if canonical == "reward_funcs" and isinstance(value, list):  # a list in it is left to check_value to refuse
+        value = [REWARD_ALIASES.get(name, name) if isinstance(name, str) else name for name in value]
     return canonical, value
 
 
@@ -211,6 +211,7 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
     )
     check_choices(config)
     check_ranges(config)
+    check_judge_url(config)
     if isinstance(config.data, RecDataConfig):
         if config.data.task_type and "question_template" not in origins:
             config.data.question_template = task_template(config.data.task_type)
@@ -259,8 +260,12 @@ def effective_values(config: TrainConfig) -> dict[str, Any]:
 
 def dump_config(config: TrainConfig) -> str:
     """The effective configuration as YAML, each key under its help as a comment."""
+    from vlmgrpo.rewards.judge import without_userinfo
+
     helps = field_help(config.command)
-    values = effective_values(config)
+    # No user:password@ of a URL in what is printed or saved (judge_url refuses one; this is the second guard).
+    values = {key: without_userinfo(value) if isinstance(value, str) and "://" in value else value
+              for key, value in effective_values(config).items()}
     # One block mapping (flow style inside: lists on one line); each key's help goes above the line the key starts.
     text = yaml.safe_dump(values, sort_keys=False, default_flow_style=None, width=120)
     keys, lines = iter(values), [f"# launcher: {config.launcher}\n", "\n"]

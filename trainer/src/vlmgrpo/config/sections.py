@@ -88,11 +88,13 @@ class RewardConfig:
         "Append every sampled completion with its rewards to OUTPUT/completions.jsonl."))
     judge_url: Optional[str] = field(default=None, metadata=with_help(
         "jsonl_accuracy's llm method: the judge's OpenAI-compatible endpoint (http://HOST:PORT/v1: vLLM, transformers "
-        "serve, vlmgrpo serve), checked before any weights load."))
+        "serve, vlmgrpo serve), checked before any weights load; no user:password@ in it (the key is read from "
+        "judge_api_key_env's variable only)."))
     judge_model: Optional[str] = field(default=None, metadata=with_help("The model the judge endpoint serves."))
     judge_api_key_env: str = field(default="OPENAI_API_KEY", metadata=with_help(
         "The environment variable that holds the judge endpoint's API key."))
-    judge_timeout: float = field(default=30.0, metadata=with_help("Seconds one judge call may take."))
+    judge_timeout: float = field(default=30.0, metadata=with_help(
+        "Seconds one judge call may take in all (connecting, every read, its retries): past them it is cancelled."))
     judge_max_retries: int = field(default=2, metadata=with_help("Retries of a judge call that failed."))
     judge_concurrency: int = field(default=8, metadata=with_help("Judge calls in flight at once."))
     judge_max_tokens: int = field(default=16, metadata=with_help(

@@ -59,6 +59,10 @@ RANGES: dict[str, tuple[float, bool, str]] = {
     "vllm_gpu_memory_utilization": (0, True, "the fraction of each GPU's memory vLLM takes"),
     "vllm_tensor_parallel_size": (1, False, "GPUs per vLLM engine"),
     "vllm_server_port": (1, False, "a TCP port"),
+    "judge_timeout": (0, True, "seconds one judge call may take"),
+    "judge_max_retries": (0, False, "retries"),
+    "judge_concurrency": (1, False, "judge calls in flight at once"),
+    "judge_max_tokens": (1, False, "tokens"),
 }
 # key -> (highest allowed, whether the highest is excluded)
 UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True),
@@ -106,3 +110,13 @@ def check_question_template(config) -> None:
         raise ConfigError(f"{config.where('question_template')}: key 'question_template' {problem} "
                           f"{' or '.join(QUESTION_PLACEHOLDERS)} placeholder; write {QUESTION_PLACEHOLDERS[0]} "
                           "once where the row's question goes")
+
+
+def check_judge_url(config) -> None:
+    """judge_url without user:password@: the key comes from judge_api_key_env's variable only."""
+    from vlmgrpo.rewards.judge import credentials_problem
+
+    url = getattr(config.reward, "judge_url", None)
+    problem = credentials_problem(url, config.reward.judge_api_key_env) if url else None
+    if problem:
+        raise ConfigError(f"{config.where('judge_url')}: key 'judge_url': {problem}")

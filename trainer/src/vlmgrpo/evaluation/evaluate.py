@@ -107,7 +107,7 @@ def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> d
         described.update(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
                          do_sample=bool(config.trl.get("do_sample", False)))
     if JSONL_ACCURACY in config.reward.reward_funcs:  # VLM-R1's other tasks: each row by its accuracy method
-        predictions = judge_tasks(samples, texts, Judge.from_config(config.reward))
+        predictions = judge_tasks(samples, texts, Judge.from_config(config.reward, config.where("judge_url")))
         summary = summarise_tasks(predictions, described)
         write_results(settings.output, summary, predictions)
         return summary

@@ -67,8 +67,9 @@ def score_completions(config: TrainConfig, data: LoadedData, completions_path: s
     scored = read_completions(completions_path, samples)
     processor = load_processor(config.model)
     space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path, processor)
-    rewards = build_rewards(config.reward.reward_funcs, space, resize, config.reward.iou_threshold,
-                            Judge.from_config(config.reward), getattr(processor, "tokenizer", processor))
+    judge = Judge.from_config(config.reward, config.where("judge_url"))
+    rewards = build_rewards(config.reward.reward_funcs, space, resize, config.reward.iou_threshold, judge,
+                            getattr(processor, "tokenizer", processor))
     dataset = to_hf_dataset(samples, config.data.question_template)
     rows = [dataset[index] for _, _, index in scored]
     columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}

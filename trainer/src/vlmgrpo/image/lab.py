@@ -30,7 +30,7 @@ class LabPlan:
     argv: list[str]
     environment: dict[str, str]
     root: str
-    url: str  # where a browser on the same host opens it, token included
+    url: str  # where a browser on the same host opens it, with the token only when it was generated here
     token_generated: bool
     root_note: Optional[str]  # said when the folder is not the mounted workspace
 
@@ -72,7 +72,17 @@ def plan_lab(port: int, host: Optional[str], requested_root: Optional[str],
         argv.append("--allow-root")
     environment = {**environ, TOKEN_VARIABLE: token}
     environment.setdefault(TENSORBOARD_LOGDIR_VARIABLE, root)
-    return LabPlan(argv, environment, root, f"http://127.0.0.1:{port}/lab?token={token}", generated, note)
+    # A generated token is printed once, or nobody could log in; a chosen one is the user's secret, and logs (docker
+    # logs, a CI job's output) are no place for it: its owner knows it.
+    url = f"http://127.0.0.1:{port}/lab" + (f"?token={token}" if generated else "")
+    return LabPlan(argv, environment, root, url, generated, note)
+
+
+def announcement(plan: LabPlan, port: int) -> str:
+    """The line `lab` prints: where it is and whose token it takes (a chosen token is never printed)."""
+    origin = "generated; set JUPYTER_TOKEN to choose it" if plan.token_generated else (
+        f"taken from {TOKEN_VARIABLE}, not shown")
+    return f"JupyterLab at {plan.url} (token {origin}; publish the port with -p {port}:{port})"
 
 
 def copy_example(root: str) -> Optional[str]:

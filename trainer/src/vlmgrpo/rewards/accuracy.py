@@ -53,9 +53,12 @@ def make_jsonl_accuracy(judge: Optional["Judge"] = None):
         if judged and judge is None:
             raise ConfigError("rows are scored by the llm method: set judge_url and judge_model")
         if judged:
+            invalid = judge.tally.calls - judge.tally.valid
             verdicts = judge.scores([texts[i] for i in judged], [labels[i] for i in judged])
             for index, score in zip(judged, verdicts):
                 scores[index] = score
+            if "log_metric" in kwargs:  # TRL's GRPOTrainer passes it: the count reaches metrics.jsonl and /metrics
+                kwargs["log_metric"]("judge_invalid", judge.tally.calls - judge.tally.valid - invalid)
         return scores
 
     jsonl_accuracy.__name__ = JSONL_ACCURACY  # TRL logs rewards under the function's name

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from vlmgrpo.errors import UserError
+
 # A frozen run stops answering scrapes, and Prometheus marks its series stale at once; `last_over_time` over this
 # window still sees the last samples, so "no progress" keeps firing for a run that is frozen or gone before its end.
 LOOKBACK = "6h"
@@ -32,6 +34,25 @@ class AlertSettings:
         "help": "Worker restarts (torchrun --max-restarts) within an hour that call for a look."})
     target_gone_minutes: int = field(default=5, metadata={
         "help": "Minutes a scrape target of the job must fail before the alert (a node lost, a pod evicted)."})
+
+    def __post_init__(self):
+        """A negative minute count or a share outside 0..1 makes a rule that always or never fires: refused."""
+        for setting in fields(self):
+            value, flag = getattr(self, setting.name), f"--{setting.name.replace('_', '-')}"
+            if setting.name.endswith("_minutes") and value < 0:
+                raise UserError(f"{flag}: {value} is not a number of minutes; give 0 or more")
+            if setting.name.endswith("_share") and not 0 <= value <= 1:
+                raise UserError(f"{flag}: {value:g} is not a share of the memory; give a number from 0 to 1 "
+                                "(0.95 is 95%)")
+        if self.restarts_per_hour < 1:
+            raise UserError(f"--restarts-per-hour: {self.restarts_per_hour} would fire with no restart; give 1 or more")
+
+
+def label_value(text: str) -> str:
+    """text as a PromQL double-quoted string's contents: a backslash, a double quote or a newline escaped, so a job
+    name stays one label value (`a"}) or vector(1` is matched as that name, not run as PromQL). Escaped rather than
+    refused: job names may hold any character (the Prometheus Operator's are namespace/name/index)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _rule(name: str, expr: str, minutes: int, severity: str, summary: str) -> dict:
@@ -67,7 +88,7 @@ def rules(settings: AlertSettings = AlertSettings()) -> list[dict]:
               f"{{{{ $labels.instance }}}}: GPU {{{{ $labels.gpu }}}} memory above {s.gpu_memory_share:.0%}"),
         _rule("VlmgrpoRestarting", f"increase(vlmgrpo_restarts_total[1h]) >= {s.restarts_per_hour}", 0, "warning",
               f"{{{{ $labels.instance }}}}: the workers restarted {s.restarts_per_hour} or more times in an hour"),
-        _rule("VlmgrpoTargetGone", f'up{{job="{s.job}"}} == 0', s.target_gone_minutes, "critical",
+        _rule("VlmgrpoTargetGone", f'up{{job="{label_value(s.job)}"}} == 0', s.target_gone_minutes, "critical",
               "{{ $labels.instance }}: the run's metrics endpoint does not answer"),
     ]
 

@@ -58,13 +58,96 @@ def checkpoint_step(checkpoint: Optional[str]) -> int:
 
 
 def run_identity(command: str, model: str) -> dict:
-    """What makes a checkpoint this run's: the command, the model as named, and its config.json's digest."""
-    config = os.path.join(model, "config.json")
-    digest = None
-    if os.path.isfile(config):
-        with open(config, "rb") as stream:
-            digest = hashlib.sha256(stream.read()).hexdigest()
-    return {"command": command, "model": model, "model_config_sha256": digest}
+    """What makes a checkpoint this run's: the command and the model's weights (weights_manifest), not the path they
+    were read from; the model as named, and its config.json's digest, for messages and for records without a
+    manifest."""
+    digest = _config_digest(model)
+    return {"command": command, "model": model, "model_config_sha256": digest, "weights": weights_manifest(model)}
+
+
+def _config_digest(directory: str) -> Optional[str]:
+    config = os.path.join(directory, "config.json")
+    if not os.path.isfile(config):
+        return None
+    with open(config, "rb") as stream:
+        return hashlib.sha256(stream.read()).hexdigest()
+
+
+# The weights are known by a manifest, not by hashing every byte (15 GB for a 7B model, at every start): each weight
+# file's name and size, the digest of its safetensors header, and of its first and last MiB; and config.json's
+# digest. The header lists every tensor's name, dtype, shape and byte offsets, so another architecture, size,
+# dtype or sharding differs there; weights of the same shapes with other values (a fine-tune of the same base, a
+# seed) differ in the data, which the first and last MiB of each file sample cheaply. What it misses: files that
+# agree in all of that and differ only in between (an edit of a few tensors in the middle of a shard).
+EDGE_BYTES = 1 << 20
+
+
+def _is_weights(name: str) -> bool:
+    """model.safetensors, its shards, pytorch_model*.bin; not a training output's training_args.bin."""
+    return name.endswith(".safetensors") or (name.endswith(".bin") and "model" in name)
+
+
+def weights_manifest(model: str) -> Optional[dict]:
+    """{file name: {bytes, header_sha256, edges_sha256}, "config.json": digest} of a local model directory (or a
+    hub id's cached snapshot); None when no weight file is found there."""
+    directory = _model_directory(model)
+    if directory is None:
+        return None
+    files = {name: _weight_digests(os.path.join(directory, name)) for name in sorted(os.listdir(directory))
+             if _is_weights(name) and os.path.isfile(os.path.join(directory, name))}
+    if not files:
+        return None
+    files["config.json"] = _config_digest(directory)
+    return files
+
+
+def _model_directory(model: str) -> Optional[str]:
+    """The directory the weights are read from: the path itself, or a hub id's snapshot in the cache."""
+    if os.path.isdir(os.path.expanduser(model)):
+        return os.path.expanduser(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model, local_files_only=True)  # only what is cached: never a download here
+    except Exception:  # noqa: BLE001 - not cached, not a hub id: unknown, compared by name instead
+        return None
+
+
+def _weight_digests(path: str) -> dict:
+    size = os.path.getsize(path)
+    header = None
+    with open(path, "rb") as stream:
+        if path.endswith(".safetensors"):
+            try:
+                (length,) = struct.unpack("<Q", stream.read(8))
+                header = hashlib.sha256(stream.read(min(length, size))).hexdigest()
+            except struct.error:
+                header = None
+        stream.seek(0)
+        edges = hashlib.sha256(stream.read(EDGE_BYTES))
+        stream.seek(max(size - EDGE_BYTES, 0))
+        edges.update(stream.read(EDGE_BYTES))
+    return {"bytes": size, "header_sha256": header, "edges_sha256": edges.hexdigest()}
+
+
+def weights_difference(held: dict, found: dict) -> Optional[str]:
+    """What differs between a checkpoint's manifest and the model's now, in words; None when nothing does."""
+    problems = []
+    for name in sorted(set(held) | set(found)):
+        was, now = held.get(name), found.get(name)
+        if was == now:
+            continue
+        if was is None or now is None:
+            problems.append(f"{name} is {'new' if was is None else 'missing'}")
+        elif name == "config.json":
+            problems.append("config.json differs")
+        elif was.get("header_sha256") != now.get("header_sha256") or was.get("bytes") != now.get("bytes"):
+            problems.append(f"{name} holds other tensors (names, dtypes or shapes)")
+        else:
+            problems.append(f"{name} holds the same tensors with other values")
+    if not problems:
+        return None
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
 
 
 def write_record(checkpoint: str, identity: dict) -> None:
@@ -82,18 +165,26 @@ def _record(checkpoint: str) -> Optional[dict]:
 
 
 def foreign(checkpoint: str, identity: Optional[dict]) -> Optional[str]:
-    """Why the checkpoint is another run's (another command or model), naming both; None when it is this one's."""
+    """Why the checkpoint is another run's (another command, other weights), naming both; None when it is this
+    one's. The weights are compared by their manifests wherever the model now lies; a record without one (an earlier
+    vlmgrpo, a hub id not in the cache) by the model's name and config.json's digest."""
     held = (_record(checkpoint) or {}).get("identity")
     if not identity or not held:
         return None
+    start = (f"{checkpoint} holds a checkpoint of `{held.get('command')}` on {held.get('model')}")
+    advice = ("resuming would train one model's weights under the other's name; give the --output of this run, or "
+              "--overwrite-output to start over")
+    if held.get("command") == identity["command"] and held.get("weights") and identity.get("weights"):
+        difference = weights_difference(held["weights"], identity["weights"])
+        if difference is None:
+            return None
+        return f"{start}, whose weights are not those at {identity['model']} now ({difference}): {advice}"
     digests = (held.get("model_config_sha256"), identity["model_config_sha256"])
     if held.get("command") == identity["command"] and held.get("model") == identity["model"] and (
             None in digests or digests[0] == digests[1]):
         return None
-    return (f"{checkpoint} holds a checkpoint of `{held.get('command')}` on {held.get('model')} (config.json "
-            f"sha256 {str(held.get('model_config_sha256'))[:12]}), not of `{identity['command']}` on "
-            f"{identity['model']} ({str(identity['model_config_sha256'])[:12]}): resuming would train one model's "
-            "weights under the other's name; give the --output of this run, or --overwrite-output to start over")
+    return (f"{start} (config.json sha256 {str(digests[0])[:12]}), not of `{identity['command']}` on "
+            f"{identity['model']} ({str(digests[1])[:12]}): {advice}")
 
 
 def damage(checkpoint: str) -> Optional[str]:

@@ -58,6 +58,8 @@ GRPO_METRICS = MetricsView(
         "entropy": "entropy",
         # Share of completion tokens whose probability ratio was clipped (VLM-R1 logs it as clip_ratio).
         "clip_ratio/region_mean": "clip_ratio",
+        # Rows per reward call whose judge gave no valid verdict (rewards/judge.py), when rows are judged by llm.
+        "judge_invalid": "judge_invalid",
     },
     eval_keys=("eval_loss", "eval_reward", "eval_reward_std", "eval_kl"),
     shown=(("reward", "reward"), ("std", "reward_std"), ("[]", "rewards"), ("kl", "kl"),
@@ -165,9 +167,9 @@ class GrpoRecipe(Recipe):
         space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
         log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
         template = config.data.question_template
+        judge = Judge.from_config(config.reward, config.where("judge_url"))
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
-                                config.reward.iou_threshold, Judge.from_config(config.reward),
-                                getattr(processor, "tokenizer", processor))
+                                config.reward.iou_threshold, judge, getattr(processor, "tokenizer", processor))
         if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from vlmgrpo.access import nearest_existing, unreadable, unreadable_in_tree, unwritable_directory
 from vlmgrpo.boxes import ABSOLUTE
@@ -173,10 +173,28 @@ def earlier_run(output: str) -> list[str]:
     return found + [name for name in RUN_LOGS if os.path.isfile(os.path.join(output, name))]
 
 
+def check_output_apart(where: str, output: str, sources: dict[str, Optional[str]]) -> None:
+    """The output is neither a directory a model is read from nor inside one: saving there rewrites the base model
+    (or adapter) being trained or merged, in place, with exit 0. sources: how each is named -> its path or hub id."""
+    target = os.path.realpath(os.path.expanduser(output))
+    for name, source in sources.items():
+        if not source or not os.path.isdir(os.path.expanduser(source)):
+            continue  # a hub id: its files are in the cache, not a directory given here
+        base = os.path.realpath(os.path.expanduser(source))
+        if target == base or target.startswith(base + os.sep):
+            place = "is" if target == base else "is inside"
+            raise ConfigError(f"{where}: {output} {place} {name} {source}: saving there would overwrite the model "
+                              "it is read from; choose an --output outside it")
+
+
 def check_output(config: TrainConfig) -> None:
-    """The output directory is writable, and holds no earlier run unless told to resume it or start over."""
+    """The output directory is writable, apart from the model, and holds no earlier run unless told to resume it or
+    start over."""
     output = config.trl["output_dir"]
     where = config.where("output_dir")
+    check_output_apart(f"{where}: key 'output_dir'", output, {
+        "the model (model_name_or_path)": config.model.model_name_or_path,
+        "the adapter (adapter_name_or_path)": config.model.adapter_name_or_path})
     problem = unwritable_directory(output)
     if problem:
         raise ConfigError(f"{where}: key 'output_dir': {problem}")
@@ -200,11 +218,22 @@ def clear_earlier_run(config: TrainConfig) -> list[str]:
     output = config.trl["output_dir"]
     if not config.run.overwrite_output or under_torchrun() or config.run.node_rank != 0:
         return []
-    found = earlier_run(output)
-    for name in found:
+    removed = []
+    for name in earlier_run(output):
         path = os.path.join(output, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    return found
+        try:
+            if os.path.islink(path):  # a checkpoint linked in from elsewhere: the link goes, what it points to stays
+                name = f"{name} (a link; {os.readlink(path)} kept)"
+                os.unlink(path)
+            elif os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        except OSError as error:
+            raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output: cannot remove {path} "
+                              f"({error.strerror or error}); remove it yourself, or choose another --output") from None
+        removed.append(name)
+    return removed
 
 
 def load_rows(config: TrainConfig, validate_row: RowValidator) -> LoadedData:
@@ -239,7 +268,7 @@ def check_judge(config: TrainConfig) -> None:
     """Rows scored by the llm method need a judge that answers now, not a reward of 0 at step 1."""
     from vlmgrpo.rewards.judge import Judge
 
-    judge = Judge.from_config(config.reward)
+    judge = Judge.from_config(config.reward, config.where("judge_url"))
     if judge is None:
         raise ConfigError(f"{config.where('judge_url')}: key 'judge_url': rows are scored by the llm method "
                           "(accu_reward_method): set judge_url and judge_model to the judge's OpenAI-compatible "
