@@ -61,6 +61,17 @@ def test_engine_commands_listen_on_loopback_with_the_served_name():
     assert engine_model_id(settings, "vllm") == "rec-model" and engine_model_id(settings, "transformers") == "/out/merged"
 
 
+def test_vllm_fetches_no_url_and_opens_no_file():
+    """Every image reaches the engine inline: vLLM's own media allow-list names a host that never resolves (an empty
+    one lets it fetch any URL), and its media flags are not passed through."""
+    vllm = engine_command(ServeSettings("/out/merged", "rec-model"), "vllm", 41000)
+    assert vllm[vllm.index("--allowed-media-domains") + 1].endswith(".invalid")
+    assert "--allowed-local-media-path" not in vllm
+    for extra in (["--allowed-local-media-path", "/"], ["--allowed-media-domains=127.0.0.1"]):
+        with pytest.raises(ConfigError, match=f"{extra[0].split('=')[0]} is not passed to the engine"):
+            engine_command(ServeSettings("/out/merged", "rec-model", engine_args=extra), "vllm", 41000)
+
+
 @pytest.mark.parametrize("raw, status, where", [
     (b"{not json", 400, "not valid JSON"),
     (b"[1, 2]", 400, "must be a JSON object"),

@@ -37,6 +37,8 @@ SHUTDOWN_GRACE_S = 25
 
 HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
 API_KEY_VARIABLE = "VLMGRPO_API_KEY"
+MEDIA_FLAGS = ("--allowed-media-domains", "--allowed-local-media-path")  # the engine's: the front decides instead
+NO_MEDIA_DOMAIN = "no-url-is-fetched-by-the-engine.invalid"  # .invalid never resolves (RFC 6761)
 
 
 @dataclass
@@ -70,10 +72,17 @@ def _script(name: str) -> str:
 
 
 def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]:
-    """The engine's own server on loopback; the layer in front owns the public port."""
+    """The engine's own server on loopback; the layer in front owns the public port. vLLM is given a media
+    allow-list no URL matches: every image reaches it inline, checked (without one it fetches any URL it is given;
+    with --allowed-local-media-path it opens files, which it is never given)."""
+    for arg in settings.engine_args:
+        if arg.split("=")[0] in MEDIA_FLAGS:
+            raise ConfigError(f"{arg.split('=')[0]} is not passed to the engine: images reach it inline from the "
+                              "layer in front, which fetches the hosts of vlmgrpo serve's own --allowed-media-domains")
     if engine == "vllm":
         return [_script("vllm"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
-                "--served-model-name", settings.served_name, "--dtype", settings.dtype, *settings.engine_args]
+                "--served-model-name", settings.served_name, "--dtype", settings.dtype,
+                "--allowed-media-domains", NO_MEDIA_DOMAIN, *settings.engine_args]
     return [_script("transformers"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
             "--dtype", settings.dtype, *settings.engine_args]
 
