@@ -281,6 +281,44 @@ def test_nobody_in_without_the_key_and_nothing_fetched_from_loopback_or_a_path(s
 
 
 @pytest.mark.slow
+def test_the_side_doors_of_the_engine_are_shut(server, tmp_path):
+    """What transformers serve loaded, fetched or rendered as sent (issue 45): an input_image of a server-side file,
+    of a loopback URL or of 25 megapixels, a video_url, a client's chat_template_kwargs, an input_text part far
+    over the context, JSON nested 100k deep, a seed over 64 bits, a field the server does not know, and a stop
+    string, which transformers serve fails on for this model. Each is a 400 in OpenAI's shape naming it, the
+    engine is sent none of them, and what the allow-list keeps is served."""
+    process, port, _ = server
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(base64.b64decode(png_url().split(",", 1)[1]))
+    listener = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    _Listener.seen = []
+    key = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    probes = [(json.dumps(asking({"type": "input_image", "image_url": image}, "rec-tiny")).encode(), "input_image")
+              for image in (f"file://{secret}", str(secret), f"http://127.0.0.1:{listener.server_port}/x.png", HUGE)]
+    probes += [(json.dumps(body).encode(), says) for body, says in (
+        (asking({"type": "video_url", "video_url": {"url": f"file://{secret}"}}, "rec-tiny"), "video_url"),
+        ({**chat("rec-tiny"), "chat_template_kwargs": {"max_pixels": 10 ** 7}}, "chat_template_kwargs"),
+        (asking({"type": "input_text", "text": "yellow " * 80_000}, "rec-tiny"), "input_text"),
+        ({**chat("rec-tiny"), "seed": 2 ** 70}, "'seed' must be a whole number from 0 to"),
+        ({**chat("rec-tiny"), "guided_json": {}}, "'guided_json' is not accepted here"),
+        ({**chat("rec-tiny"), "stop": "x"}, "'stop' is not served by this server's engine"))]
+    probes.append((deep(100_000).replace(b'"model": "m"', b'"model": "rec-tiny"'), "nested too deeply"))
+    try:
+        for body, says in probes:
+            code, answer = _post(port, body, key)
+            assert (code, set(answer["error"])) == (400, {"message", "type", "param", "code"}), answer
+            assert says in answer["error"]["message"], answer
+    finally:
+        listener.shutdown()
+    assert _Listener.seen == []
+    kept = {**chat("rec-tiny"), "max_tokens": 4, "seed": 2 ** 63 - 1, "frequency_penalty": 2, "presence_penalty": 2,
+            "top_p": 0.9, "logprobs": True, "top_logprobs": 20, "user": "u-1"}
+    code, answer = _post(port, json.dumps(kept).encode(), key)
+    assert code == 200 and answer["model"] == "rec-tiny" and process.poll() is None, answer
+
+
+@pytest.mark.slow
 def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     """Streamed, so the test knows the request is in flight (its first chunk came) when the signal is sent."""
     process, port, stderr_file = server
