@@ -1,5 +1,6 @@
-"""`vlmgrpo serve`: the engine command it starts, the checks in front of it, and a real server on loopback answering
-the official `openai` client (transformers serve on the CPU; the vLLM branch needs a GPU and is unit-tested only)."""
+"""`vlmgrpo serve`: the engine command it starts and a real server on loopback answering the official `openai` client
+(transformers serve on the CPU; the vLLM branch needs a GPU and is unit-tested only). The checks in front of the
+engine, without one: test_serve_requests.py."""
 
 import base64
 import http.server
@@ -12,31 +13,17 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from io import BytesIO
 
 import psutil
 import pytest
-from PIL import Image
 
 from conftest import ENV
+from test_serve_requests import HUGE, asking, chat, deep, png_url
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.serving.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
-                           wait_for_health)
-from vlmgrpo.serving.requests import (Limits, RequestProblem, check_chat_request, check_prompt_length,
-                                    prompt_text)
+                                   wait_for_health)
 
 API_KEY = "test-key-of-this-module"
-
-
-def png_url(size=(32, 32)) -> str:
-    buffer = BytesIO()
-    Image.new("RGB", size, "yellow").save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def chat(model="m", url=None, text="Where is the yellow square?"):
-    content = [{"type": "image_url", "image_url": {"url": url or png_url()}}, {"type": "text", "text": text}]
-    return {"model": model, "messages": [{"role": "user", "content": content}]}
 
 
 def test_engine_is_vllm_only_with_vllm_and_a_gpu():
@@ -64,61 +51,15 @@ def test_engine_commands_listen_on_loopback_with_the_served_name():
     assert engine_model_id(settings, "vllm") == "rec-model" and engine_model_id(settings, "transformers") == "/out/merged"
 
 
-@pytest.mark.parametrize("raw, status, where", [
-    (b"{not json", 400, "not valid JSON"),
-    (b"[1, 2]", 400, "must be a JSON object"),
-    (json.dumps(chat(model="other")).encode(), 404, "'other' is not served here; this server serves 'm'"),
-    (json.dumps(chat(url="data:image/png;base64,aGVsbG8=")).encode(), 400, "messages[0].content[0].image_url: the "
-                                                                           "image does not decode"),
-    (json.dumps(chat(url="data:image/png;base64,***")).encode(), 400, "base64 does not decode"),
-    (json.dumps({"model": "m", "messages": []}).encode(), 400, "'messages' must be a non-empty list"),
-    (json.dumps(chat(url="/data/images/cat.png")).encode(), 400, "it opens no file of its own"),
-    (json.dumps(chat(url="file:///etc/passwd")).encode(), 400, "it opens no file of its own"),
-    (json.dumps(chat(url="http://127.0.0.1:9/admin")).encode(), 400, "image URLs of 127.0.0.1 are not fetched here"),
-    (json.dumps(chat(url=png_url((5000, 5000)))).encode(), 400, "5000 x 5000 pixels, over this server's limit"),
-    (json.dumps({**chat(), "n": 2}).encode(), 400, "'n' must be a whole number from 1 to 1"),
-    (json.dumps({**chat(), "max_tokens": -1}).encode(), 400, "'max_tokens' must be a whole number from 1"),
-    (json.dumps({**chat(), "generation_config": json.dumps({"max_new_tokens": 10 ** 9})}).encode(), 400,
-     "'generation_config' is not accepted here"),
-    (json.dumps({**chat(), "temperature": -3}).encode(), 400, "'temperature' must be a number from 0 to 2"),
-    (json.dumps({"model": "m", "messages": [1]}).encode(), 400, "messages[0] must be an object with a 'role'"),
-    (json.dumps({"model": "m", "messages": [{"content": "hi"}]}).encode(), 400, "with a 'role' of system"),
-])
-def test_bad_requests_are_refused_with_what_is_wrong(raw, status, where):
-    with pytest.raises(RequestProblem) as caught:
-        check_chat_request(raw, "m")
-    assert caught.value.status == status and where in str(caught.value)
-    assert set(caught.value.body()["error"]) == {"message", "type", "param", "code"}
-
-
-def test_max_tokens_over_the_models_context_is_refused(tiny):
-    from vlmgrpo.serving.serve import model_context
-
-    context = model_context(tiny["model"])
-    assert isinstance(context, int) and context > 0
-    with pytest.raises(RequestProblem, match=f"'max_tokens' must be a whole number from 1 to {context}, not"):
-        check_chat_request(json.dumps({**chat(), "max_tokens": 10 ** 9}).encode(), "m", Limits(max_context=context))
-
-
-def test_a_prompt_longer_than_the_context_is_refused_before_the_engine():
-    body = {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
-                                       {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
-                                                                    {"type": "text", "text": "Where is it?"}]}]}
-    assert prompt_text(body) == "Be brief.\nWhere is it?"
-    check_prompt_length(90, {**body, "max_tokens": 10}, Limits(max_context=100))  # exactly the context: served
-    with pytest.raises(RequestProblem, match="the prompt's text is 91 tokens and max_tokens 10, over the model's "
-                                             "context of 100 tokens") as caught:
-        check_prompt_length(91, {**body, "max_tokens": 10}, Limits(max_context=100))
-    assert (caught.value.status, caught.value.code) == (400, "context_length_exceeded")
-    check_prompt_length(10 ** 6, body, Limits())  # a model that does not say its context: the engine checks
-
-
-def test_a_good_request_passes_as_it_came():
-    body = chat()
-    assert check_chat_request(json.dumps(body).encode(), "m") == body
-    remote = chat(url="https://example.com/cat.png")  # an allowed host: fetched by the layer in front, later
-    assert check_chat_request(json.dumps(remote).encode(), "m", Limits(allowed_media_domains=("example.com",))) \
-        == remote
+def test_vllm_fetches_no_url_and_opens_no_file():
+    """Every image reaches the engine inline: vLLM's own media allow-list names a host that never resolves (an empty
+    one lets it fetch any URL), and its media flags are not passed through."""
+    vllm = engine_command(ServeSettings("/out/merged", "rec-model"), "vllm", 41000)
+    assert vllm[vllm.index("--allowed-media-domains") + 1].endswith(".invalid")
+    assert "--allowed-local-media-path" not in vllm
+    for extra in (["--allowed-local-media-path", "/"], ["--allowed-media-domains=127.0.0.1"]):
+        with pytest.raises(ConfigError, match=f"{extra[0].split('=')[0]} is not passed to the engine"):
+            engine_command(ServeSettings("/out/merged", "rec-model", engine_args=extra), "vllm", 41000)
 
 
 @pytest.fixture(scope="module")
@@ -345,6 +286,44 @@ def test_nobody_in_without_the_key_and_nothing_fetched_from_loopback_or_a_path(s
     finally:
         listener.shutdown()
     assert _Listener.seen == [] and process.poll() is None
+
+
+@pytest.mark.slow
+def test_the_side_doors_of_the_engine_are_shut(server, tmp_path):
+    """What transformers serve loaded, fetched or rendered as sent (issue 45): an input_image of a server-side file,
+    of a loopback URL or of 25 megapixels, a video_url, a client's chat_template_kwargs, an input_text part far
+    over the context, JSON nested 100k deep, a seed over 64 bits, a field the server does not know, and a stop
+    string, which transformers serve fails on for this model. Each is a 400 in OpenAI's shape naming it, the
+    engine is sent none of them, and what the allow-list keeps is served."""
+    process, port, _ = server
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(base64.b64decode(png_url().split(",", 1)[1]))
+    listener = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    _Listener.seen = []
+    key = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    probes = [(json.dumps(asking({"type": "input_image", "image_url": image}, "rec-tiny")).encode(), "input_image")
+              for image in (f"file://{secret}", str(secret), f"http://127.0.0.1:{listener.server_port}/x.png", HUGE)]
+    probes += [(json.dumps(body).encode(), says) for body, says in (
+        (asking({"type": "video_url", "video_url": {"url": f"file://{secret}"}}, "rec-tiny"), "video_url"),
+        ({**chat("rec-tiny"), "chat_template_kwargs": {"max_pixels": 10 ** 7}}, "chat_template_kwargs"),
+        (asking({"type": "input_text", "text": "yellow " * 80_000}, "rec-tiny"), "input_text"),
+        ({**chat("rec-tiny"), "seed": 2 ** 70}, "'seed' must be a whole number from 0 to"),
+        ({**chat("rec-tiny"), "guided_json": {}}, "'guided_json' is not accepted here"),
+        ({**chat("rec-tiny"), "stop": "x"}, "'stop' is not served by this server's engine"))]
+    probes.append((deep(100_000).replace(b'"model": "m"', b'"model": "rec-tiny"'), "nested too deeply"))
+    try:
+        for body, says in probes:
+            code, answer = _post(port, body, key)
+            assert (code, set(answer["error"])) == (400, {"message", "type", "param", "code"}), answer
+            assert says in answer["error"]["message"], answer
+    finally:
+        listener.shutdown()
+    assert _Listener.seen == []
+    kept = {**chat("rec-tiny"), "max_tokens": 4, "seed": 2 ** 63 - 1, "frequency_penalty": 2, "presence_penalty": 2,
+            "top_p": 0.9, "logprobs": True, "top_logprobs": 20, "user": "u-1"}
+    code, answer = _post(port, json.dumps(kept).encode(), key)
+    assert code == 200 and answer["model"] == "rec-tiny" and process.poll() is None, answer
 
 
 @pytest.mark.slow

@@ -79,6 +79,8 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
               "no redirects, public addresses only); none by default: images come inline as data: URLs. Repeatable.")
 @click.option("--max-image-bytes", type=click.IntRange(1), default=Limits.max_image_bytes, show_default=True)
 @click.option("--max-image-pixels", type=click.IntRange(1), default=Limits.max_image_pixels, show_default=True)
+@click.option("--max-images", type=click.IntRange(0), default=Limits.max_images, show_default=True,
+              help="Images one request may carry.")
 @click.option("--max-body-bytes", type=click.IntRange(1), default=Limits.max_body_bytes, show_default=True)
 @click.option("--max-in-flight", type=click.IntRange(1), default=Limits.max_in_flight, show_default=True,
               help="Requests served at once; more are answered 429.")
@@ -91,15 +93,16 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 def serve_command(model: str, served_model_name: Optional[str], host: str, port: int, api_key: Optional[str],
                   allowed_media_domains: tuple[str, ...], max_image_bytes: int, max_image_pixels: int,
-                  max_body_bytes: int, max_in_flight: int, read_timeout: float, engine: str, dtype: str,
-                  engine_args: tuple[str, ...]) -> None:
+                  max_images: int, max_body_bytes: int, max_in_flight: int, read_timeout: float, engine: str,
+                  dtype: str, engine_args: tuple[str, ...]) -> None:
     """An OpenAI-compatible chat-completions endpoint (images included) for a trained model, served by vLLM or
     `transformers serve`. Arguments after `--` go to the engine as given. SIGTERM lets requests in flight finish."""
     from vlmgrpo.serving.serve import ServeSettings, serve
 
     try:
         limits = Limits(api_key or None, tuple(domain.lower() for domain in allowed_media_domains), max_body_bytes,
-                        max_image_bytes, max_image_pixels, max_in_flight=max_in_flight, read_timeout_s=read_timeout)
+                        max_image_bytes, max_image_pixels, max_images=max_images, max_in_flight=max_in_flight,
+                        read_timeout_s=read_timeout)
         sys.exit(serve(ServeSettings(model, served_model_name or model, host, port, engine, dtype,
                                      list(engine_args), limits)))
     except UserError as error:

@@ -1,20 +1,30 @@
-"""The thin layer in front of the serving engine: who may ask, what it may ask for, then the request as it came.
+"""The thin layer in front of the serving engine: who may ask, what it may ask for, then the request as checked.
+
+It passes on only what it checks (allowlist.py): the fields model, messages, max_tokens, max_completion_tokens, n,
+temperature, top_p, frequency_penalty, presence_penalty, seed, stop, stream, stream_options, logprobs, top_logprobs
+and user, each in its range; messages of role, content and name; content parts of type text and image_url. Anything
+else is a 400 naming it: a client's chat template or processor settings (chat_template_kwargs), tools,
+response_format, transformers serve's generation_config, the Responses API's input_image and input_text parts, video,
+audio and file parts, a field the engine fails on (stop, with transformers serve).
 
 Errors are in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) so the official client raises them
-with their message: 400 for a body that is not JSON, a field out of range or an image that does not decode
-(transformers serve answers those with a 500 and a traceback in its log), 404 for a model name this server does not
-serve (the name clients use is --served-model-name; the engine's own name stays internal), 401 without the API key,
-408 for a body still arriving after its timeout, 413 for a body over the limit, 415 for a body that is not JSON (a
-browser page can send text/plain without asking), 429 when the requests in flight are at the limit, 503 while the
-engine is being restarted. A prompt whose text alone, with max_tokens, is over the model's context is a 400 before
-the engine sees it; a client that hangs up has its request to the engine cancelled.
+with their message: 400 for a body that is not JSON or is nested too deeply for Python, a field or part not served,
+a field out of range or an image that does not decode (transformers serve answers those with a 500 and a traceback
+in its log), 404 for a model name this server does not serve (the name clients use is --served-model-name; the
+engine's own name stays internal) or a path it does not serve, 401 without the API key, 408 for a body still
+arriving after its timeout, 413 for a body over the limit, 415 for a body that is not JSON (a browser page can send
+text/plain without asking), 429 when the requests in flight are at the limit, 503 while the engine is being
+restarted; the engine's own errors are put in the same shape, and a fault here is a 500 in it. A prompt whose
+tokens (its text, and its images where the model's processor says how many each makes), with max_tokens, are over
+the model's context is a 400 before the engine sees it; a client that hangs up has its request to the engine
+cancelled.
 
-Images reach the engine inline only: a data: URL is checked (bytes and pixels before it is decoded, then decoded),
-an http(s) URL is fetched here when its host is one the operator allowed (--allowed-media-domains, vLLM's name for
-it), with redirects off, loopback and private addresses refused, a timeout and a byte limit, then sent on as a data:
-URL. The engine never opens a path or fetches a URL of a client's choosing.
+Images reach the engine inline only, no more of them than --max-images: a data: URL is checked (bytes and pixels
+before it is decoded, then decoded), an http(s) URL is fetched here when its host is one the operator allowed
+(--allowed-media-domains, vLLM's name for it), with redirects off, loopback and private addresses refused, a timeout
+and a byte limit, then sent on as a data: URL. The engine never opens a path or fetches a URL of a client's choosing
+(vLLM is given a media allow-list no URL matches, serve.py).
 """
-
 
 import asyncio
 import base64
@@ -28,8 +38,10 @@ import socket
 import urllib.parse
 from typing import Any, Callable, Optional
 
-from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length, image_parts,
-                             image_problem, prompt_text)
+from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length,
+                                      engine_error, image_parts, image_problem, image_sizes, prompt_text)
+
+log = logging.getLogger("vlmgrpo")
 
 def _public_address(host: str) -> Optional[str]:
     """Why the host may not be fetched from (it resolves to a loopback, private, link-local or reserved address);
@@ -47,30 +59,30 @@ def _public_address(host: str) -> Optional[str]:
 
 async def inline_remote_images(body: dict, limits: Limits, client) -> None:
     """Fetch each allowed http(s) image (no redirects, a timeout, a byte limit) and put it inline as a data: URL."""
-    for i, message in enumerate(body["messages"]):
-        for where, part, url in image_parts(message, i):
-            if url.startswith("data:"):
-                continue
-            host = urllib.parse.urlsplit(url).hostname
-            problem = await asyncio.to_thread(_public_address, host)
-            raw = b""
-            if problem is None:
-                try:
-                    async with client.stream("GET", url, follow_redirects=False,
-                                             timeout=limits.fetch_timeout_s) as answer:
-                        if answer.status_code != 200:
-                            problem = f"{url} answered {answer.status_code} (redirects are not followed)"
-                        async for chunk in answer.aiter_bytes() if problem is None else ():
-                            raw += chunk
-                            if len(raw) > limits.max_image_bytes:
-                                problem = f"{url} is over this server's limit of {limits.max_image_bytes} bytes"
-                                break
-                except Exception as exc:  # httpx's errors, whatever the transport says
-                    problem = f"{url} could not be fetched ({exc.__class__.__name__})"
-            problem = problem or image_problem(raw, limits)
-            if problem:
-                raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
-            part["image_url"] = {"url": f"data:{_media_type(raw)};base64," + base64.b64encode(raw).decode()}
+    for where, part, url in image_parts(body):
+        if url.startswith("data:"):
+            continue
+        host = urllib.parse.urlsplit(url).hostname
+        problem = await asyncio.to_thread(_public_address, host)
+        raw = b""
+        if problem is None:
+            try:
+                async with client.stream("GET", url, follow_redirects=False,
+                                         timeout=limits.fetch_timeout_s) as answer:
+                    if answer.status_code != 200:
+                        problem = f"{url} answered {answer.status_code} (redirects are not followed)"
+                    async for chunk in answer.aiter_bytes() if problem is None else ():
+                        raw += chunk
+                        if len(raw) > limits.max_image_bytes:
+                            problem = f"{url} is over this server's limit of {limits.max_image_bytes} bytes"
+                            break
+            except Exception as exc:  # httpx's errors, whatever the transport says
+                problem = f"{url} could not be fetched ({exc.__class__.__name__})"
+        problem = problem or image_problem(raw, limits)
+        if problem:
+            raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
+        inline = f"data:{_media_type(raw)};base64," + base64.b64encode(raw).decode()
+        part["image_url"] = {**part["image_url"], "url": inline}
 
 
 def _media_type(raw: bytes) -> str:
@@ -88,11 +100,12 @@ def authorized(headers, limits: Limits) -> bool:
 
 
 def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limits = Limits(),
-              count_tokens: Optional[Callable[[str], int]] = None):
-    """count_tokens: the model's tokenizer, counting a prompt's text; without it the engine checks lengths."""
+              count_tokens: Optional[Callable[[str, list], int]] = None):
+    """count_tokens: the tokens the model makes of a prompt's text and its images' (height, width); without it the
+    engine checks lengths."""
     import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import Response, StreamingResponse
 
     # No keep-alive to the engine: after an engine-side 500, a kept connection it had closed failed the next request
     # of any client with a bare 500 (13 of 20 tries); a new connection on loopback costs well under a millisecond.
@@ -108,34 +121,48 @@ def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limi
 
     app = FastAPI(title="vlmgrpo serve", docs_url=None, redoc_url=None, lifespan=lifespan)
     _require_key(app, limits)
-
-    def refuse(problem: RequestProblem):
-        return JSONResponse(problem.body(), status_code=problem.status)
-
     _add_health(app, client, httpx.HTTPError)
+    _errors_in_openai_shape(app)
     app.get("/v1/models")(lambda: {"object": "list", "data": [{"id": served_name, "object": "model",
                                                                 "owned_by": "vlmgrpo"}]})
 
     @app.post(CHAT_PATH)
     async def chat(request: Request):
         if in_flight.locked():
-            return refuse(RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; "
+            return _refuse(RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; "
                                               "try again shortly", code="rate_limit_exceeded"))
         async with in_flight:
             try:
-                body = await _checked_body(request, served_name, limits)
-                if count_tokens is not None:
-                    check_prompt_length(await asyncio.to_thread(count_tokens, prompt_text(body)), body, limits)
-                await inline_remote_images(body, limits, fetcher)
+                body = await _checked(request, served_name, limits, fetcher, count_tokens)
                 return await _unless_gone(request, _forward(client, body, engine_model, served_name, Response,
                                                             StreamingResponse))
             except RequestProblem as problem:
-                return refuse(problem)
+                return _refuse(problem)
             except httpx.TransportError:  # the engine died and is being started again (serve.Engine)
-                return refuse(RequestProblem(503, "the model's engine is not answering (it is being restarted); "
+                return _refuse(RequestProblem(503, "the model's engine is not answering (it is being restarted); "
                                                   "try again shortly", code="engine_unavailable"))
+            except Exception:  # a fault of ours: still an answer the client's library reads, the traceback logged
+                log.exception("serving a chat request failed")
+                return _refuse(RequestProblem(500, "the server failed on this request; its log says why",
+                                             code="server_error"))
 
     return app
+
+
+def _refuse(problem: RequestProblem):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(problem.body(), status_code=problem.status)
+
+
+async def _checked(request, served_name: str, limits: Limits, fetcher, count_tokens) -> dict:
+    """The request's body once it passed every check, its remote images inline (their sizes counted too)."""
+    body = await _checked_body(request, served_name, limits)
+    await inline_remote_images(body, limits, fetcher)
+    if count_tokens is not None:
+        tokens = await asyncio.to_thread(count_tokens, prompt_text(body), image_sizes(body))
+        check_prompt_length(tokens, body, limits)
+    return body
 
 
 def _add_health(app, client, http_error) -> None:
@@ -151,6 +178,17 @@ def _add_health(app, client, http_error) -> None:
             healthy = False
         return JSONResponse({"status": "ok" if healthy else "engine not answering"}, status_code=200 if healthy
                             else 503)
+
+
+def _errors_in_openai_shape(app) -> None:
+    """FastAPI's own answers (an unknown path, a method a route does not take) in OpenAI's shape too."""
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(HTTPException)
+    async def answer(request, exc):
+        problem = RequestProblem(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+        return JSONResponse(problem.body(), status_code=exc.status_code, headers=exc.headers)
 
 
 def _require_key(app, limits: Limits) -> None:
@@ -189,7 +227,7 @@ async def _checked_body(request, served_name: str, limits: Limits) -> dict:
     except asyncio.TimeoutError:
         raise RequestProblem(408, f"the request body did not arrive within {limits.read_timeout_s:g} s") from None
     except ClientDisconnect:  # gone before its body was read: the engine never sees it, nobody reads the answer
-        logging.getLogger("vlmgrpo").warning("the client hung up before its request was read")
+        log.warning("the client hung up before its request was read")
         raise RequestProblem(499, "the client hung up before its request was read") from None
     return check_chat_request(raw, served_name, limits)
 
@@ -214,7 +252,7 @@ async def _unless_gone(request, answer):
         if done:
             return task.result()
         if await request.is_disconnected():
-            logging.getLogger("vlmgrpo").warning("the client hung up: its request to the engine was cancelled")
+            log.warning("the client hung up: its request to the engine was cancelled")
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -225,14 +263,22 @@ async def _forward(client, body: dict, engine_model: str, served_name: str, Resp
     forwarded: dict[str, Any] = {**body, "model": engine_model}
     if body.get("stream"):
         upstream = await client.send(client.build_request("POST", CHAT_PATH, json=forwarded), stream=True)
+        if upstream.status_code != 200:
+            content = await upstream.aread()
+            await upstream.aclose()
+            return _engine_failed(upstream.status_code, content, Response)
         return StreamingResponse(_relay(upstream, engine_model, served_name), status_code=upstream.status_code,
                                  media_type=upstream.headers.get("content-type", "text/event-stream"))
     answer = await client.post(CHAT_PATH, json=forwarded)
-    content = answer.content
-    if answer.status_code == 200:
-        content = json.dumps({**answer.json(), "model": served_name}).encode()
-    return Response(content, status_code=answer.status_code,
-                    media_type=answer.headers.get("content-type", "application/json"))
+    if answer.status_code != 200:
+        return _engine_failed(answer.status_code, answer.content, Response)
+    return Response(json.dumps({**answer.json(), "model": served_name}).encode(), media_type="application/json")
+
+
+def _engine_failed(status: int, content: bytes, Response):
+    log.warning("the engine answered %d: %s", status, content[:2000].decode(errors="replace"))
+    return Response(json.dumps(engine_error(status, content)).encode(), status_code=status,
+                    media_type="application/json")
 
 
 async def _relay(upstream, engine_model: str, served_name: str):

@@ -1,7 +1,8 @@
-"""What a chat-completions request may ask of the engine, checked before it is sent: its shape, its fields' ranges,
-its images (bytes and pixels before decoding, then decoded; data: URLs, or http(s) URLs of the hosts the operator
-allowed, fetched later by serve_app), and its prompt's length against the model's context. Pure functions: each
-problem is a RequestProblem in OpenAI's error shape."""
+"""What a chat-completions request may ask of the engine, checked before it is sent: its shape and fields (only
+those of allowlist, each in its range), its images (how many; bytes and pixels before decoding, then decoded;
+data: URLs, or http(s) URLs of the hosts the operator allowed, fetched later by app.py), and its prompt's length,
+text and images, against the model's context. Pure functions: each problem is a RequestProblem in OpenAI's error
+shape."""
 
 import base64
 import binascii
@@ -9,10 +10,11 @@ import io
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
+
+from vlmgrpo.serving.allowlist import Refused, check_fields, content_parts
 
 CHAT_PATH = "/v1/chat/completions"
-ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
 @dataclass(frozen=True)
@@ -22,10 +24,12 @@ class Limits:
     max_body_bytes: int = 20 * 1024 * 1024
     max_image_bytes: int = 10 * 1024 * 1024
     max_image_pixels: int = 4096 * 4096
+    max_images: int = 8  # per request: each is decoded here to be checked, whatever its few compressed bytes
     fetch_timeout_s: float = 10.0
     max_in_flight: int = 64
     max_context: Optional[int] = None  # the model's, from its config.json: no request may ask for more tokens
     read_timeout_s: float = 30.0  # headers or a body still arriving after this are cut: a half-sent request holds on
+    engine: Optional[str] = None  # the engine serving: the fields it fails on are refused (allowlist.ENGINE_FAILS_ON)
 
 
 class RequestProblem(Exception):
@@ -34,8 +38,8 @@ class RequestProblem(Exception):
         self.status, self.param, self.code = status, param, code
 
     def body(self) -> dict:
-        return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param,
-                          "code": self.code}}
+        kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}}
 
 
 def image_problem(raw: bytes, limits: Limits) -> Optional[str]:
@@ -85,54 +89,35 @@ def url_problem(url: str, limits: Limits) -> Optional[str]:
     return None
 
 
-def _int_in(body: dict, key: str, low: int, high: Optional[int] = None) -> None:
-    value = body.get(key)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        span = f"from {low}" + (f" to {high}" if high is not None else "")
-        raise RequestProblem(400, f"'{key}' must be a whole number {span}, not {value!r}", key)
+def image_parts(body: dict):
+    """(where, the part, its url) of each image part of a request check_chat_request passed."""
+    for i, message in enumerate(body["messages"]):
+        content = message.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            if part["type"] == "image_url":
+                yield f"messages[{i}].content[{j}]", part, part["image_url"]["url"]
 
 
-def _check_fields(body: dict, limits: Limits) -> None:
-    _int_in(body, "max_tokens", 1, limits.max_context)  # 10^9 tokens at temperature 0 held the engine for good
-    _int_in(body, "max_completion_tokens", 1, limits.max_context)
-    _int_in(body, "n", 1, 1)  # one choice per request: the engines here give one
-    if "generation_config" in body:  # transformers serve's own field: its max_new_tokens escaped the limit above
-        raise RequestProblem(400, "'generation_config' is not accepted here; use max_tokens, temperature and top_p",
-                             "generation_config")
-    for key, low, high in (("temperature", 0, 2), ("top_p", 0, 1)):
-        value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not low <= value <= high):
-            raise RequestProblem(400, f"'{key}' must be a number from {low} to {high}, not {value!r}", key)
-
-
-def image_parts(message: Any, i: int):
-    """(where, the part's image_url holder, url) of each image part of messages[i], checking the message's shape."""
-    if not isinstance(message, dict) or message.get("role") not in ROLES:
-        raise RequestProblem(400, f"messages[{i}] must be an object with a 'role' of {', '.join(ROLES)}",
-                             f"messages[{i}]")
-    content = message.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        raise RequestProblem(400, f"messages[{i}].content must be text or a list of parts", f"messages[{i}]")
-    for j, part in enumerate(content if isinstance(content, list) else []):
-        if not isinstance(part, dict):
-            raise RequestProblem(400, f"messages[{i}].content[{j}] must be an object", f"messages[{i}].content[{j}]")
-        if part.get("type") == "image_url":
-            holder = part.get("image_url")
-            url = holder.get("url") if isinstance(holder, dict) else holder
-            yield f"messages[{i}].content[{j}]", part, url
-
-
-def check_chat_request(raw: bytes, served_name: str, limits: Limits = Limits()) -> dict:
-    """The request body as a dict, or a RequestProblem saying what is wrong and where."""
+def _parsed(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        # What the engine is sent is this body encoded again: a lone surrogate (\ud800) parses but does not encode
+        json.dumps(body, ensure_ascii=False).encode()
+    except RecursionError:  # nested deeper than Python's stack: json's own error, and no ValueError
+        raise RequestProblem(400, "the request body is nested too deeply to be a chat request") from None
+    except UnicodeEncodeError as exc:
+        raise RequestProblem(400, f"the request body's text is not valid Unicode ({exc.reason})") from None
+    except (UnicodeError, ValueError) as exc:
         raise RequestProblem(400, f"the request body is not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise RequestProblem(400, "the request body must be a JSON object")
+    return body
+
+
+def check_chat_request(raw: bytes, served_name: str, limits: Limits = Limits()) -> dict:
+    """The request body as a dict, or a RequestProblem saying what is wrong and where: only the fields and parts of
+    allowlist, each checked; every image (its source, bytes, pixels) and no more of them than the limit."""
+    body = _parsed(raw)
     model = body.get("model")
     if model != served_name:
         raise RequestProblem(404, f"the model {model!r} is not served here; this server serves {served_name!r}",
@@ -140,35 +125,71 @@ def check_chat_request(raw: bytes, served_name: str, limits: Limits = Limits()) 
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestProblem(400, "'messages' must be a non-empty list", "messages")
-    _check_fields(body, limits)
-    for i, message in enumerate(messages):
-        for where, _, url in image_parts(message, i):
-            problem = url_problem(url, limits) if isinstance(url, str) else "no image URL"
-            if problem:
-                raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
+    try:
+        check_fields(body, limits.max_context, limits.engine)
+        for i, message in enumerate(messages):
+            content_parts(message, i)
+    except Refused as refused:
+        raise RequestProblem(400, str(refused), refused.where) from None
+    images = list(image_parts(body))
+    if len(images) > limits.max_images:
+        raise RequestProblem(400, f"the request has {len(images)} images, over this server's limit of "
+                                  f"{limits.max_images}", "messages", "invalid_image")
+    for where, _, url in images:
+        problem = url_problem(url, limits)
+        if problem:
+            raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
     return body
 
 
+def image_sizes(body: dict) -> list[tuple[int, int]]:
+    """(height, width) of each image of a request whose images are all inline and checked, as processors take them."""
+    from PIL import Image
+
+    sizes = []
+    for _, _, url in image_parts(body):
+        with Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2]))) as image:
+            sizes.append((image.height, image.width))
+    return sizes
+
+
 def prompt_text(body: dict) -> str:
-    """The text of every message, as the tokenizer counts it (images and the chat template add more tokens)."""
-    parts = []
+    """Every text the chat template is given, as the tokenizer counts it: string contents, text parts and names
+    (images and the template itself add more tokens)."""
+    texts = []
     for message in body["messages"]:
         content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        for part in content if isinstance(content, list) else []:
-            if part.get("type") == "text" and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-    return "\n".join(parts)
+        texts += [content] if isinstance(content, str) else []
+        texts += [part["text"] for part in content if part["type"] == "text"] if isinstance(content, list) else []
+        texts += [message["name"]] if isinstance(message.get("name"), str) else []
+    return "\n".join(texts)
 
 
 def check_prompt_length(tokens: int, body: dict, limits: Limits) -> None:
-    """The prompt's text plus the tokens asked for fit the model's context (a prompt 37 times the context ran for
-    107 s in the engine before it failed)."""
+    """The prompt's tokens (its text, and its images where the model's processor says how many each makes) plus
+    the tokens asked for fit the model's context: a longer prompt is work the engine does before it fails."""
     if limits.max_context is None:
         return
-    asked = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+    asked = body.get("max_completion_tokens") or body.get("max_tokens") or 0  # the engines' order
     if tokens + asked > limits.max_context:
-        raise RequestProblem(400, f"the prompt's text is {tokens} tokens{f' and max_tokens {asked}' if asked else ''}"
-                                  f", over the model's context of {limits.max_context} tokens; send a shorter prompt"
-                                  f"{' or ask for fewer tokens' if asked else ''}", "messages", "context_length_exceeded")
+        raise RequestProblem(400, f"the prompt is {tokens} tokens{f' and max_tokens {asked}' if asked else ''}, over "
+                                  f"the model's context of {limits.max_context} tokens; send a shorter prompt"
+                                  f"{' or ask for fewer tokens' if asked else ''}", "messages",
+                             "context_length_exceeded")
+
+
+def engine_error(status: int, content: bytes) -> dict:
+    """An engine's failure in OpenAI's error shape: vLLM's is in it already (or in its older flat form), transformers
+    serve answers {"detail": ...} for what it refuses and bare text for what it fails on."""
+    try:
+        answer = json.loads(content)
+    except (UnicodeError, ValueError, RecursionError):
+        answer = None
+    error = answer.get("error") if isinstance(answer, dict) and isinstance(answer.get("error"), dict) else answer
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        kind = error.get("type") if isinstance(error.get("type"), str) else None
+        problem = RequestProblem(status, error["message"], error.get("param"), error.get("code"))
+        return {"error": {**problem.body()["error"], **({"type": kind} if kind else {})}}
+    said = answer["detail"] if isinstance(answer, dict) and "detail" in answer else content.decode(errors="replace")
+    return RequestProblem(status, f"the model's engine answered {status}: {str(said)[:1000]}",
+                          code="engine_error").body()

@@ -37,6 +37,8 @@ SHUTDOWN_GRACE_S = 25
 
 HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
 API_KEY_VARIABLE = "VLMGRPO_API_KEY"
+MEDIA_FLAGS = ("--allowed-media-domains", "--allowed-local-media-path")  # the engine's: the front decides instead
+NO_MEDIA_DOMAIN = "no-url-is-fetched-by-the-engine.invalid"  # .invalid never resolves (RFC 6761)
 
 
 @dataclass
@@ -70,10 +72,17 @@ def _script(name: str) -> str:
 
 
 def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]:
-    """The engine's own server on loopback; the layer in front owns the public port."""
+    """The engine's own server on loopback; the layer in front owns the public port. vLLM is given a media
+    allow-list no URL matches: every image reaches it inline, checked (without one it fetches any URL it is given;
+    with --allowed-local-media-path it opens files, which it is never given)."""
+    for arg in settings.engine_args:
+        if arg.split("=")[0] in MEDIA_FLAGS:
+            raise ConfigError(f"{arg.split('=')[0]} is not passed to the engine: images reach it inline from the "
+                              "layer in front, which fetches the hosts of vlmgrpo serve's own --allowed-media-domains")
     if engine == "vllm":
         return [_script("vllm"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
-                "--served-model-name", settings.served_name, "--dtype", settings.dtype, *settings.engine_args]
+                "--served-model-name", settings.served_name, "--dtype", settings.dtype,
+                "--allowed-media-domains", NO_MEDIA_DOMAIN, *settings.engine_args]
     attention = []  # the kernel `train` would load the model with, unless the operator passed one through
     if not any(arg.startswith(("--attn-implementation", "--attn_implementation")) for arg in settings.engine_args):
         from vlmgrpo.models.attention import choose_attention
@@ -221,7 +230,7 @@ def serve(settings: ServeSettings) -> int:
     try:
         wait_until_ready(engine.process, port, log_path)
         threading.Thread(target=engine.watch, name="engine-watch", daemon=True).start()
-        limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model))
+        limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model), engine=engine_name)
         app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine_name),
                         limits, prompt_tokens(settings.model))
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
@@ -259,18 +268,41 @@ def headers_in_time(seconds: float):
     return Protocol
 
 
-def prompt_tokens(model: str) -> Optional[Callable[[str], int]]:
-    """How many tokens the model's tokenizer makes of a text (what the front checks a prompt's length with, before
-    the engine spends minutes on a prompt longer than the model's context); None when it has none to load."""
+def prompt_tokens(model: str) -> Optional[Callable[[str, list], int]]:
+    """How many tokens the model makes of a prompt's text and of its images, given as (height, width) (what the
+    front checks a prompt's length with, before the engine works on a prompt longer than the model's context).
+    Images count where the model's processor says how many tokens an image of a size makes (as vLLM asks it), else
+    the engine checks them; None when the model has no tokenizer to load here."""
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoProcessor
 
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except Exception as exc:  # a model whose tokenizer does not load here: the engine still checks
-        log.warning("no tokenizer of %s loaded here (%s): prompt lengths are left to the engine", model, exc)
+        processor = AutoProcessor.from_pretrained(model)
+    except Exception as exc:  # a model whose processor does not load here: the engine still checks
+        log.warning("no processor of %s loaded here (%s): prompt lengths are left to the engine", model, exc)
         return None
-    # verbose=False: a text over the model's length is what is being measured, not a warning to print
-    return lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+    tokenizer = getattr(processor, "tokenizer", processor)
+    per_image = _image_tokens(processor)
+
+    def count(text: str, image_sizes: list) -> int:
+        # verbose=False: a text over the model's length is what is being measured, not a warning to print
+        tokens = len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        return tokens + (sum(per_image(image_sizes)) if per_image and image_sizes else 0)
+
+    return count
+
+
+def _image_tokens(processor) -> Optional[Callable[[list], list]]:
+    """The tokens each image of these sizes makes, by the processor's own settings; None where it does not say."""
+    def per_image(sizes: list) -> list:
+        return processor._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens
+
+    try:
+        if isinstance(per_image([(28, 28)])[0], int):
+            return per_image
+    except Exception as exc:  # a text-only tokenizer, or a processor without the method: not counted here
+        log.info("the processor of this model does not say how many tokens an image makes (%s): the engine checks "
+                 "prompts with images", exc.__class__.__name__)
+    return None
 
 
 def _stop_with_parent() -> None:
