@@ -63,7 +63,8 @@ def field_kinds(recipe) -> dict[str, str]:
 def _read(text: str, how: str):
     from vlmgrpo.config.load import load_yaml
 
-    if how in ("str", "list_str"):
+    # YAML 1.1 reads yes/no/on/off as booleans; HfArgumentParser keeps them as text (a str | bool field's "no").
+    if how in ("str", "list_str") or text.lower() in ("yes", "no", "on", "off", "y", "n"):
         return text
     try:
         return load_yaml(text)
@@ -143,6 +144,6 @@ def _resume(value) -> tuple[Any, Any]:
     checkpoint (vlmgrpo's resume: auto), a path is that checkpoint, False is none."""
     if value is True or str(value).lower() == "true":
         return "resume", "auto"
-    if value is False or value is None or str(value).lower() in ("false", "none", ""):
+    if value is False or value is None or str(value).lower() in ("false", "none", "null", ""):
         return None, None
     return "resume", str(value)
