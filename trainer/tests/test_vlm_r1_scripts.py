@@ -2,6 +2,7 @@
 (vlm_r1_scripts.py holds them, with their source)."""
 
 import importlib.util
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -102,3 +103,18 @@ def test_vlm_r1_script_runs_two_steps_on_one_process(name, tiny16, tmp_path):
                             text=True, timeout=900, env=ENV)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_report_to_wandb_without_a_key_runs_offline_into_the_output(monkeypatch, tmp_path):
+    from vlmgrpo.run.runner import wandb_offline_without_key
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "out"))
+    wandb_offline_without_key()
+    assert os.environ["WANDB_MODE"] == "offline"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "k")
+    wandb_offline_without_key()
+    assert os.environ["WANDB_MODE"] == "online"
