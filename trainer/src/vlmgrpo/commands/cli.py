@@ -134,6 +134,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
 
             decode_images(data)
             click.echo(data.summary())
+            click.echo(not_checked(config))
             return
         removed = clear_earlier_run(config)
         if removed:
@@ -147,6 +148,20 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         sys.exit(recipe.run(config, data))
     except UserError as error:
         fail(error)
+
+
+def not_checked(config) -> str:
+    """What --dry-run leaves to the run: the devices. Everything else was checked for the declared world size."""
+    world = config.run.nproc_per_node * config.run.nnodes
+    devices = [f"{world} process(es) ({config.run.nproc_per_node} per node x {config.run.nnodes} nodes): batch "
+               "arithmetic checked for that world size; its GPUs, NCCL and the rendezvous are not"]
+    for key, what in (("bf16", "bf16 on the GPUs"), ("deepspeed", "DeepSpeed's engine (the file was read)"),
+                      ("use_vllm", "vLLM on the GPUs")):
+        if config.trl.get(key) not in (None, False, "auto"):
+            devices.append(what)
+    if config.model.attn_implementation not in ("auto", "sdpa", "eager"):
+        devices.append(f"attention {config.model.attn_implementation} on the GPUs")
+    return "not checked (devices): " + "; ".join(devices)
 
 
 def flag_overrides(recipe: Recipe, extra: tuple[str, ...]) -> dict[str, Any]:
