@@ -77,7 +77,8 @@ METAVARS = {"bool": "[true|false]", "list": "V [V ...]", "list_str": "V [V ...]"
 
 def all_flags_text(recipe) -> str:
     """Every field of the command's TRL config and of the model's as a flag, with TRL's help (the copy in
-    trl_fields.json, by trainer/scripts/trl_help.py: listing them imports no TRL), then vlmgrpo's sections' fields and VLM-R1's ignored arguments."""
+    trl_fields.json, by trainer/scripts/trl_help.py: listing them imports no TRL), then vlmgrpo's sections' fields
+    and VLM-R1's ignored arguments."""
     from vlmgrpo.commands.flags import IGNORED
     from vlmgrpo.config import sections
 
