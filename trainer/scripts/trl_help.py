@@ -1,5 +1,6 @@
 """Write src/vlmgrpo/commands/trl_help.py: the help of each config field that a command-line option of `vlmgrpo`
-sets and TRL's config classes define (or our ModelConfig, a subclass of TRL's), read from the installed TRL.
+sets and TRL's config classes define (or our ModelConfig, a subclass of TRL's), read from the installed TRL; and
+src/vlmgrpo/commands/trl_fields.json: every field of those classes with its help, which `--help-all` lists.
 
 The command line shows TRL's own help for those options without importing TRL, which takes seconds (`vlmgrpo
 train --help` stays instant). trainer/tests/test_cli_start.py fails when the installed TRL says otherwise; then run
@@ -10,11 +11,14 @@ train --help` stays instant). trainer/tests/test_cli_start.py fails when the ins
 from __future__ import annotations
 
 import dataclasses
+import json
 import textwrap
 import sys
 from pathlib import Path
 
 TARGET = Path(__file__).resolve().parents[1] / "src/vlmgrpo/commands/trl_help.py"
+# Every field of GRPOConfig, SFTConfig and ModelConfig with its help, for `--help-all`.
+FIELDS_TARGET = TARGET.with_name("trl_fields.json")
 HEADER = '''"""The help of the TRL config fields the command line sets (options.trl_option), as TRL {version} writes it in its
 fields' metadata, plus vlmgrpo's ModelConfig fields (config/model_config.py), which subclasses TRL's.
 
@@ -53,6 +57,24 @@ def table() -> dict[str, str]:
     return field_helps(options.TRL_KEYS)
 
 
+def all_fields() -> dict[str, dict[str, tuple[str, str]]]:
+    """Every init field of GRPOConfig, SFTConfig and our ModelConfig: (how the command line reads it, its help)."""
+    import typing
+
+    from trl import GRPOConfig, SFTConfig
+
+    from vlmgrpo.commands.flags import kind
+    from vlmgrpo.config.model_config import ModelConfig
+
+    tables = {}
+    for config_class in (GRPOConfig, SFTConfig, ModelConfig):
+        hints = typing.get_type_hints(config_class)
+        tables[config_class.__name__] = {
+            field.name: (kind(hints[field.name]), " ".join(str(field.metadata.get("help", "")).split()))
+            for field in dataclasses.fields(config_class) if field.init}
+    return tables
+
+
 def generate() -> str:
     import trl
 
@@ -63,12 +85,21 @@ def generate() -> str:
     return HEADER.format(version=trl.__version__) + "\n".join([*lines, "}"]) + "\n"
 
 
-def main() -> None:
-    text = generate()
-    partial = TARGET.with_name(TARGET.name + ".partial")
+def generate_fields() -> str:
+    """trl_fields.json: data, not a module (over a thousand lines), read by `--help-all` only."""
+    return json.dumps(all_fields(), indent=1, sort_keys=True) + "\n"
+
+
+def write(target: Path, text: str) -> None:
+    partial = target.with_name(target.name + ".partial")
     partial.write_text(text, encoding="utf-8")
-    partial.replace(TARGET)
-    print(f"wrote {TARGET}", file=sys.stderr)
+    partial.replace(target)
+    print(f"wrote {target}", file=sys.stderr)
+
+
+def main() -> None:
+    write(TARGET, generate())
+    write(FIELDS_TARGET, generate_fields())
 
 
 if __name__ == "__main__":

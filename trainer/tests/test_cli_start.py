@@ -51,6 +51,8 @@ def test_the_copied_trl_help_is_what_the_installed_trl_says():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.table() == trl_help.HELP, "stale: run python trainer/scripts/trl_help.py"
+    # And every field's kind and help, which `--help-all` lists (trl_fields.json).
+    assert script.generate_fields() == script.FIELDS_TARGET.read_text(), "stale: run python trainer/scripts/trl_help.py"
 
 
 def test_every_option_of_train_and_sft_has_help_and_a_trl_fields_option_starts_with_its_help():

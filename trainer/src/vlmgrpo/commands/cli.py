@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import click
 
-from vlmgrpo.commands.options import collect_overrides, fail, field_option, launch_option, trl_option
+from vlmgrpo.commands.options import collect_overrides, fail, field_option, help_all_option, launch_option, trl_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
 from vlmgrpo.commands.trained import eval_command, serve_command
@@ -110,9 +110,10 @@ def recipe_options(recipe: Recipe) -> list:
             else trl_option(option.flag, option.more, type=option.type) for option in recipe.options]
 
 
-def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options) -> None:
+def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options,
+                extra: tuple[str, ...] = ()) -> None:
     """Every training command: load and check the configuration and every row, then train here or through
-    torchrun."""
+    torchrun. `extra` is what click did not know: fields as TRL's scripts take them (flags.py)."""
     from vlmgrpo.run.launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
@@ -122,6 +123,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
 
     try:
         overrides = collect_overrides(options)
+        overrides.update(flag_overrides(recipe, extra))
         config = load_config(config_path, overrides, recipe, discover_launch(overrides))
         if print_config:
             click.echo(dump_config(config), nl=False)
@@ -132,6 +134,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
 
             decode_images(data)
             click.echo(data.summary())
+            click.echo(not_checked(config))
             return
         removed = clear_earlier_run(config)
         if removed:
@@ -145,6 +148,29 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         sys.exit(recipe.run(config, data))
     except UserError as error:
         fail(error)
+
+
+def not_checked(config) -> str:
+    """What --dry-run leaves to the run: the devices. Everything else was checked for the declared world size."""
+    world = config.run.nproc_per_node * config.run.nnodes
+    devices = [f"{world} process(es) ({config.run.nproc_per_node} per node x {config.run.nnodes} nodes): batch "
+               "arithmetic checked for that world size; its GPUs, NCCL and the rendezvous are not"]
+    for key, what in (("bf16", "bf16 on the GPUs"), ("deepspeed", "DeepSpeed's engine (the file was read)"),
+                      ("use_vllm", "vLLM on the GPUs")):
+        if config.trl.get(key) not in (None, False, "auto"):
+            devices.append(what)
+    if config.model.attn_implementation not in ("auto", "sdpa", "eager"):
+        devices.append(f"attention {config.model.attn_implementation} on the GPUs")
+    return "not checked (devices): " + "; ".join(devices)
+
+
+def flag_overrides(recipe: Recipe, extra: tuple[str, ...]) -> dict[str, Any]:
+    from vlmgrpo.commands.flags import parse_flags
+
+    overrides, notes = parse_flags(extra, recipe)
+    for note in notes:
+        log.warning(note)
+    return overrides
 
 
 def discover_launch(overrides: dict[str, Any]):
@@ -162,11 +188,19 @@ def discover_launch(overrides: dict[str, Any]):
 def register(recipe: Recipe) -> None:
     """`vlmgrpo <recipe.name>` with the options every training command has and the recipe's own."""
 
-    def command(config_path: Optional[str], print_config: bool, dry_run: bool, **options) -> None:
-        run_command(recipe, config_path, print_config, dry_run, options)
+    @click.pass_context
+    def command(context: click.Context, config_path: Optional[str], print_config: bool, dry_run: bool,
+                **options) -> None:
+        run_command(recipe, config_path, print_config, dry_run, options, tuple(context.args))
 
-    options = with_options(RUN_OPTIONS, recipe_options(recipe), MONITOR_OPTIONS, TRAINING_OPTIONS)
-    main.command(recipe.name, help=recipe.summary)(options(command))
+    options = with_options(RUN_OPTIONS, recipe_options(recipe), MONITOR_OPTIONS, TRAINING_OPTIONS,
+                           [help_all_option(recipe)])
+    # What click does not know passes through to flags.py: every field of the TRL config as a flag, as TRL's scripts.
+    settings = {"ignore_unknown_options": True, "allow_extra_args": True}
+    main.command(recipe.name, help=recipe.summary, context_settings=settings,
+                 epilog=f"Every other field is a flag too, as TRL's scripts take them (--epsilon_high 0.28, --bf16, "
+                        f"--reward_funcs accuracy format): `vlmgrpo {recipe.name} --help-all` lists them.")(
+        options(command))
 
 
 for _recipe in RECIPES.values():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -67,3 +70,43 @@ def trl_option(flag: str, more: str = "", **kwargs):
     key = config_key(flag)
     TRL_KEYS.add(key)
     return _option(flag, TRL_HELP.get(key, ""), more, **kwargs)
+
+
+METAVARS = {"bool": "[true|false]", "list": "V [V ...]", "list_str": "V [V ...]"}
+
+
+def all_flags_text(recipe) -> str:
+    """Every field of the command's TRL config and of the model's as a flag, with TRL's help (the copy in
+    trl_fields.json, by trainer/scripts/trl_help.py: listing them imports no TRL), then vlmgrpo's sections' fields
+    and VLM-R1's ignored arguments."""
+    from vlmgrpo.commands.flags import IGNORED
+    from vlmgrpo.config import sections
+
+    FIELDS = json.loads((Path(__file__).with_name("trl_fields.json")).read_text(encoding="utf-8"))
+
+    formatter = click.HelpFormatter()
+    for title, table in ((f"trl.{recipe.trl_class}", FIELDS[recipe.trl_class]), ("ModelConfig", FIELDS["ModelConfig"])):
+        with formatter.section(f"Fields of {title} (--name or --name-with-dashes)"):
+            formatter.write_dl([(f"--{name} {METAVARS.get(how, 'VALUE')}", text)
+                                for name, (how, text) in sorted(table.items())])
+    ours = [section for section in (sections.RecDataConfig if recipe.name == "train" else sections.DataConfig,
+                                    sections.RewardConfig if recipe.name == "train" else None, sections.RunConfig)
+            if section is not None]
+    with formatter.section("vlmgrpo's keys (also flags)"):
+        formatter.write_dl([(f"--{f.name}", f.metadata.get("help", "")) for section in ours
+                            for f in dataclasses.fields(section)])
+    with formatter.section("VLM-R1's grpo_jsonl.py arguments that set nothing here (accepted, with a warning)"):
+        formatter.write_dl([(f"--{name}", why) for name, why in IGNORED.items()])
+    return formatter.getvalue()
+
+
+def help_all_option(recipe):
+    def show(context: click.Context, _param, value: bool) -> None:
+        if value and not context.resilient_parsing:
+            click.echo(context.get_help())
+            click.echo()
+            click.echo(all_flags_text(recipe), nl=False)
+            context.exit()
+
+    return click.option("--help-all", is_flag=True, is_eager=True, expose_value=False, callback=show,
+                        help="Show this help and every field as a flag, then exit.")

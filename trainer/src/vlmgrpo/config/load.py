@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import logging
 import os
 import textwrap
 import typing
@@ -141,17 +142,13 @@ def _unknown_key_error(source: str, key: str, known: typing.Iterable[str], comma
 
 
 def _canonical(origin: str, key: str, value, seen: dict[str, str]):
-    """Other spellings: aliased keys, the reward name `accuracy`, one string for a list of one."""
-    from vlmgrpo.rewards import REWARD_ALIASES
-
+    """Other spellings: aliased keys, one string for a list of one (VLM-R1's reward names: resolve_rewards)."""
     canonical = KEY_ALIASES.get(key, key)
     if canonical in seen and seen[canonical] != key:
         raise ConfigError(f"{origin}: keys '{seen[canonical]}' and '{key}' both set '{canonical}'; keep one")
     seen[canonical] = key
     if canonical in LIST_KEYS and isinstance(value, str):
         value = [value]
-    if canonical == "reward_funcs" and isinstance(value, list):  # a list in it is left to check_value to refuse
-        value = [REWARD_ALIASES.get(name, name) if isinstance(name, str) else name for name in value]
     return canonical, value
 
 
@@ -209,6 +206,8 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
         origins=origins,
         **({"launcher": launch.launcher} if launch else {}),
     )
+    if config.reward is not None:
+        resolve_rewards(config.reward)
     check_choices(config)
     check_ranges(config)
     check_judge_url(config)
@@ -217,6 +216,20 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
             config.data.question_template = task_template(config.data.task_type)
         check_question_template(config)
     return config
+
+
+def resolve_rewards(reward: RewardConfig) -> None:
+    """VLM-R1's names accuracy and format as its grpo_jsonl.py means them, by is_reward_customized_from_vlm_module
+    (rewards.vlm_r1_reward); said in one line at start, and --print-config shows the names they became."""
+    from vlmgrpo.rewards import vlm_r1_reward
+
+    flag = reward.is_reward_customized_from_vlm_module
+    resolved = [vlm_r1_reward(name, flag) for name in reward.reward_funcs]
+    changed = [f"{name} = {new}" for name, new in zip(reward.reward_funcs, resolved) if name != new]
+    if changed:
+        logging.getLogger("vlmgrpo").info("rewards: %s (is_reward_customized_from_vlm_module: %s)",
+                                          ", ".join(changed), flag)
+    reward.reward_funcs = resolved
 
 
 def load_config(path: Optional[str], overrides: dict[str, Any], command, launch=None) -> TrainConfig:

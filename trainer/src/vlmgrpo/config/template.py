@@ -25,7 +25,7 @@ TASK_QUESTION_TEMPLATES = {
                 "reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
                 "respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>\n{question}",
 }
-TASK_TYPES = ("rec", "ic", "odLength", "default", "gui")
+TASK_TYPES = ("rec", "ic", "odLength", "default", "gui", "gui_defect")  # gui_defect: run_grpo_gui_defect_detection.sh
 
 
 def task_template(task_type: str) -> str:

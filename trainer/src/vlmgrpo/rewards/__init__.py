@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from vlmgrpo.rewards.accuracy import JSONL_ACCURACY, make_jsonl_accuracy
-from vlmgrpo.rewards.answer import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, completion_text
+from vlmgrpo.rewards.answer import ANSWER_REWARD_FUNCS, ANSWER_REWARDS, FORMAT_ANSWER, completion_text
 from vlmgrpo.boxes import INTEGER_BOX, RESIZED, Box, answer_box, iou, pixel_iou, strict_answer_box, to_absolute
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.rewards.shaping import LENGTH, REPETITION, make_length_reward, repetition_reward
@@ -31,7 +31,14 @@ IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "form
 # grpo_jsonl.py accuracy, each row scored by its own method (accuracy.py).
 BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS, JSONL_ACCURACY, LENGTH, REPETITION)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
-REWARD_ALIASES = {"accuracy": IOU}  # VLM-R1's --reward_funcs name for the REC IoU reward
+# VLM-R1's --reward_funcs names: with is_reward_customized_from_vlm_module its model module's rewards (REC: IoU and
+# the box format), without it grpo_jsonl.py's own registry (each row's accuracy method, the think/answer format).
+REWARD_ALIASES = {True: {"accuracy": IOU}, False: {"accuracy": JSONL_ACCURACY, FORMAT: FORMAT_ANSWER}}
+
+
+def vlm_r1_reward(name: str, customized: Optional[bool]) -> str:
+    """The reward a VLM-R1 name means; unset (not a VLM-R1 run) keeps this trainer's meaning, accuracy = iou."""
+    return REWARD_ALIASES[customized is not False].get(name, name)
 # REC accuracy (VLM-R1's evaluation): 1 when the answered box has IoU >= 0.5 with the label. `train` adds it with
 # weight 0 when it evaluates, so eval_rewards/rec_accuracy is the validation split's REC accuracy.
 REC_ACCURACY, ACCURACY_IOU = "rec_accuracy", 0.5

@@ -71,6 +71,7 @@ def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
         # wandb writes its run under the working directory, which an image's arbitrary uid often cannot write:
         # beside the run instead, unless WANDB_DIR says where (WANDB_MODE=offline keeps it there to `wandb sync`).
         os.environ.setdefault("WANDB_DIR", str(kwargs["output_dir"]))
+        wandb_offline_without_key()
     if not cuda_available():
         kwargs.setdefault("use_cpu", True)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -78,6 +79,23 @@ def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
     # Our MetricsLogger prints one line per step; tqdm's bar would interleave with it.
     kwargs.setdefault("disable_tqdm", True)
     return kwargs
+
+
+def wandb_offline_without_key() -> None:
+    """VLM-R1's scripts say --report_to wandb; without a key (WANDB_API_KEY, or a `wandb login` in ~/.netrc) wandb
+    would ask for one and stop the run: it runs offline instead, into WANDB_DIR, for `wandb sync` later."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    try:
+        import netrc
+
+        if netrc.netrc().authenticators("api.wandb.ai"):
+            return
+    except (OSError, netrc.NetrcParseError):
+        pass
+    os.environ["WANDB_MODE"] = "offline"
+    log.warning("report_to wandb: no WANDB_API_KEY or wandb login here, so wandb runs offline into %s (upload it "
+                "later with `wandb sync`; set WANDB_MODE=online with a key to report live)", os.environ["WANDB_DIR"])
 
 
 def build_trl_config(config: TrainConfig):

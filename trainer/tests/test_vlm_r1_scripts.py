@@ -1,0 +1,120 @@
+"""VLM-R1's six run scripts' arguments after `vlmgrpo train`, paths bound to the tiny model and data
+(vlm_r1_scripts.py holds them, with their source)."""
+
+import importlib.util
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import in_process
+from vlm_r1_scripts import GUI, SCRIPTS
+
+# VLM-R1's own DeepSpeed files (src/open-r1-multimodal/local_scripts/zero{2,3}.json), "auto" values and all: the HF
+# integration fills those in, so the trainer takes them as they are.
+ZERO = {
+    "zero2": {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}, "optimizer": {"type": "AdamW", "params": {
+        "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}, "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "none", "pin_memory": True}, "allgather_partitions": True,
+        "allgather_bucket_size": 2e8, "overlap_comm": False, "reduce_scatter": True, "reduce_bucket_size": 2e8,
+        "contiguous_gradients": True}, "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+        "steps_per_print": 100, "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+        "wall_clock_breakdown": False},
+    "zero3": {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}, "optimizer": {"type": "AdamW", "params": {
+        "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "none", "pin_memory": True}, "offload_param": {
+            "device": "none", "pin_memory": True}, "overlap_comm": True, "contiguous_gradients": True,
+        "sub_group_size": 1e9, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": 1e9,
+        "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": True},
+        "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 100,
+        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": False},
+}
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.fixture(scope="module")
+def tiny16(tmp_path_factory):
+    """16 rows: the REC scripts' generation batch on 8 GPUs is 16 prompts (8 per device x 8 x 2 steps / 8)."""
+    from vlmgrpo.models.tiny import make_tiny
+
+    return make_tiny(tmp_path_factory.mktemp("tiny16"), rows=16)
+
+
+def script_args(name: str, tiny, tmp_path: Path) -> list[str]:
+    import json
+
+    for zero, config in ZERO.items():
+        (tmp_path / f"{zero}.json").write_text(json.dumps(config))
+    data = Path(tiny["data"]).parent
+    bound = SCRIPTS[name].format(
+        model_path=tiny["model"], output_dir=tmp_path / "out", image_folders=tiny["image_root"],
+        data_paths=data / "tasks" / "gui.jsonl" if name in GUI else tiny["data"],
+        zero2=tmp_path / "zero2.json", zero3=tmp_path / "zero3.json")
+    words = shlex.split(bound)  # as the shell passes them: quotes gone
+    if not HAS_DEEPSPEED:  # no DeepSpeed here (the images have it): its file is still checked, by the next test
+        index = words.index("--deepspeed")
+        del words[index:index + 2]
+    return words
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_vlm_r1_script_arguments_pass_train_dry_run(name, tiny16, tmp_path, caplog):
+    """Checked for 8 GPUs on this machine: the batch arithmetic of the declared world size, every row, rewards."""
+    result = in_process("train", *script_args(name, tiny16, tmp_path), "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "total: 16 rows, " in result.stdout
+    # The log's handler writes to the stderr of the first command run in this process, later ones reach caplog.
+    said = result.stderr + caplog.text
+    assert "grpo_jsonl.py: ignored" in said and "--dataset-name: ignored" in said
+    meaning = "accuracy = jsonl_accuracy" if name in GUI else "accuracy = iou"
+    assert meaning in said, said[-3000:]
+
+
+def test_vlm_r1_deepspeed_files_are_taken_as_they_are(tmp_path):
+    from vlmgrpo.run.launch import resolve_deepspeed
+
+    import json
+
+    for zero, config in ZERO.items():
+        path = tmp_path / f"{zero}.json"
+        path.write_text(json.dumps(config))
+        assert resolve_deepspeed(str(path)) == str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["run_grpo_rec.sh", "run_grpo_gui.sh"])
+def test_vlm_r1_script_runs_two_steps_on_one_process(name, tiny16, tmp_path):
+    """The world size cut to 1 and the sizes to the tiny model's; every other flag as written."""
+    import sys
+
+    from conftest import ENV
+
+    words = script_args(name, tiny16, tmp_path)
+    index = words.index("--deepspeed") if "--deepspeed" in words else None
+    if index is not None:  # DeepSpeed on one CPU process is not the point here
+        del words[index:index + 2]
+    small = ["--nproc_per_node", "1", "--per_device_train_batch_size", "4", "--num_generations", "4",
+             "--gradient_accumulation_steps", "1", "--max_completion_length", "12", "--max_steps", "2",
+             "--report_to", "none", "--bf16", "false", "--attn_implementation", "sdpa"]
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo", "train", *words, *small], capture_output=True,
+                            text=True, timeout=900, env=ENV)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_report_to_wandb_without_a_key_runs_offline_into_the_output(monkeypatch, tmp_path):
+    from vlmgrpo.run.runner import wandb_offline_without_key
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "out"))
+    wandb_offline_without_key()
+    assert os.environ["WANDB_MODE"] == "offline"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "k")
+    wandb_offline_without_key()
+    assert os.environ["WANDB_MODE"] == "online"
