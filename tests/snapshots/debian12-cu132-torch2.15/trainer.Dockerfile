@@ -1,6 +1,6 @@
 # imagegen trainer layer for debian12-cu132-torch2.15: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:26c681191aa4dec8
+FROM imagegen-layer/framework:030f013770259998
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.
