@@ -1,6 +1,6 @@
 """Driver truth: the NVIDIA_REQUIRE_CUDA each image is rendered with, read as the NVIDIA container toolkit reads it
 (imagegen/core/nvidia_require.py), against matrix.yaml's driver facts (imagegen/matrix/drivers.py); the labels and
-`imagegen validate` that say the same."""
+`imagegen validate` that say the same; `imagegen matrix --driver`."""
 
 from __future__ import annotations
 
@@ -134,3 +134,36 @@ def test_the_requirement_follows_where_the_cuda_comes_from():
     assert base.how("535.54.03", "tesla", matrix.drivers.branches) == drivers.FORWARD
     assert wheels.how("535.54.03", "geforce", matrix.drivers.branches) == drivers.MINOR
     assert wheels.how("570.86.10", "geforce", matrix.drivers.branches) == drivers.NATIVE
+
+
+def table(driver: str) -> dict[str, list[str]]:
+    result = imagegen("matrix", "--driver", driver)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"NVIDIA driver {driver} (R{driver.split('.')[0]}, CUDA ")
+    return {line.split()[0]: [cell.strip() for cell in line.split("  ") if cell.strip()][2:]
+            for line in lines[2:] if line and not line.startswith(("-", " "))}
+
+
+def test_matrix_driver_answers_for_r535_r550_and_r580():
+    r535, r550, r580 = table("535.288.01"), table("550.54.15"), table("580.95.05")
+    assert r535["cu128-torch2.8"] == ["yes: forward compatibility (its cuda-compat)", "no: needs 570+"]
+    assert r535["debian12-cu128-torch2.8"] == ["yes: minor-version compatibility"] * 2
+    assert r535["debian12-cu132-torch2.15"] == ["no: needs 580+"] * 2  # no cuda-compat on wheels
+    assert r535["cu132-torch2.15"][0] == "yes: forward compatibility (its cuda-compat)"
+    assert r550["cu124-torch2.6"] == ["yes", "yes"]
+    assert r550["cu132-torch2.15"] == ["no: needs 595+ or R535, R570, R580, R590", "no: needs 595+"]
+    assert r550["cpu"] == ["no: needs 580+ *"] * 2  # it starts, on the CPU: it sets no NVIDIA_REQUIRE_CUDA
+    assert r580["debian12-cu132-torch2.15"] == ["yes: minor-version compatibility"] * 2
+    assert r580["cu132-torch2.15"] == ["yes: forward compatibility (its cuda-compat)", "no: needs 595+"]
+    assert r580["cu128-torch2.8"] == ["yes", "yes"] and r580["cpu"] == ["yes *", "yes *"]
+    said = " ".join(line.strip() for line in imagegen("matrix", "--driver", "550.54.15").stdout.splitlines())
+    assert "nvidia/cuda bases carry it; images on NVIDIA's wheels (debian12-cu*) or torch's do not." in said
+
+
+@pytest.mark.parametrize("value", ["abc", "5", "550.x", ""])
+def test_matrix_driver_refuses_what_is_not_a_driver_version_in_one_line(value):
+    result = imagegen("matrix", "--driver", value, real_process=value == "abc")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (f"error: --driver {value}: not an NVIDIA driver version such as "
+                                                      "550.54.15 (nvidia-smi's \"Driver Version\")")
