@@ -120,6 +120,8 @@ def test_validate_refuses_a_line_whose_rendered_variable_refuses_what_its_facts_
     (lambda d: [d["drivers"]["branches"].pop(b) for b in ("580", "590", "595")], "driver-branch"),  # none runs 13
     (lambda d: d["drivers"]["branches"].update({570: "12.8"}), "driver-branch"),  # unquoted: read as a number
     (lambda d: d["cuda"]["12.8"]["driver"].pop("forward"), "required-key"),
+    (lambda d: d["cuda"]["13.0"]["driver"].update(minimum=580), "type"),  # unquoted: YAML's number, not a version
+    (lambda d: d["cuda"]["12.8"]["driver"].update(minimum="525.60.x"), "type"),  # the toolkit compares numbers
 ])
 def test_driver_facts_that_cannot_be_true_are_refused(edit, rule):
     assert rule in rules_broken(edited(edit))

@@ -19,6 +19,7 @@ wheels, or the libraries torch's wheels bring) runs on the host's own libcuda: m
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -115,6 +116,8 @@ def fact_problems(matrix: Matrix) -> list[Problem]:
 def _line_problems(matrix: Matrix, cuda: str) -> list[Problem]:
     facts, branches = matrix.cuda[cuda].driver, matrix.drivers.branches
     at = ("cuda", cuda, "driver")
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", cuda):
+        return [matrix.problem(("cuda", cuda), f"{cuda!r} is not a CUDA line such as \"12.8\"", "cuda-version")]
     if native_branch(cuda, branches) is None:
         return [matrix.problem(at, f"no branch of drivers.branches supports CUDA {cuda}: add the branch of the "
                                f"driver its toolkit ships ({facts.shipped})", "driver-branch")]
@@ -143,7 +146,7 @@ def _line_problems(matrix: Matrix, cuda: str) -> list[Problem]:
 def just_below(driver: str) -> str:
     """A driver version right below `driver`: 525.60.12.99999 below 525.60.13, 579.99999 below 580."""
     numbers = [int(part) for part in driver.split(".")]
-    last = max(index for index, number in enumerate(numbers) if number > 0)
+    last = max((index for index, number in enumerate(numbers) if number > 0), default=0)
     return ".".join(str(number) for number in [*numbers[:last], numbers[last] - 1]) + ".99999"
 
 

@@ -121,15 +121,28 @@ def _branch(value: Any) -> Any:
     return value
 
 
+def _numbers(pattern: str, example: str) -> Any:
+    """A quoted version of numbers and dots such as the container toolkit compares (`example`)."""
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            fail("type", f"expected a quoted version such as \"{example}\", got {show(value)}: quote it")
+        if not re.fullmatch(pattern, value):
+            fail("type", f"{value!r} is not a version such as \"{example}\" (numbers and dots)")
+        return value
+    return Annotated[str, BeforeValidator(check)]
+
+
 BRANCH = Annotated[str, BeforeValidator(_branch)]
+DRIVER_VERSION = _numbers(r"[1-9][0-9]{2}(\.[0-9]+)*", "570.124.06")  # or a branch alone: "580"
+CUDA_MINOR = _numbers(r"[0-9]+\.[0-9]+", "12.8")
 BRAND = matching(r"[a-z]+", "name", "is not a GPU brand as NVML names it, such as tesla (lowercase letters)")
 
 
 class Driver(Strict):
     """A CUDA line's drivers, from NVIDIA's documents (imagegen.matrix.drivers turns them into NVIDIA_REQUIRE_CUDA)."""
 
-    shipped: VERSION  # the driver its toolkit ships ("CUDA Toolkit and Corresponding Driver Versions")
-    minimum: VERSION  # the oldest that runs it on any GPU through minor-version compatibility (release notes' table)
+    shipped: DRIVER_VERSION  # the driver its toolkit ships ("CUDA Toolkit and Corresponding Driver Versions")
+    minimum: DRIVER_VERSION  # the oldest that runs it on any GPU through minor-version compatibility (release notes' table)
     # The datacenter branches its forward-compatibility package (cuda-compat-X-Y, which nvidia/cuda's images carry) runs
     # on, as nvidia/cuda's own NVIDIA_REQUIRE_CUDA lists them (brand=...,driver>=N,driver<N+1).
     forward: list[BRANCH]
@@ -141,7 +154,7 @@ class DriverFacts(Strict):
     """What every CUDA line's requirement is read with: the CUDA each driver branch supports (what the container
     toolkit compares `cuda>=X.Y` with), and the GPU brands forward compatibility is for."""
 
-    branches: dict[BRANCH, VERSION]
+    branches: dict[BRANCH, CUDA_MINOR]
     datacenter_brands: list[BRAND]
     source: SOURCE
     brands_source: SOURCE
