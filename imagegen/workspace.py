@@ -26,7 +26,7 @@ from imagegen.matrix.plan import PlannedImage
 from imagegen.matrix.rules import PYTORCH_INDEX
 from imagegen.matrix.yamlsource import format_path
 from imagegen.render.contexts import Renderer, RenderOptions
-from imagegen.render.locked import LockedImage, lock_images
+from imagegen.render.locked import LockedImage, driver_problems, lock_images
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,8 +59,9 @@ class Plan:
         return "needs the PyTorch index" if plan.key in self.lock_warnings else "no lock"
 
     def problems(self) -> list[Problem]:
-        """What `imagegen validate` refuses: images without a current lock that could have one, and the
-        matrix's facts a lock contradicts; once per image, not per platform."""
+        """What `imagegen validate` refuses: images without a current lock that could have one, the matrix's facts a
+        lock contradicts, and a driver requirement the rendered image states otherwise; once per image, not per
+        platform."""
         found = []
         for plan in self.images:
             entry = self.matrix.images[plan_module.index_of(self.matrix, plan.name)]
@@ -72,6 +73,7 @@ class Plan:
                 found.append(self.matrix.problem(("images", entry.index, "name"), why, rule))
             elif plan.key in self.locked:
                 found += inputs.fact_problems(self.matrix, plan, self.locked[plan.key].lock)
+                found += driver_problems(self.matrix, self.locked[plan.key])
         return list(dict.fromkeys(found))
 
     def require_locked(self, chosen: list[PlannedImage]) -> list[LockedImage]:

@@ -74,13 +74,15 @@ def test_tags_labels_and_the_listing_say_which_base_the_cuda_comes_from():
 
 def test_the_devel_line_lays_the_wheels_toolkit_out_in_usr_local_cuda_and_sets_nvidias_variables():
     base, framework, _ = (context.dockerfile for context in locked(DEVEL).contexts)
-    assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in base and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in base
+    # No cuda-compat on wheels: minor-version compatibility, any GPU, from CUDA 13's minimum (tests/test_drivers.py)
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0 driver>=580"' in base
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in base
     assert "g++" in base and "python3-dev" in base  # nvcc's host compiler, Python's headers for extensions
     assert "ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/* /usr/local/cuda/bin/" in framework
     assert "ln -s libcudart.so.13 /usr/local/cuda/lib64/libcudart.so" in framework
     assert "ENV CUDA_HOME=/usr/local/cuda" in framework
     runtime_base, runtime_framework, _ = (context.dockerfile for context in locked(RUNTIME).contexts)
-    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.8"' in runtime_base and "g++" not in runtime_base
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.8 driver>=525.60.13"' in runtime_base and "g++" not in runtime_base
     assert "CUDA_HOME" not in runtime_framework
 
 

@@ -124,9 +124,9 @@ def test_the_tag_and_labels_say_cuda_comes_from_nvidias_wheels_on_debian(wheels_
 def test_the_nvidia_container_toolkit_sees_what_it_sees_in_nvidia_cuda(wheels_image):
     """The variables NVIDIA's images set, which the NVIDIA container toolkit reads to expose the GPUs and the driver."""
     env = dict(line.split("=", 1) for line in wheels_image["config"]["Env"])
-    cuda = "13.0" if wheels_image["name"] == DEVEL else "12.4"
+    required = "cuda>=13.0 driver>=580" if wheels_image["name"] == DEVEL else "cuda>=12.4 driver>=525.60.13"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", env
-    assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>={cuda}", env
+    assert env["NVIDIA_REQUIRE_CUDA"] == required, env
     assert "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"], env
 
 

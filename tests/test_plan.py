@@ -80,7 +80,10 @@ def test_labels_carry_oci_keys_one_label_per_component_and_the_inputs():
         "GRPO trainer for vision-language models: torch 2.6.0 (CUDA 12.4), Python 3.11, flash-attn 2.7.4.post1, "
         "deepspeed 0.18.9, transformers 5.24.0, trl 1.16.0")
     assert labels["io.imagegen.cuda"] == labels["io.imagegen.cuda.toolkit"] == "12.4.1"
-    assert labels["io.imagegen.min-driver"] == "525.60.13"
+    # nvidia/cuda's 12.4 base: a driver of CUDA 12.4 on any GPU, or on a datacenter GPU the branches its cuda-compat
+    # serves (tests/test_drivers.py)
+    assert labels["io.imagegen.min-driver"] == "550"
+    assert labels["io.imagegen.driver.datacenter-branches"] == "470 525 535"
 
 
 def test_the_cpu_image_says_the_cuda_its_torch_wheels_carry_and_the_driver_they_need():
@@ -90,7 +93,8 @@ def test_the_cpu_image_says_the_cuda_its_torch_wheels_carry_and_the_driver_they_
         labels = image.labels
         assert labels["io.imagegen.cuda"] == labels["io.imagegen.torch.cuda"] == "13.0"
         assert labels["io.imagegen.cuda.toolkit"] == "none" and labels["io.imagegen.min-driver"] == "580"
-        assert image.expected()["min_driver"] == "580"
+        assert labels["io.imagegen.driver.datacenter-branches"] == "none"  # no cuda-compat in torch's wheels
+        assert image.expected()["driver"]["min_driver"] == "580"
         assert labels["org.opencontainers.image.description"].startswith(
             "GRPO trainer for vision-language models: torch 2.14.1 (CUDA 13.0 libraries from torch's wheels, no CUDA "
             "toolkit; a GPU needs NVIDIA driver 580 or newer), Python 3.11, ")

@@ -32,7 +32,10 @@ def test_recipe_add_a_cuda_version(tmp_path):
     data["cuda"]["12.6"] = {"version": "12.6.3", "os": "ubuntu24.04", "cudnn": 9,
                             "base": {"devel": "nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04",
                                      "runtime": "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04"},
-                            "driver": {"shipped": "560.35.05", "minimum": "525.60.13"},
+                            "driver": {"shipped": "560.35.05", "minimum": "525.60.13", "forward": ["470", "535", "550"],
+                                       "source": "https://docs.nvidia.com/cuda/archive/12.6.3/",
+                                       "forward_source": "https://gitlab.com/nvidia/container-images/cuda/-/blob/"
+                                                         "master/dist/12.6.3/ubuntu2404/base/Dockerfile"},
                             "archs": ["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"]}
     data["images"].insert(0, {"name": "cu126-torch2.7", "cuda": "12.6", "python": "3.12", "torch": "2.7.1",
                               "flash_attn": "2.8.0.post2"})

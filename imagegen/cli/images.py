@@ -10,12 +10,12 @@ import click
 from imagegen.cli.warnings import lines as warning_lines
 from imagegen.cli.options import (base_images_option, reports_user_errors, selection_options, workspace_options,
                                   load_selected)
-from imagegen.core.errors import MatrixError, UserError
+from imagegen.core.errors import MatrixError, UsageError, UserError
 from imagegen.matrix import plan as plan_module
 from imagegen.matrix.select import choose
 from imagegen.render import output
 from imagegen.render.contexts import RenderOptions
-from imagegen.reports import listing
+from imagegen.reports import drivers as driver_reports, listing
 
 
 @click.command()
@@ -45,16 +45,27 @@ def validate(workspace):
 @selection_options
 @click.option("--format", "output_format", type=click.Choice(sorted(listing.FORMATS)), default="table",
               show_default=True, help="github prints a strategy.matrix include list for fromJSON.")
+@click.option("--driver", metavar="VERSION", help="Instead: which images start on this NVIDIA driver (nvidia-smi's "
+              "Driver Version, e.g. 550.54.15), on datacenter GPUs and on others, and which through forward "
+              "compatibility (the cuda-compat of nvidia/cuda bases).")
 @workspace_options
 @reports_user_errors
-def matrix(selection, output_format, workspace):
+def matrix(selection, output_format, driver, workspace):
     """List the images of the matrix with every component version and tag.
 
     An image without a current lock has no version tag yet (its tag carries the digest of its
-    inputs, the lock among them); the table says so.
+    inputs, the lock among them); the table says so. With --driver, ask before pulling: which
+    images the NVIDIA container toolkit starts on that driver, read from each image's
+    NVIDIA_REQUIRE_CUDA as the toolkit reads it.
     """
+    if driver is not None and (driver_reports.problem(driver) or output_format != "table"):
+        raise UsageError(driver_reports.problem(driver) or "--driver prints a table: leave out --format")
     plan = workspace.load()
-    click.echo(listing.FORMATS[output_format](listing.listed(plan, choose(plan.images, selection))))
+    rows = listing.listed(plan, choose(plan.images, selection))
+    if driver is not None:
+        click.echo(driver_reports.report(rows, driver, plan.matrix.drivers.branches))
+        return
+    click.echo(listing.FORMATS[output_format](rows))
 
 
 @click.command()

@@ -25,6 +25,12 @@ class Problem:
         return f"{self.file}:{self.line}: {self.key}: {self.message} [{self.rule}]"
 
 
+class UsageError(UserError):
+    """A command line that cannot mean anything (a value of the wrong form): exit 2, as click's own usage errors."""
+
+    exit_code = 2
+
+
 class MatrixError(UserError):
     """The matrix file is invalid; carries every problem found."""
 

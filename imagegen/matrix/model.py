@@ -10,7 +10,8 @@ from imagegen.matrix.components import IMAGE, Components
 from imagegen.matrix.components import table as components_table
 from imagegen.core.errors import MatrixError, Problem, UserError
 from imagegen.matrix import schema, yamlsource
-from imagegen.matrix.schema import DEFAULT_PLATFORMS, CudaFacts, FlashAttnRelease, OsFacts, PackageRelease, TorchFacts
+from imagegen.matrix.schema import (DEFAULT_PLATFORMS, CudaFacts, DriverFacts, FlashAttnRelease, OsFacts,
+                                   PackageRelease, TorchFacts)
 
 NONE = "none"  # spelled in the matrix for a component an image leaves out
 
@@ -65,6 +66,7 @@ class Matrix:
     latest: str | None
     os: dict[str, OsFacts]
     cuda: dict[str, CudaFacts]
+    drivers: DriverFacts  # which CUDA each driver branch supports, and the datacenter brands (imagegen.matrix.drivers)
     torch: dict[str, TorchFacts]
     flash_attn: dict[str, FlashAttnRelease]
     packages: dict[str, dict[str, PackageRelease]]  # package -> version -> facts
@@ -112,6 +114,7 @@ def _build(located: yamlsource.Located, valid) -> Matrix:
         latest=valid.latest,
         os=dict(valid.os),
         cuda=schema.keyed(valid.cuda),
+        drivers=valid.drivers,
         torch=schema.keyed(valid.torch),
         flash_attn=schema.keyed(valid.flash_attn),
         packages={name: dict(releases) for name, releases in (valid.packages or {}).items()},

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from imagegen.core import platforms, sizes
 from imagegen.core.errors import MatrixError, UserError
-from imagegen.matrix import cuda_wheels, rules, torch_archs
+from imagegen.matrix import cuda_wheels, drivers, rules, torch_archs
 from imagegen.matrix.versions import image_versions, torch_cuda as torch_cuda_of
 from imagegen.matrix.components import Components
 from imagegen.matrix.model import ImageEntry, Matrix
@@ -69,7 +69,9 @@ class PlannedImage:
     # imagegen.matrix.cuda_wheels), or None (no CUDA line: the libraries torch's wheels bring, if any)
     cuda_source: str | None
     base_cudnn: int | None  # cuDNN major of the base image
-    min_driver: str | None  # the base toolkit's, or without a CUDA base that of the CUDA torch's wheels carry
+    # The driver its CUDA needs (imagegen.matrix.drivers): its CUDA line's, with the cuda-compat an nvidia/cuda base
+    # carries, or, without a CUDA line, that of the CUDA torch's wheels bring; None: no CUDA at all
+    driver: drivers.DriverRequirement | None
     python_source: str  # "system" or "deadsnakes"
     python_platform: str  # what the lock is resolved for, e.g. x86_64-manylinux_2_35 (uv's spelling)
     torch_index_url: str | None  # None: PyPI serves this very build
@@ -110,6 +112,11 @@ class PlannedImage:
         return ".".join(self.cuda.split(".")[:2]) if self.cuda else None
 
     @property
+    def min_driver(self) -> str | None:
+        """The oldest driver it starts on with any GPU."""
+        return self.driver.min_driver if self.driver else None
+
+    @property
     def has_toolkit(self) -> bool:
         """Whether the image carries a CUDA toolkit (nvcc): a devel image, on nvidia/cuda or on NVIDIA's wheels."""
         return self.cuda is not None and self.flavor == "devel"
@@ -129,7 +136,8 @@ class PlannedImage:
     def as_dict(self) -> dict:
         """The plan as plain data (the component table left out: it is the matrix's)."""
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "components"}
-        return {**fields, "versions": dict(self.versions), "source_builds": sorted(self.source_builds)}
+        return {**fields, "versions": dict(self.versions), "source_builds": sorted(self.source_builds),
+                "driver": self.driver.as_dict() if self.driver else None}
 
 
 def resolve(matrix: Matrix, trainer: Trainer) -> list[PlannedImage]:
@@ -170,7 +178,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         cuda=(cuda.minor if wheels else cuda.version) if cuda else None,
         cuda_source=("wheels" if wheels else "base") if cuda else None,
         base_cudnn=cuda.cudnn if cuda and not wheels else None,
-        min_driver=_min_driver(matrix, cuda, torch_cuda),
+        driver=_driver(matrix, cuda, torch_cuda, wheels),
         python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
         python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
         # PyPI serves one CUDA build of each release: the same wheels, without the index's +cuXYZ.
@@ -225,13 +233,15 @@ def _trainer_requirements(table: Components, trainer: Trainer, with_cuda: bool,
     return tuple(sorted({str(r) for r in wanted if canonicalize_name(r.name) not in pinned}))
 
 
-def _min_driver(matrix: Matrix, base: CudaFacts | None, torch_cuda: str | None) -> str | None:
-    """The oldest driver the image's CUDA runs on: its base toolkit's, or, without a CUDA base, that of the CUDA
-    torch's wheels carry (PyPI's torch is a CUDA build whose libraries are wheels: the `cpu` image's)."""
+def _driver(matrix: Matrix, base: CudaFacts | None, torch_cuda: str | None,
+            wheels: bool) -> drivers.DriverRequirement | None:
+    """The driver the image's CUDA needs: its CUDA line's (with cuda-compat on an nvidia/cuda base, without on NVIDIA's
+    wheels), or, without a CUDA line, that of the CUDA torch's wheels carry (PyPI's torch is a CUDA build whose
+    libraries are wheels: the `cpu` image's), which brings no cuda-compat either."""
     if base is not None:
-        return base.driver.minimum
+        return drivers.requirement(matrix, base.minor, compat=not wheels)
     carried = matrix.cuda.get(torch_cuda or "")
-    return carried.driver.minimum if carried else None
+    return drivers.requirement(matrix, carried.minor, compat=False) if carried else None
 
 
 def _flash_attn_wheel(matrix: Matrix, image: ImageEntry, torch_cuda: str) -> str | None:

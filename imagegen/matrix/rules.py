@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen.core import sizes
 from imagegen.core.errors import Problem
-from imagegen.matrix import cuda_wheels, known_bad, source_builds, torch_archs
+from imagegen.matrix import cuda_wheels, drivers, known_bad, source_builds, torch_archs
 from imagegen.matrix.versions import image_versions, torch_build, torch_cuda
 from imagegen.matrix.model import ImageEntry, Matrix
 
@@ -74,7 +74,7 @@ def _check_facts(matrix: Matrix) -> list[Problem]:
         if torch.pypi_build not in torch.builds:
             problems.append(matrix.problem(("torch", version, "pypi_build"), f"{torch.pypi_build} is not one of "
                                            f"its builds: {', '.join(torch.builds)}", "pypi-build"))
-    return problems + known_bad.fact_problems(matrix)
+    return problems + known_bad.fact_problems(matrix) + drivers.fact_problems(matrix)
 
 
 def _check_archs(matrix: Matrix, minor: str) -> list[Problem]:

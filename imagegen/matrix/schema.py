@@ -110,9 +110,55 @@ class BaseImages(Strict):
     runtime: STR
 
 
+# Where a fact that `imagegen facts check` cannot confirm everywhere comes from: the file of a project at a
+# release tag or commit (PyTorch's .github/scripts/generate_binary_build_matrix.py at v2.11.0), or a release page.
+SOURCE = STR
+
+
+def _branch(value: Any) -> Any:
+    if not isinstance(value, str) or not re.fullmatch(r"[1-9][0-9]{2}", value):
+        fail("driver-branch", f"{value!r} is not a driver branch: write the first number of its driver versions, "
+             "quoted, such as \"570\" (570.124.06 is an R570 driver)")
+    return value
+
+
+def _numbers(pattern: str, example: str) -> Any:
+    """A quoted version of numbers and dots such as the container toolkit compares (`example`)."""
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            fail("type", f"expected a quoted version such as \"{example}\", got {show(value)}: quote it")
+        if not re.fullmatch(pattern, value):
+            fail("type", f"{value!r} is not a version such as \"{example}\" (numbers and dots)")
+        return value
+    return Annotated[str, BeforeValidator(check)]
+
+
+BRANCH = Annotated[str, BeforeValidator(_branch)]
+DRIVER_VERSION = _numbers(r"[1-9][0-9]{2}(\.[0-9]+)*", "570.124.06")  # or a branch alone: "580"
+CUDA_MINOR = _numbers(r"[0-9]+\.[0-9]+", "12.8")
+BRAND = matching(r"[a-z]+", "name", "is not a GPU brand as NVML names it, such as tesla (lowercase letters)")
+
+
 class Driver(Strict):
-    shipped: VERSION
-    minimum: VERSION
+    """A CUDA line's drivers, from NVIDIA's documents (imagegen.matrix.drivers turns them into NVIDIA_REQUIRE_CUDA)."""
+
+    shipped: DRIVER_VERSION  # the driver its toolkit ships ("CUDA Toolkit and Corresponding Driver Versions")
+    minimum: DRIVER_VERSION  # the oldest that runs it on any GPU through minor-version compatibility (release notes' table)
+    # The datacenter branches its forward-compatibility package (cuda-compat-X-Y, which nvidia/cuda's images carry) runs
+    # on, as nvidia/cuda's own NVIDIA_REQUIRE_CUDA lists them (brand=...,driver>=N,driver<N+1).
+    forward: list[BRANCH]
+    source: SOURCE  # the release notes of this very update: shipped and minimum
+    forward_source: SOURCE  # nvidia/cuda's Dockerfile of this update: forward
+
+
+class DriverFacts(Strict):
+    """What every CUDA line's requirement is read with: the CUDA each driver branch supports (what the container
+    toolkit compares `cuda>=X.Y` with), and the GPU brands forward compatibility is for."""
+
+    branches: dict[BRANCH, CUDA_MINOR]
+    datacenter_brands: list[BRAND]
+    source: SOURCE
+    brands_source: SOURCE
 
 
 class ArchsPerPlatform(Strict):
@@ -130,7 +176,7 @@ class CudaFacts(Keyed):
     # One list for every platform, or one per platform (GH200 and GB200 are arm64 hosts).
     archs: either({"list": list[VERSION], "mapping": ArchsPerPlatform},
                   "a list or a mapping with keys linux/amd64, linux/arm64")
-    source: STR = None  # where its base tags and driver versions come from (no index here confirms them)
+    source: STR = None  # where its base tags come from (no index here confirms them); its driver's: driver.source
 
     @property
     def minor(self) -> str:
@@ -141,11 +187,6 @@ class CudaFacts(Keyed):
     def archs_by_platform(self) -> dict[str, tuple[str, ...]]:
         """Platform -> the compute capabilities to build for."""
         return by_platform(self.archs, self.platforms)
-
-
-# Where a fact that `imagegen facts check` cannot confirm everywhere comes from: the file of a project at a
-# release tag or commit (PyTorch's .github/scripts/generate_binary_build_matrix.py at v2.11.0), or a release page.
-SOURCE = STR
 
 
 # A compute capability as TORCH_CUDA_ARCH_LIST spells it: 8.6, 9.0a, 12.0+PTX.
@@ -285,7 +326,8 @@ def matrix_model(table: components.Components) -> type[Strict]:
         "os": dict[KEY, OsFacts], "cuda": dict[KEY, CudaFacts], "torch": dict[KEY, TorchFacts],
         "flash_attn": dict[KEY, FlashAttnRelease], "packages": dict[KEY, dict[KEY, PackageRelease]],
         "known_bad": list[known_bad_model(table)], "defaults": defaults, "images": list[image],
-    }, required=("repository", "components", "os", "cuda", "torch", "images"))
+        "drivers": DriverFacts,
+    }, required=("repository", "components", "os", "cuda", "drivers", "torch", "images"))
 
 
 TABLE = _model("Table", {"components": dict[KEY, ComponentRow]}, required=("components",))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,8 +178,15 @@ def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
         "in_name": list(named.in_name),  # the components its version tag names (tags.version_prefix)
         "gpu_count": None,
         "cuda_archs": list(plan.cuda_archs),
-        "min_driver": plan.min_driver,
+        # What driver the image needs (imagegen.matrix.drivers): the trainer refuses an older host driver at start.
+        "driver": plan.driver.as_dict() if plan.driver else None,
     }
+
+
+def required_cuda(dockerfile: str) -> str | None:
+    """The NVIDIA_REQUIRE_CUDA a rendered base layer sets, as written; None where it sets none."""
+    match = re.search(r'\bNVIDIA_REQUIRE_CUDA="([^"]*)"', dockerfile)
+    return match.group(1) if match else None
 
 
 def _framework_files(plan: PlannedImage, versions: dict, steps: list[InstallStep]) -> dict[str, bytes]:

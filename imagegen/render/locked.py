@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from imagegen.core import platforms
+from imagegen.core.errors import Problem
 from imagegen.locking.inputs import locked_versions
 from imagegen.locking.lockfile import Lock
-from imagegen.matrix import cuda_wheels
+from imagegen.matrix import cuda_wheels, drivers
+from imagegen.matrix.model import Matrix
 from imagegen.matrix.plan import PlannedImage
 from imagegen.render import tags
-from imagegen.render.contexts import LayerContext, Renderer, expected
+from imagegen.render.contexts import LayerContext, Renderer, expected, required_cuda
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,22 @@ class LockedImage:
         return {**self.plan.as_dict(), "versions": dict(self.versions), "inputs_digest": self.inputs_digest,
                 "version_tag": self.version_tag, "alias_tags": list(self.alias_tags), "labels": dict(self.labels),
                 "base": self.lock.base.pinned_ref}
+
+
+def driver_problems(matrix: Matrix, image: LockedImage) -> list[Problem]:
+    """Where the image says other than its driver facts admit: the NVIDIA_REQUIRE_CUDA its base layer sets, read as the
+    container toolkit reads it, and its driver labels (imagegen.matrix.drivers.disagreements); at the line's facts."""
+    driver = image.plan.driver
+    if driver is None:
+        return []
+    variable = required_cuda(image.contexts[0].dockerfile)
+    if variable is None and image.plan.cuda_source is not None:
+        found = ["its base layer sets no NVIDIA_REQUIRE_CUDA: templates/base.Dockerfile.j2 writes it for every image "
+                 "with a CUDA line"]
+    else:
+        found = drivers.disagreements(driver, matrix.drivers.branches, variable, *tags.said_driver(image.labels))
+    return [matrix.problem(("cuda", driver.cuda, "driver"), f"image {image.name}: {line}", "driver-requirement")
+            for line in found]
 
 
 def wheel_toolkit(plan: PlannedImage, lock: Lock) -> str | None:

@@ -30,6 +30,10 @@ LABEL_PREFIX = "io.imagegen"
 INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
 BASE_LABEL = "org.opencontainers.image.base.name"
 LOCKED_BASE_LABEL = f"{LABEL_PREFIX}.base.locked"  # the lock's base, where --base-image built on another
+# What driver the image needs (imagegen.matrix.drivers), as its NVIDIA_REQUIRE_CUDA says it: the oldest for any GPU, and
+# the branches that start it on datacenter GPUs alone (through the cuda-compat of an nvidia/cuda base).
+MIN_DRIVER_LABEL = f"{LABEL_PREFIX}.min-driver"
+DATACENTER_BRANCHES_LABEL = f"{LABEL_PREFIX}.driver.datacenter-branches"
 DIGEST_CHARS = 12  # of the inputs digest in the tag; the label carries all of it
 Versions = Mapping[str, "str | None"]
 
@@ -111,7 +115,7 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
         "cuda": plan.cuda or versions.get("torch_cuda") or "none",
         "cuda.toolkit": (toolkit if plan.cuda_source == "wheels" else plan.cuda) or "none",
         "base.cudnn": str(plan.base_cudnn) if plan.base_cudnn is not None else "none",
-        "min-driver": plan.min_driver or "none",
+        **driver_labels(plan),
         "inputs": inputs_digest,
     }
     return {
@@ -122,6 +126,21 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
         "org.opencontainers.image.licenses": "Apache-2.0",
         **{f"{LABEL_PREFIX}.{key}": value for key, value in components.items()},
     }
+
+
+def driver_labels(plan: PlannedImage) -> dict[str, str]:
+    """The driver labels, without their prefix, from the requirement the base layer's NVIDIA_REQUIRE_CUDA is written
+    from: `imagegen validate` checks that both say the same."""
+    driver = plan.driver
+    return {MIN_DRIVER_LABEL.removeprefix(f"{LABEL_PREFIX}."): driver.min_driver if driver else "none",
+            DATACENTER_BRANCHES_LABEL.removeprefix(f"{LABEL_PREFIX}."): " ".join(driver.forward)
+            if driver and driver.forward else "none"}
+
+
+def said_driver(labels: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """(the oldest driver for any GPU, the datacenter branches) as an image's labels say them."""
+    branches = labels.get(DATACENTER_BRANCHES_LABEL, "none")
+    return labels.get(MIN_DRIVER_LABEL, "none"), tuple(branches.split()) if branches != "none" else ()
 
 
 def built_on(labels: dict[str, str], base_ref: str | None) -> dict[str, str]:

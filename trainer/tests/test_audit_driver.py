@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,8 @@ from vlmgrpo import driver
 from vlmgrpo.checks import abi_extensions, cuda_archs, cuda_duplicates
 from vlmgrpo.image.selftest import run_selftest
 
+# The subprocesses run the vlmgrpo these tests import, wherever another one is installed.
+SOURCE = str(Path(driver.__file__).resolve().parents[1])
 PROC_TEXT = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
              "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
 
@@ -105,18 +108,54 @@ def test_driver_problem(needed, found, says):
     assert line == says if says is None else line.startswith(says)
 
 
+@pytest.mark.parametrize("needed, found, branches, says", [
+    ("570", "535.104.05", ("470", "535", "550"), None),  # a datacenter GPU runs it through the image's cuda-compat
+    ("570", "570.86.10", ("470", "535"), None),
+    ("570", "545.29.06", ("470", "535"), "error: this image needs NVIDIA driver 570 or newer (on a datacenter GPU also "
+     "R470, R535, through the image's CUDA forward-compatibility package); the host has 545.29.06."),
+    ("525.60.13", "470.82.01", (), "error: this image needs NVIDIA driver 525.60.13 or newer; the host has 470.82.01."),
+])
+def test_driver_problem_on_the_datacenter_branches_of_an_nvidia_cuda_base(needed, found, branches, says):
+    line = driver.problem(needed, found, branches)
+    assert line == says if says is None else line.startswith(says)
+
+
+def test_the_requirement_is_the_expected_files_versioned_driver_entry():
+    entry = {"format": 1, "cuda": "12.8", "min_driver": "570", "datacenter_branches": ["535", "550"],
+             "compat_package": True}
+    assert driver.requirement({"driver": entry, "min_driver": "1"}) == ("570", ("535", "550"))
+    assert driver.requirement({"min_driver": "580"}) == ("580", ())  # an image made before the entry
+    assert driver.requirement({"driver": None}) == (None, ())  # no CUDA: nothing to compare
+    assert driver.requirement({"driver": {**entry, "format": 2}}) == (None, ())  # a format it does not know
+
+
+def test_the_driver_check_reads_the_driver_entry_imagegen_writes(tmp_path):
+    version_file, expected = tmp_path / "version", tmp_path / "expected.json"
+    version_file.write_text(PROC_TEXT)  # 535.104.05
+    entry = {"format": 1, "cuda": "13.2", "min_driver": "595", "datacenter_branches": ["535", "570"],
+             "compat_package": True}
+    env = {"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE}
+    for branches, code in ((["535", "570"], 0), (["570"], 1)):
+        expected.write_text(json.dumps({"driver": {**entry, "datacenter_branches": branches}}))
+        result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
+                                text=True, env=env)
+        assert result.returncode == code and len(result.stderr.splitlines()) == code, result.stderr
+    assert result.stderr.startswith("error: this image needs NVIDIA driver 595 or newer (on a datacenter GPU also R570")
+
+
 def test_the_driver_check_is_one_line_and_exit_1(tmp_path):
     version_file, expected = tmp_path / "version", tmp_path / "expected.json"
     version_file.write_text(PROC_TEXT)
     expected.write_text(json.dumps({"min_driver": "580"}))
     result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
-                            text=True, env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin"})
+                            text=True, env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin",
+                                            "PYTHONPATH": SOURCE})
     assert result.returncode == 1
     assert result.stderr == ("error: this image needs NVIDIA driver 580 or newer; the host has 535.104.05. "
                              "Update the host's driver, or use an image built for an older CUDA\n")
     expected.write_text(json.dumps({"min_driver": "525.60.13"}))
     ok = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True, text=True,
-                        env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin"})
+                        env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE})
     assert (ok.returncode, ok.stderr) == (0, "")
 
 
@@ -125,5 +164,5 @@ def test_the_driver_check_without_an_expected_file_compares_nothing(tmp_path):
     version_file = tmp_path / "version"
     version_file.write_text(PROC_TEXT)
     result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
-                            text=True, env={"PATH": "/usr/bin:/bin"})
+                            text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE})
     assert (result.returncode, result.stderr) == (0, "")

@@ -36,7 +36,7 @@ def site(tmp_path_factory):
     expected = site / "expected.json"
     expected.write_text(json.dumps({
         "versions": {"lib": "1.2.3", "transformers": "0.0.1", "absent": None, "family": "9.1.0", "none": None},
-        "gpu_count": None, "cuda_archs": [], "min_driver": None,
+        "gpu_count": None, "cuda_archs": [], "driver": None,
         "distributions": {"lib": "imagegen_fake_lib", "transformers": "transformers", "absent": "no-such-dist"},
         "families": {"family": "imagegen-fake-family-cu", "none": "no-such-family-"}}))
     return site

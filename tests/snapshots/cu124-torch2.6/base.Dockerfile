@@ -13,6 +13,11 @@ ENV DEBIAN_FRONTEND=noninteractive \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 
+# The drivers the NVIDIA container toolkit starts this image on: nvidia/cuda's own rule (a driver of CUDA 12.4,
+# or on datacenter GPUs the branches its cuda-compat serves), written again from matrix.yaml's cuda.12.4.driver
+# (imagegen/matrix/drivers.py), so that its labels and `imagegen matrix --driver` say what it does.
+ENV NVIDIA_REQUIRE_CUDA="cuda>=12.4 brand=unknown,driver>=470,driver<471 brand=grid,driver>=470,driver<471 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=vapps,driver>=470,driver<471 brand=vpc,driver>=470,driver<471 brand=vcs,driver>=470,driver<471 brand=vws,driver>=470,driver<471 brand=cloudgaming,driver>=470,driver<471 brand=unknown,driver>=525,driver<526 brand=grid,driver>=525,driver<526 brand=tesla,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=vapps,driver>=525,driver<526 brand=vpc,driver>=525,driver<526 brand=vcs,driver>=525,driver<526 brand=vws,driver>=525,driver<526 brand=cloudgaming,driver>=525,driver<526 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536"
+
 # Keep downloaded packages in the cache mount instead of deleting them after each install.
 RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.11.0 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (locks/cu130-torch2.11.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:bccd4745256e4bba
+FROM imagegen-layer/base:f36bf66f5992be2e
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

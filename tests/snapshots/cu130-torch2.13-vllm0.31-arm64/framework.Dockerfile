@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.13.0 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (locks/cu130-torch2.13-vllm0.31.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:a9c40ba8d5a322af
+FROM imagegen-layer/base:4e46424bb6279c98
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

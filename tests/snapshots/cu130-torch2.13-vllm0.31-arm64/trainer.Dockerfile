@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu130-torch2.13-vllm0.31: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:e18dd30fc54d79e7
+FROM imagegen-layer/framework:16ce0965e8bea060
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

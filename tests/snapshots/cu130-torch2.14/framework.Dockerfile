@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (locks/cu130-torch2.14.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:c999dc57329e1dc5
+FROM imagegen-layer/base:e92f4f8ccacb6268
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

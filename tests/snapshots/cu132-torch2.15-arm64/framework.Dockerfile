@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.15.0 built for CUDA 13.2 with the ML stack,
 # installed from the image's lock (locks/cu132-torch2.15.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:eed9eb1c452b6eaa
+FROM imagegen-layer/base:0d1b02b646f5b2d4
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu132-torch2.15: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:c798061589ac76e9
+FROM imagegen-layer/framework:0c6a53aa67444dd5
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.6.0 built for CUDA 12.4 with the ML stack,
 # installed from the image's lock (locks/debian12-cu124-torch2.6.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:55ac66c9523204af
+FROM imagegen-layer/base:5c1ecce8a7687a0a
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

@@ -14,11 +14,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH
 
 # CUDA 13.2 comes from NVIDIA's wheels, not FROM nvidia/cuda. These are the variables NVIDIA's images set, so
-# that the NVIDIA container toolkit mounts the driver and exposes the GPUs as it does for nvidia/cuda, and refuses to
-# start the container on a driver too old for CUDA 13.2 (NVIDIA_REQUIRE_CUDA).
+# that the NVIDIA container toolkit mounts the driver and exposes the GPUs as it does for nvidia/cuda. Nothing here
+# stands in for the host's libcuda (no cuda-compat), so NVIDIA_REQUIRE_CUDA admits what minor-version compatibility
+# runs: any GPU, from driver 580 (matrix.yaml's cuda.13.2.driver, imagegen/matrix/drivers.py).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA="cuda>=13.2" \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.2 driver>=580" \
     LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \
     PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:$PATH
 

@@ -1,6 +1,6 @@
 # imagegen trainer layer for debian12-cu132-torch2.15: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:f690af34af36e3bb
+FROM imagegen-layer/framework:e08ff66491634b76
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

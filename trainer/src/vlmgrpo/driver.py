@@ -1,6 +1,10 @@
 """`python -m vlmgrpo.driver`: refuse to start on a GPU host whose NVIDIA driver is older than
 the image needs, in one line, before anything loads CUDA (which would fail obscurely later).
 
+What the image needs is its expected file's "driver" entry, which imagegen writes from the same requirement as the
+image's NVIDIA_REQUIRE_CUDA: the container toolkit checks that variable, but Apptainer and other runtimes without the
+toolkit do not, so this check says it for them.
+
 `vlmgrpo train`, `sft` and `selftest` run it first; it compares only when the driver's version file is visible,
 i.e. when a GPU was handed in.
 """
@@ -11,9 +15,10 @@ import json
 import os
 import re
 import sys
-from typing import Optional
+from typing import Optional, Tuple
 
 VERSION_FILE = "/proc/driver/nvidia/version"
+REQUIREMENT_FORMAT = 1  # of the expected file's "driver" entry (imagegen.matrix.drivers.REQUIREMENT_FORMAT)
 _KERNEL_MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 
 
@@ -27,11 +32,28 @@ def _parts(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
-def problem(needed: Optional[str], found: Optional[str]) -> Optional[str]:
-    """The one line to print when `found` is older than `needed`, else None."""
-    if not needed or not found or _parts(found) >= _parts(needed):
+def requirement(expected: dict) -> Tuple[Optional[str], Tuple[str, ...]]:
+    """(the oldest driver the image starts on with any GPU, the older branches it starts on with a datacenter GPU) from
+    the expected file's "driver" entry (format 1, imagegen.matrix.drivers), or the bare "min_driver" of images made
+    before it; (None, ()) from a format this trainer does not know (nothing to compare with)."""
+    entry = expected.get("driver")
+    if isinstance(entry, dict):
+        if entry.get("format") != REQUIREMENT_FORMAT:
+            return None, ()
+        return entry.get("min_driver"), tuple(entry.get("datacenter_branches") or ())
+    return expected.get("min_driver"), ()
+
+
+def problem(needed: Optional[str], found: Optional[str], datacenter_branches: Tuple[str, ...] = ()) -> Optional[str]:
+    """The one line to print when `found` is older than `needed` and not of a branch the image starts on with a
+    datacenter GPU, else None. On such a branch the image's CUDA forward-compatibility package (nvidia/cuda's
+    cuda-compat) runs it, and the container toolkit has already refused any other GPU (NVIDIA_REQUIRE_CUDA's brand
+    clauses), so there is nothing to add here."""
+    if not needed or not found or _parts(found) >= _parts(needed) or str(_parts(found)[0]) in datacenter_branches:
         return None
-    return (f"error: this image needs NVIDIA driver {needed} or newer; the host has {found}. "
+    also = (f" (on a datacenter GPU also R{', R'.join(datacenter_branches)}, through the image's CUDA "
+            "forward-compatibility package)") if datacenter_branches else ""
+    return (f"error: this image needs NVIDIA driver {needed} or newer{also}; the host has {found}. "
             "Update the host's driver, or use an image built for an older CUDA")
 
 
@@ -43,10 +65,10 @@ def main(version_file: str = VERSION_FILE) -> int:
         with open(version_file) as stream:
             found = found_driver(stream.read())
         with open(expected_file) as stream:
-            needed = json.load(stream).get("min_driver")
-    except (OSError, ValueError):
+            needed, branches = requirement(json.load(stream))
+    except (OSError, ValueError, AttributeError):
         return 0  # nothing to compare: CUDA itself will say what is wrong, if anything is
-    line = problem(needed, found)
+    line = problem(needed, found, branches)
     if line:
         print(line, file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ also under QEMU emulation where importing torch crashes: imagegen runs this file
 `imagegen test` and `imagegen sbom`, and `vlmgrpo info` and `vlmgrpo selftest` read their versions from it.
 
 EXPECTED is imagegen's expected-versions file, JSON: {"versions": {key: version | null}, "distributions": {key:
-distribution}, "families": {key: distribution-name prefix}, "gpu_count": ..., "cuda_archs": [...], "min_driver": ...};
+distribution}, "families": {key: distribution-name prefix}, "gpu_count": ..., "cuda_archs": [...], "driver": {...}};
 its path is the argument, else $IMAGEGEN_EXPECTED, else there is none (imagegen owns where the file lies).
 
 The object's keys:
