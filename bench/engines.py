@@ -69,8 +69,10 @@ def measure_image(image: str, data: Path, work: Path) -> dict:
         found: dict[tuple[str, str], list[dict]] = {}
         for _ in range(ROUNDS):
             for engine, compression in PULLS:
-                found.setdefault((engine, compression), []).append(
-                    cold_pull(engine, pushed[compression]["target"], work, registry / "storage", host, data))
+                figures = cold_pull(engine, pushed[compression]["target"], work, registry / "storage", host, data)
+                found.setdefault((engine, compression), []).append(figures)
+                print(json.dumps({"image": image, "engine": engine, "compression": compression, **figures}),
+                      file=sys.stderr, flush=True)  # each pull as it ends: a later failure keeps it
     shutil.rmtree(registry, ignore_errors=True)
     return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": found}
 
@@ -105,6 +107,12 @@ def verdict(image: str, found: dict) -> str:
             f"{GOAL_S:g} s: {goal(total <= GOAL_S)}).")
 
 
+def said(image: str, found: dict) -> str:
+    """The image's figures as one JSON line, said as soon as they exist (a later failure keeps them in the log)."""
+    pulls = {f"{engine} {compression}": tries for (engine, compression), tries in found["pulls"].items()}
+    return json.dumps({image: {**found, "pulls": pulls}}, default=str)
+
+
 def sha_ni() -> bool:
     return " sha_ni " in open("/proc/cpuinfo").read().replace("\n", " ")
 
@@ -114,7 +122,7 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
     found = {}
     for image in images:
         found[image] = measure_image(image, data, work)
-        print(json.dumps({image: found[image]}, default=str), file=sys.stderr, flush=True)
+        print(said(image, found[image]), file=sys.stderr, flush=True)
     return "\n".join([
         "## 16. Cold pull to the first step on Docker 20.10 and Docker 26",
         "",

@@ -1,5 +1,6 @@
 """The benchmark command works end to end on its quick sections (no image is built)."""
 
+import json
 import subprocess
 import sys
 
@@ -81,3 +82,4 @@ def test_the_engines_section_reports_each_engine_against_gzip_on_its_own_and_on_
     line = engines.verdict("line", found)
     assert "none on 26" in line and "0.38 of the gzip pull on 20.10 (goal <= 0.6: met)" in line
     assert "pull + first step 45.0 s (goal <= 60 s: met)" in line
+    assert json.loads(engines.said("line", found))["line"]["pulls"]["26 none"][0]["pull_s"] == 30.0
