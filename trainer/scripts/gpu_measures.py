@@ -32,6 +32,7 @@ class RunSettings:
     batch_size: int
     completion_length: int
     vllm_memory: float = 0.3
+    attention: str = "auto"  # the trainer's attn_implementation: auto chooses as `vlmgrpo train` does
 
 
 def vllm_status() -> tuple[bool, str]:
@@ -116,7 +117,7 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
     from vlmgrpo.config.model_config import ModelConfig
     from vlmgrpo.config.template import REC_QUESTION_TEMPLATE
 
-    model_config = ModelConfig(model_name_or_path=tiny["model"])
+    model_config = ModelConfig(model_name_or_path=tiny["model"], attn_implementation=settings.attention)
     processor = load_processor(model_config)
     model = load_model(model_config)
     space = answer_box_space("auto", model.config.model_type)
@@ -143,7 +144,8 @@ def grpo_run(tiny: dict, settings: RunSettings, output: Path, use_vllm: bool) ->
     trainer, timer = build_trainer(tiny, settings, output, use_vllm)
     setup = time.perf_counter() - started
     trainer.train()
-    result = {"status": "measured", "steps": len(timer.seconds), "setup_seconds": round(setup, 2),
+    result = {"status": "measured", "attention": trainer.model.config._attn_implementation,
+              "steps": len(timer.seconds), "setup_seconds": round(setup, 2),
               "step_seconds_first": round(timer.seconds[0], 4) if timer.seconds else None,
               **step_figures(timer.seconds), **rollout_figures(trainer.rollouts), **memory_figures(settings.device)}
     del trainer
@@ -263,3 +265,46 @@ def cudnn_version() -> Optional[int]:
     import torch
 
     return torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+
+
+def attention_choice() -> dict:
+    """What `vlmgrpo train`'s attn_implementation auto picks on this machine, and why (models/attention.py)."""
+    from vlmgrpo.models.attention import choose_attention, fa2_status, fa4_status, fa4_majors, gpu_capabilities
+
+    gpus = gpu_capabilities()
+    return {"status": "measured", "auto": choose_attention("auto"),
+            "gpus": [f"sm{major}{minor}" for major, minor in gpus], "fa4_majors": list(fa4_majors()),
+            "flash_attn_4": fa4_status(gpus)[1], "flash_attn_2": fa2_status(gpus)[1]}
+
+
+def gpu_checks() -> dict:
+    """`vlmgrpo selftest --require-gpu`'s GPU checks (gpu.*) and flash-attention 4's in-image checks, as an image runs
+    them (vlmgrpo/checks: their needs decide, a check whose component is absent is skipped with its reason)."""
+    from vlmgrpo.checks import FAIL, Context, discover, gpu_visible, result, unmet_need
+
+    context = Context(expected=None, require_gpu=True, skip_train=True)
+    reported = {}
+    for module in discover():
+        if not any(name.startswith(("gpu.", "flash_attn_4.")) for name in module.NAMES):
+            continue
+        unmet = unmet_need(module, context, gpu_visible)
+        try:
+            rows = [result(name, *unmet) for name in module.NAMES] if unmet else module.run(context)
+        except Exception as error:  # as run_checks: one broken library must not hide the other checks
+            rows = [result(name, FAIL, f"{type(error).__name__}: {error}"[:500]) for name in module.NAMES]
+        reported.update({row["name"]: f"{row['status']}: {row['detail']}" for row in rows})
+    failed = sorted(name for name, line in reported.items() if line.startswith(FAIL))
+    return {"status": "failed" if failed else "measured", "checks": reported,
+            **({"error": f"checks failed: {', '.join(failed)}"} if failed else {})}
+
+
+def flash_attn_4_part(tiny: dict, settings: RunSettings, output: Path) -> dict:
+    """GRPO steps with flash-attention 4 (the model's attention and its vision tower's), where flash-attn-4 is
+    installed; the same run with settings.attention sdpa is its reference."""
+    from vlmgrpo.models.attention import installed
+
+    if settings.device != "cuda":
+        return skipped("flash-attention 4 needs a CUDA GPU")
+    if installed("flash-attn-4") is None:
+        return skipped("flash-attn-4 is not installed")
+    return measure_part(lambda: grpo_run(tiny, settings, output, use_vllm=False))

@@ -11,17 +11,26 @@ Parts (each measured, skipped with its reason, or failed with its error; one fai
 - grpo: --steps GRPO steps through vlmgrpo's own trainer (its model loading, attention choice, data checks,
   rewards, trainer class) on a tiny random Qwen2.5-VL made here (or --model PATH) and a generated grounding set:
   seconds per step, rollout tokens/s and torch.cuda.max_memory_allocated;
+- attention: what the trainer's attn_implementation auto picks here, and why (flash-attention 4, 2 or SDPA);
+- gpu_checks: `vlmgrpo selftest`'s GPU checks (gpu.*: CUDA, nvidia-smi, bf16 matmul, NCCL all-reduce, DeepSpeed ops,
+  flash-attention 2 and 4 against SDPA) and flash-attention 4's own checks, each passed, failed or skipped by its need;
+- grpo_sdpa_hd128, grpo_fa4_hd128: the grpo part on the tiny model with heads of 128 (flash-attention 4's kernels
+  take 64 to 256; the tiny model's are 16), with SDPA and with flash-attention 4 (skipped where flash-attn-4 is not
+  installed), text model and vision tower alike;
 - grpo_vllm: the same with TRL's colocated vLLM, only where vLLM imports (else "skipped: vLLM not installed").
+--parts picks some of them (a lent GPU machine with only minutes can run them in two calls).
 
 Prints a short table on stderr and the JSON result on stdout (and to --out). Exit 0 when nothing failed, including
 on a machine without a CUDA GPU ("no CUDA GPU: nothing measured", with the reason); 1 when a part failed; 2 on bad
-arguments. Imports only torch, transformers, accelerate, peft, TRL and vlmgrpo from this checkout; no network.
+arguments. Imports only torch, transformers, accelerate, peft, TRL (with datasets), pydantic and vlmgrpo from this
+checkout, and flash-attn-4 where installed; no network.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -41,6 +50,11 @@ SMOKE_SIZES = {"steps": 2, "num_generations": 2, "batch_size": 2, "completion_le
                "conv_patches": 64, "conv_embed_dim": 32, "conv_repeats": 2}
 
 
+# Every part, in the order they run; --parts picks some.
+PARTS = ("conv3d", "attention", "gpu_checks", "grpo", "grpo_sdpa_hd128", "grpo_fa4_hd128", "grpo_vllm")
+WIDE_HEAD_DIM = 128  # the hd128 parts' tiny model: heads flash-attention 4 runs (it takes 64 to 256)
+
+
 class BadArguments(Exception):
     """An option out of range: exit 2 with this one line."""
 
@@ -55,7 +69,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for name, value in GPU_SIZES.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                             help=f"default {value} on a GPU, {SMOKE_SIZES[name]} with --cpu-smoke")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"the parts to run, comma-separated (default all: {','.join(PARTS)})")
     args = parser.parse_args(argv)
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = [part for part in args.parts if part not in PARTS]
+    if unknown or not args.parts:
+        raise BadArguments(f"--parts {','.join(unknown) or '(none)'}: choose from {','.join(PARTS)}")
     sizes = SMOKE_SIZES if args.cpu_smoke else GPU_SIZES
     for name, value in sizes.items():
         if getattr(args, name) is None:
@@ -100,6 +120,12 @@ def machine() -> dict:
             "gpu": gpu}
 
 
+def make_model(out_dir: Path, head_dim: int, family: str) -> Path:
+    from vlmgrpo.models.tiny import make_model as make
+
+    return make(out_dir, head_dim=head_dim, family=family)
+
+
 def make_data(args: argparse.Namespace, work: Path) -> dict:
     """A tiny random Qwen2.5-VL and a generated grounding set (vlmgrpo's own maker); --model replaces the model."""
     from vlmgrpo.models.tiny import make_images_and_rows, make_tiny
@@ -113,15 +139,40 @@ def make_data(args: argparse.Namespace, work: Path) -> dict:
 def measure_all(args: argparse.Namespace, device: str, work: Path) -> dict:
     settings = measures.RunSettings(device=device, steps=args.steps, num_generations=args.num_generations,
                                     batch_size=args.batch_size, completion_length=args.completion_length)
-    parts = {"conv3d": measures.measure_part(lambda: measures.conv3d_timing(
-        device, args.conv_patches, args.conv_embed_dim, args.conv_repeats))}
+    wanted = args.parts
+    parts = {}
+    if "conv3d" in wanted:
+        parts["conv3d"] = measures.measure_part(lambda: measures.conv3d_timing(
+            device, args.conv_patches, args.conv_embed_dim, args.conv_repeats))
+    if "attention" in wanted:
+        parts["attention"] = measures.measure_part(measures.attention_choice)
+    if "gpu_checks" in wanted:
+        parts["gpu_checks"] = (measures.measure_part(measures.gpu_checks) if device == "cuda"
+                               else measures.skipped("the GPU checks need a CUDA GPU"))
+    grpo_parts = [name for name in PARTS if name.startswith("grpo") and name in wanted]
+    if not grpo_parts:
+        return parts
     made = measures.measure_part(lambda: {"status": "measured", **make_data(args, work)})
-    if made["status"] != "measured":
-        failed = {**made, "error": f"making the model and data: {made['error']}"}
-        return {**parts, "grpo": failed, "grpo_vllm": failed}
-    parts["grpo"] = measures.measure_part(lambda: measures.grpo_run(made, settings, work / "grpo", use_vllm=False))
-    # Last: colocated vLLM keeps part of the GPU's memory for the rest of the process.
-    parts["grpo_vllm"] = measures.vllm_part(made, settings, work / "grpo_vllm")
+    if made["status"] == "measured" and {"grpo_sdpa_hd128", "grpo_fa4_hd128"} & set(grpo_parts):
+        # flash-attention 4's kernels take heads of 64 to 256: the tiny model with 128, its data unchanged
+        made_wide = measures.measure_part(lambda: {**made, "model": str(make_model(
+            work / "tiny_hd128", head_dim=WIDE_HEAD_DIM, family="qwen2_5_vl"))})
+    else:
+        made_wide = made
+    for name in grpo_parts:
+        tiny = made_wide if name.endswith("hd128") else made
+        if tiny["status"] != "measured":
+            parts[name] = {**tiny, "error": f"making the model and data: {tiny['error']}"}
+        elif name == "grpo":
+            parts[name] = measures.measure_part(lambda: measures.grpo_run(tiny, settings, work / name, use_vllm=False))
+        elif name == "grpo_sdpa_hd128":
+            parts[name] = measures.measure_part(lambda: measures.grpo_run(
+                tiny, dataclasses.replace(settings, attention="sdpa"), work / name, use_vllm=False))
+        elif name == "grpo_fa4_hd128":
+            parts[name] = measures.flash_attn_4_part(
+                tiny, dataclasses.replace(settings, attention="flash_attention_4"), work / name)
+        else:  # grpo_vllm, last: colocated vLLM keeps part of the GPU's memory for the rest of the process
+            parts[name] = measures.vllm_part(tiny, settings, work / name)
     return parts
 
 
@@ -147,19 +198,25 @@ def table(result: dict) -> str:
     """The figures worth a glance, one line per part."""
     if not result["parts"]:
         return f"no CUDA GPU: nothing measured ({result['reason']})"
-    lines = [f"{'part':<10} {'status':<9} figures"]
+    lines = [f"{'part':<16} {'status':<9} figures"]
     for name, part in result["parts"].items():
         if part["status"] == "skipped":
             figures = f"skipped: {part['reason']}"
         elif part["status"] == "failed":
             figures = part["error"]
+        elif name == "attention":
+            figures = f"auto picks {part['auto']} on {', '.join(part['gpus']) or 'no GPU'} ({part['flash_attn_4']})"
+        elif name == "gpu_checks":
+            statuses = [line.split(":")[0] for line in part["checks"].values()]
+            figures = ", ".join(f"{statuses.count(s)} {s}" for s in ("pass", "fail", "skip") if s in statuses)
         elif name == "conv3d":
             figures = (f"forward {part['cudnn_on_forward_ms']} ms cuDNN on / {part['cudnn_off_forward_ms']} ms off; "
                        f"fwd+bwd {part['cudnn_on_forward_backward_ms']} / {part['cudnn_off_forward_backward_ms']} ms")
         else:
-            figures = (f"{part['step_seconds_mean']} s/step, {part['rollout_tokens_per_second']} rollout tokens/s, "
+            figures = (f"{part['attention']}: {part['step_seconds_mean']} s/step, "
+                       f"{part['rollout_tokens_per_second']} rollout tokens/s, "
                        f"peak {part['peak_memory_allocated_gib']} GiB allocated")
-        lines.append(f"{name:<10} {part['status']:<9} {figures}")
+        lines.append(f"{name:<16} {part['status']:<9} {figures}")
     return "\n".join(lines)
 
 

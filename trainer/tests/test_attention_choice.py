@@ -5,6 +5,7 @@ cannot run is one ConfigError."""
 
 import logging
 import sys
+from pathlib import Path
 import types
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.models import attention
-from vlmgrpo.models.attention import choose_attention
+from vlmgrpo.models.attention import choose_attention, cutlass_on_path
 
 
 @pytest.fixture
@@ -35,6 +36,7 @@ def distributions(monkeypatch):
     """The flash-attention distributions this test says are installed (none unless it adds them)."""
     present: dict[str, str] = {}
     monkeypatch.setattr(attention, "installed", present.get)
+    monkeypatch.setattr(attention, "cutlass_on_path", lambda: True)  # as where flash-attn-4 is installed with pip
     return present
 
 
@@ -190,3 +192,26 @@ def test_flash_attn_4_namespace_is_not_taken_for_flash_attn_2(monkeypatch, lines
     distributions["flash-attn-4"] = "4.0.0b40"
     monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
     assert attention.fa2_status([(8, 0)]) == (False, "flash-attn 2 is not installed")
+
+
+def test_flash_attention_4_whose_cutlass_dsl_is_off_the_path_is_not_chosen(monkeypatch, lines, distributions):
+    """flash-attn-4 installed with `pip install --target` on PYTHONPATH: its CUTLASS DSL's .pth file is never read, so
+    `cutlass` cannot be imported (a lent H200 showed it). auto takes SDPA and says why; asked for, it is one error."""
+    gpus(monkeypatch, (9, 0))
+    distributions["flash-attn-4"] = "4.0.0b40"
+    monkeypatch.setattr(attention, "cutlass_on_path", lambda: False)
+    assert choose_attention("auto") == "sdpa"
+    assert only_line(lines) == f"attention: sdpa (flash-attn-4 4.0.0b40 is installed but {attention.CUTLASS_OFF_PATH})"
+    with pytest.raises(ConfigError, match="flash_attention_4 cannot run here .*module cutlass is not on the path"):
+        choose_attention("flash_attention_4")
+
+
+def test_cutlass_on_path_finds_without_importing(monkeypatch, tmp_path):
+    """The real function (imported before the fixture stands in for it)."""
+    monkeypatch.delitem(sys.modules, "cutlass", raising=False)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    (tmp_path / "cutlass").mkdir()
+    (tmp_path / "cutlass" / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    assert cutlass_on_path() and "cutlass" not in sys.modules
+    monkeypatch.setattr(sys, "path", [path for path in sys.path if path != str(tmp_path)])
+    assert cutlass_on_path() == any((Path(p) / "cutlass").exists() for p in sys.path if p)

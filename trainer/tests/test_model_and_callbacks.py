@@ -185,3 +185,22 @@ def test_a_checkpoint_is_damaged_when_cut_short_missing_a_file_or_once_failed_to
     data = (newest / "model.safetensors").read_bytes()
     (newest / "model.safetensors").write_bytes(data[:-10])
     assert damage(str(newest)) == "model.safetensors is shorter than its header says"
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+def test_tiny_model_config_takes_a_head_size(tmp_path, family):
+    """The tiny model's heads are 16 wide; flash-attention 4's kernels take 64 to 256, so a GPU run of them makes the
+    same model with heads of 128: every attention (text and vision) has heads of that size, M-RoPE still sums."""
+    from vlmgrpo.models.tiny import make_model_config, make_tokenizer
+
+    tokenizer = make_tokenizer(tmp_path)
+    for head_dim in (16, 128):
+        config = make_model_config(tokenizer, family, head_dim=head_dim)
+        text, vision = config.text_config, config.vision_config
+        assert text.hidden_size // text.num_attention_heads == head_dim
+        assert sum(text.rope_parameters["mrope_section"]) == head_dim // 2
+        vision_width = vision.embed_dim if family == "qwen2_vl" else vision.hidden_size
+        assert vision_width // vision.num_heads == head_dim
+    assert make_model_config(tokenizer, family).text_config.hidden_size == 64  # the default tiny model, unchanged
+    with pytest.raises(ValueError, match="head_dim 24: a multiple of 16"):
+        make_model_config(tokenizer, family, head_dim=24)

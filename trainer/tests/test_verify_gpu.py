@@ -41,7 +41,8 @@ def test_arguments(verify_gpu, tmp_path, capsys):
     for argv, message in ((["--steps", "0"], "--steps 0: at least 1"),
                           (["--batch-size", "6", "--num-generations", "4"], "a multiple of --num-generations 4"),
                           (["--out", str(tmp_path / "no" / "r.json")], "does not exist"),
-                          (["--model", str(tmp_path)], "no config.json there")):
+                          (["--model", str(tmp_path)], "no config.json there"),
+                          (["--parts", "grpo,fa5"], "--parts fa5: choose from conv3d,attention,")):
         assert verify_gpu.main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
@@ -59,6 +60,13 @@ def test_without_a_gpu_nothing_is_measured_and_it_says_why(verify_gpu, tmp_path,
     assert json.loads((tmp_path / "r.json").read_text()) == result
 
 
+def test_parts_picks_what_runs(verify_gpu, tmp_path, capsys):
+    """A lent GPU machine's minutes are few: --parts runs only the parts named (here those that need no model)."""
+    code, result, err = run(verify_gpu, ["--cpu-smoke", "--parts", "attention,gpu_checks"], capsys)
+    assert code == 0 and list(result["parts"]) == ["attention", "gpu_checks"], err[-2000:]
+    assert "attention        measured  auto picks sdpa on no GPU" in err
+
+
 @pytest.mark.slow
 def test_cpu_smoke_takes_the_gpu_runs_code_paths(verify_gpu, tmp_path, capsys):
     code, result, err = run(verify_gpu, ["--cpu-smoke", "--out", str(tmp_path / "r.json")], capsys)
@@ -66,15 +74,20 @@ def test_cpu_smoke_takes_the_gpu_runs_code_paths(verify_gpu, tmp_path, capsys):
     assert result["mode"] == "cpu-smoke" and result["status"] == "measured"
     assert {"torch", "cuda", "cudnn", "transformers", "trl", "vllm", "gpu"} <= set(result["machine"])
     parts = result["parts"]
-    assert set(parts) == {"conv3d", "grpo", "grpo_vllm"}
+    assert list(parts) == list(verify_gpu.PARTS)
     for name, fields in PART_FIELDS.items():
         assert parts[name]["status"] == "measured" and fields <= set(parts[name]), parts[name]
+    assert parts["grpo_sdpa_hd128"]["status"] == "measured" and parts["grpo_sdpa_hd128"]["attention"] == "sdpa"
+    assert parts["grpo"]["attention"] == parts["attention"]["auto"] == "sdpa"  # no GPU: SDPA, and why
+    assert parts["attention"]["flash_attn_4"] and parts["attention"]["gpus"] == []
+    assert parts["gpu_checks"] == {"status": "skipped", "reason": "the GPU checks need a CUDA GPU"}
+    assert parts["grpo_fa4_hd128"] == {"status": "skipped", "reason": "flash-attention 4 needs a CUDA GPU"}
     assert "Qwen2_5_VisionPatchEmbed (Conv3d)" in parts["conv3d"]["module"]
     assert parts["conv3d"]["max_abs_difference"] < 1e-4  # the same convolution with and without cuDNN
     assert parts["grpo"]["steps"] == 2 and parts["grpo"]["rollout_tokens"] > 0
     assert parts["grpo"]["peak_memory_allocated_gib"] is None  # no GPU: no figure rather than a made-up one
     assert parts["grpo_vllm"] == {"status": "skipped", "reason": "colocated vLLM needs a CUDA GPU"}
-    assert "grpo_vllm  skipped   skipped: colocated vLLM needs a CUDA GPU" in err
+    assert "grpo_vllm        skipped   skipped: colocated vLLM needs a CUDA GPU" in err
     assert json.loads((tmp_path / "r.json").read_text()) == result
 
 
@@ -83,7 +96,7 @@ def test_a_failed_part_is_reported_and_the_others_still_run(verify_gpu):
     failed = measures.measure_part(lambda: 1 / 0)
     assert failed == {"status": "failed", "error": "ZeroDivisionError: division by zero"}
     table = verify_gpu.table({"parts": {"grpo": failed, "grpo_vllm": measures.skipped("vLLM not installed")}})
-    assert "grpo       failed    ZeroDivisionError" in table and "skipped: vLLM not installed" in table
+    assert "grpo             failed    ZeroDivisionError" in table and "skipped: vLLM not installed" in table
 
 
 def test_figures_leave_out_the_first_step_and_rollout(verify_gpu):

@@ -28,7 +28,14 @@ MODEL_CLASSES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGen
 
 
 def import_check() -> tuple[str, str]:
-    import flash_attn.cute
+    from vlmgrpo.models.attention import CUTLASS_OFF_PATH
+
+    try:
+        import flash_attn.cute
+    except ModuleNotFoundError as error:
+        if error.name != "cutlass":
+            raise
+        return FAIL, f"flash_attn.cute does not import: {CUTLASS_OFF_PATH}"
 
     version = installed_version("flash-attn-4")
     if version is None:

@@ -11,6 +11,7 @@ takes seconds to import: transformers imports it when the model loads with it.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import logging
 from typing import Optional
 
@@ -60,11 +61,26 @@ def _first_outside(gpus: list[tuple[int, int]], low: int, high: int) -> Optional
     return None
 
 
+# nvidia-cutlass-dsl's wheels put its module `cutlass` on sys.path through a .pth file, which Python reads only in a
+# site directory: installed with `pip install --target DIR` and put on PYTHONPATH, flash-attn-4 is found and its DSL
+# is not ("No module named 'cutlass'" when the model loads; seen on a lent H200, bench/RESULTS.md section 17).
+CUTLASS_OFF_PATH = ("its CUTLASS DSL's module cutlass is not on the path (nvidia-cutlass-dsl adds it with a .pth file, "
+                    "which Python reads only in a site-packages directory: install with pip into the environment, "
+                    "not with --target on PYTHONPATH, or add the directory with site.addsitedir)")
+
+
+def cutlass_on_path() -> bool:
+    """Whether `import cutlass` would find the module, without importing it (that takes seconds)."""
+    return importlib.util.find_spec("cutlass") is not None
+
+
 def fa4_status(gpus: list[tuple[int, int]]) -> tuple[bool, str]:
     """Whether flash-attention 4 can run on these GPUs, and why."""
     version = installed("flash-attn-4")
     if version is None:
         return False, "flash-attn-4 is not installed"
+    if not cutlass_on_path():
+        return False, f"flash-attn-4 {version} is installed but {CUTLASS_OFF_PATH}"
     if not gpus:
         return False, "no GPU visible"
     low, high = fa4_majors()

@@ -95,24 +95,29 @@ TEXT_FAMILIES = ("qwen2", "llama")
 FAMILIES = VISION_FAMILIES + TEXT_FAMILIES
 
 
-def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
+def make_model_config(tokenizer, family: str = "qwen2_5_vl", head_dim: int = 16):
+    """The tiny config of a vision-language family: 4 text attention heads and 2 vision heads of head_dim each (16:
+    the smallest model; flash-attention 4's kernels take 64 to 256, so a GPU run of them asks for 128)."""
     from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     if family == "internvl":
         return internvl_config(tokenizer, ids)
+    if head_dim < 16 or head_dim % 16:
+        raise ValueError(f"head_dim {head_dim}: a multiple of 16 (the M-RoPE sections split head_dim / 2 as 2:3:3)")
+    mrope_section = [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]  # sums to head_dim / 2: [2, 3, 3] at 16
     text_config = dict(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=4 * head_dim,
+        intermediate_size=8 * head_dim,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,
-        # head_dim 16: the three M-RoPE sections (time, height, width) must sum to head_dim / 2.
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+        # The three M-RoPE sections (time, height, width) must sum to head_dim / 2.
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": mrope_section},
         # transformers 4.x reads M-RoPE from these instead (the cu121 image carries 4.57).
-        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        rope_scaling={"type": "mrope", "mrope_section": mrope_section},
         rope_theta=1000000.0,
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=ids["<|im_end|>"],
@@ -121,10 +126,12 @@ def make_model_config(tokenizer, family: str = "qwen2_5_vl"):
     patches = dict(patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
     if family == "qwen2_vl":
         config_class = Qwen2VLConfig
-        vision_config = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, **patches)
+        vision_config = dict(depth=2, embed_dim=2 * head_dim, hidden_size=4 * head_dim, mlp_ratio=2, num_heads=2,
+                             **patches)
     else:
         config_class = Qwen2_5_VLConfig
-        vision_config = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+        vision_config = dict(depth=2, hidden_size=2 * head_dim, intermediate_size=4 * head_dim, num_heads=2,
+                             out_hidden_size=4 * head_dim,
                              fullatt_block_indexes=[1], window_size=112, **patches)
     return config_class(
         text_config=text_config,
@@ -212,8 +219,9 @@ def text_model_config(tokenizer, family: str):
     )
 
 
-def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl") -> Path:
-    """Write a random tiny model of the family with tokenizer (and processor) and chat template to out_dir."""
+def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl", head_dim: int = 16) -> Path:
+    """Write a random tiny model of the family with tokenizer (and processor) and chat template to out_dir (head_dim:
+    of the Qwen-VL families' attention heads, make_model_config)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
@@ -223,7 +231,7 @@ def make_model(out_dir: str | Path, seed: int = 0, family: str = "qwen2_5_vl") -
     tokenizer.chat_template = chat_template(family)
     torch.manual_seed(seed)
     vision = family in VISION_FAMILIES
-    config = make_model_config(tokenizer, family) if vision else text_model_config(tokenizer, family)
+    config = make_model_config(tokenizer, family, head_dim) if vision else text_model_config(tokenizer, family)
     model_class = AutoModelForImageTextToText if vision else AutoModelForCausalLM
     model = model_class.from_config(config).to(torch.float32)
     text = config.get_text_config()
