@@ -20,7 +20,10 @@ def run(argv: list[str], log: Path | None = None, cwd: Path = REPO, **kwargs) ->
     """Run argv to completion (output to log, if given); its wall time in seconds. Fails loudly."""
     started = time.monotonic()
     if log is None:
-        subprocess.run(argv, check=True, cwd=cwd, capture_output=True, text=True, **kwargs)
+        result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, **kwargs)
+        if result.returncode != 0:  # what the command said, not only its exit status: a failed pull says why
+            tail = (result.stderr or result.stdout or "").strip().splitlines()[-10:]
+            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n" + "\n".join(tail))
     else:
         with open(log, "w") as stream:
             result = subprocess.run(argv, cwd=cwd, stdout=stream, stderr=subprocess.STDOUT, **kwargs)
