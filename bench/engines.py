@@ -73,7 +73,8 @@ def check_disk(work: Path, image: str, size_bytes: int) -> None:
     free, need = shutil.disk_usage(work).free, DISK_NEED_IMAGES * size_bytes
     if free < need:
         raise RuntimeError(f"{gb(free)} free under {work}; cold pulls of {image} ({gb(size_bytes)}) need about "
-                           f"{gb(need)}: free some (docker image prune -a, docker builder prune) and run again")
+                           f"{gb(need)}: free some (docker builder prune --filter until=1h; not docker image prune -a, which "
+                           "also removes the local/debian bases the builds go FROM) and run again")
 
 
 def measure_image(image: str, data: Path, work: Path) -> dict:
