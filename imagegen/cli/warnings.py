@@ -1,6 +1,6 @@
 """What `imagegen validate` says without refusing, one line per kind: the same warning for many images is one line
-that names them all, so that the kinds stay readable (17 lines on a fresh clone before, 9 of them the same
-unpinned-base note)."""
+that names them all, so that the kinds stay readable (one line per image buried the few kinds under the same
+unpinned-base note repeated)."""
 
 from __future__ import annotations
 

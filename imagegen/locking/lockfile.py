@@ -223,9 +223,8 @@ def stale_reasons(lock: Lock, inputs: dict) -> list[str]:
 
 # What compiling an sdist against the installed torch needs, without build isolation.
 BUILD_TOOLS = ("setuptools", "wheel", "ninja", "packaging", "psutil")
-# The installer of every step after the first: uv installs the same locked files as pip; the cpu image's cold
-# build took 64% of pip's time with it, its framework layer 64.3 s against 117.2 s (bench/RESULTS.md, section 5).
-# pip, which the venv brings, installs it.
+# The installer of every step after the first: uv installs the same locked files as pip, in less time on a cold
+# build (bench/RESULTS.md, section 5, measures both). pip, which the venv brings, installs it.
 INSTALLER = "uv"
 # The CUDA libraries PyPI publishes for torch (nvidia-cublas, nvidia-cudnn-cu13, nvidia-nccl-cu12, ...), installed
 # in two steps of their own below torch.
@@ -289,14 +288,14 @@ def install_steps(lock: Lock, deepspeed: bool, flash_attn_source_build: bool,
     """The framework layer's installs, in order.
 
     The installer first, then the CUDA libraries torch's wheels bring (nvidia-*) in two steps: the CUDA release's
-    (cuBLAS, cuFFT, the runtime, ...: 2.15 GB of the cpu image's 6.62) and then cuDNN and NCCL (torch_families,
-    the name prefixes of the lock families of the components torch decides: 1.22 GB), which change with torch's
-    release while the others change with the CUDA update; one step of all of them was 0.53 of the image, a layer
-    that every pull waits on. Then torch (now the largest, 2.25 GB: 0.34; and the most stable: a bump of peft leaves
-    their steps cached), then the tools that compile sources against it, flash-attn and DeepSpeed, then what the
-    trainer extras of the image's components need (extra_roots: JupyterLab's 89 packages, 0.21 GB of the cpu image's
-    6.62; in the stack's step they made it 0.1 of the image, which a one-package change sends again), and last the
-    rest of the stack. A step's cache key is its parent's and its own requirement file, so images whose torch differs
+    (cuBLAS, cuFFT, the runtime, ...) and then cuDNN and NCCL (torch_families, the name prefixes of the lock
+    families of the components torch decides), which change with torch's release while the others change with the
+    CUDA update; one step of all of them made a layer of over half the image that every pull waits on. Then torch
+    (the largest layer, and the most stable: a bump of peft leaves their steps cached), then the tools that compile
+    sources against it, flash-attn and DeepSpeed, then what the trainer extras of the image's components need
+    (extra_roots: JupyterLab's packages, which in the stack's step made it a large layer that a one-package change
+    sends again), and last the rest of the stack. The layers' sizes and shares are measured in bench/RESULTS.md,
+    sections 2 and 14. A step's cache key is its parent's and its own requirement file, so images whose torch differs
     but whose CUDA libraries are the same versions (on the same base and Python) make one and the same layer of those
     libraries.
     """
