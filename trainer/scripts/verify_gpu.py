@@ -53,6 +53,15 @@ SMOKE_SIZES = {"steps": 2, "num_generations": 2, "batch_size": 2, "completion_le
 # Every part, in the order they run; --parts picks some.
 PARTS = ("conv3d", "attention", "gpu_checks", "grpo", "grpo_sdpa_hd128", "grpo_fa4_hd128", "grpo_vllm")
 WIDE_HEAD_DIM = 128  # the hd128 parts' tiny model: heads flash-attention 4 runs (it takes 64 to 256)
+# --hd128-shape 3b: the hd128 parts' model with Qwen2.5-VL-3B-Instruct's layer sizes (its config.json), random bf16
+# weights and the tiny vocabulary: step time and memory of a real size where no weights can be downloaded. Its vision
+# tower has heads of 80, as the real one.
+QWEN2_5_VL_3B = {
+    "text": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                 num_key_value_heads=2),
+    "vision": dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
+                   fullatt_block_indexes=[7, 15, 23, 31]),
+}
 
 
 class BadArguments(Exception):
@@ -71,6 +80,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                             help=f"default {value} on a GPU, {SMOKE_SIZES[name]} with --cpu-smoke")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"the parts to run, comma-separated (default all: {','.join(PARTS)})")
+    parser.add_argument("--hd128-shape", choices=("tiny", "3b"), default="tiny",
+                        help="the hd128 parts' model: the tiny one with heads of 128, or Qwen2.5-VL-3B's layer sizes "
+                        "with random weights (a real size's step time and memory; its vision heads are 80)")
     args = parser.parse_args(argv)
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = [part for part in args.parts if part not in PARTS]
@@ -120,10 +132,40 @@ def machine() -> dict:
             "gpu": gpu}
 
 
-def make_model(out_dir: Path, head_dim: int, family: str) -> Path:
+def make_model(out_dir: Path, head_dim: int, family: str, shape: str = "tiny", device: str = "cpu") -> Path:
     from vlmgrpo.models.tiny import make_model as make
 
-    return make(out_dir, head_dim=head_dim, family=family)
+    if shape == "tiny":
+        return make(out_dir, head_dim=head_dim, family=family)
+    return make_3b_shaped(out_dir, device)
+
+
+def make_3b_shaped(out_dir: Path, device: str) -> Path:
+    """The tiny model's tokenizer and processor with Qwen2.5-VL-3B's layer sizes, random bf16 weights made on the
+    device (a float32 model of that size made on the CPU takes minutes)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    from vlmgrpo.models.tiny import chat_template, make_model_config, make_processor, make_tokenizer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(out_dir)
+    tokenizer.chat_template = chat_template("qwen2_5_vl")
+    config = make_model_config(tokenizer, "qwen2_5_vl", head_dim=WIDE_HEAD_DIM)
+    for part, sizes in (("text_config", QWEN2_5_VL_3B["text"]), ("vision_config", QWEN2_5_VL_3B["vision"])):
+        made = getattr(config, part)  # made anew: a config derives per-layer lists (layer_types) from its sizes
+        kept = {key: value for key, value in made.to_dict().items() if key not in ("layer_types", "model_type")}
+        setattr(config, part, type(made)(**{**kept, **sizes}))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.bfloat16)
+    text = config.get_text_config()
+    model.generation_config = GenerationConfig(eos_token_id=text.eos_token_id, pad_token_id=text.pad_token_id,
+                                               do_sample=True)
+    model.save_pretrained(out_dir)
+    make_processor(tokenizer, "qwen2_5_vl").save_pretrained(out_dir)
+    del model
+    return out_dir
 
 
 def make_data(args: argparse.Namespace, work: Path) -> dict:
@@ -156,7 +198,8 @@ def measure_all(args: argparse.Namespace, device: str, work: Path) -> dict:
     if made["status"] == "measured" and {"grpo_sdpa_hd128", "grpo_fa4_hd128"} & set(grpo_parts):
         # flash-attention 4's kernels take heads of 64 to 256: the tiny model with 128, its data unchanged
         made_wide = measures.measure_part(lambda: {**made, "model": str(make_model(
-            work / "tiny_hd128", head_dim=WIDE_HEAD_DIM, family="qwen2_5_vl"))})
+            work / f"{args.hd128_shape}_hd128", head_dim=WIDE_HEAD_DIM, family="qwen2_5_vl", shape=args.hd128_shape,
+            device=device))})
     else:
         made_wide = made
     for name in grpo_parts:
@@ -184,7 +227,7 @@ def verify(args: argparse.Namespace) -> dict:
         return {**result, "status": "nothing measured", "reason": reason, "parts": {}}
     measures.import_trainer()
     result["machine"] = machine()
-    result["sizes"] = {name: getattr(args, name) for name in GPU_SIZES}
+    result["sizes"] = {**{name: getattr(args, name) for name in GPU_SIZES}, "hd128_shape": args.hd128_shape}
     with tempfile.TemporaryDirectory(prefix="verify-gpu-") as scratch:
         work = args.work_dir or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ def run(verify_gpu, argv, capsys) -> tuple[int, dict, str]:
 def test_arguments(verify_gpu, tmp_path, capsys):
     args = verify_gpu.parse_args([])
     assert (args.steps, args.conv_embed_dim, args.conv_patches) == (10, 1280, 8 * 2304) and not args.cpu_smoke
+    assert verify_gpu.parse_args(["--hd128-shape", "3b"]).hd128_shape == "3b" and args.hd128_shape == "tiny"
     args = verify_gpu.parse_args(["--cpu-smoke", "--steps", "3"])
     assert (args.steps, args.conv_embed_dim, args.batch_size) == (3, 32, 2)
     for argv, message in ((["--steps", "0"], "--steps 0: at least 1"),
@@ -123,3 +124,19 @@ def test_on_a_gpu_every_part_is_measured_or_skipped_with_a_reason(verify_gpu, tm
     assert code == 0, err[-3000:]
     assert result["parts"]["grpo"]["peak_memory_allocated_gib"] > 0
     assert result["parts"]["grpo_vllm"]["status"] in ("measured", "skipped")
+
+
+def test_the_3b_shape_has_qwen2_5_vl_3b_layer_sizes(verify_gpu, tmp_path, monkeypatch):
+    """--hd128-shape 3b: Qwen2.5-VL-3B's sizes over the tiny model's tokenizer and processor (here with 2 layers a
+    part, so that it is made on the CPU in seconds): per-layer lists follow the layer count, heads of 128 and 80."""
+    from transformers import AutoConfig
+
+    sizes = {"text": {**verify_gpu.QWEN2_5_VL_3B["text"], "num_hidden_layers": 3, "intermediate_size": 64},
+             "vision": {**verify_gpu.QWEN2_5_VL_3B["vision"], "depth": 3, "intermediate_size": 64,
+                        "fullatt_block_indexes": [2]}}
+    monkeypatch.setattr(verify_gpu, "QWEN2_5_VL_3B", sizes)
+    config = AutoConfig.from_pretrained(verify_gpu.make_model(tmp_path / "m", 128, "qwen2_5_vl", shape="3b"))
+    text, vision = config.text_config, config.vision_config
+    assert (text.hidden_size, text.num_hidden_layers, len(text.layer_types)) == (2048, 3, 3)
+    assert text.hidden_size // text.num_attention_heads == 128 and vision.hidden_size // vision.num_heads == 80
+    assert vision.out_hidden_size == text.hidden_size and (tmp_path / "m" / "tokenizer.json").is_file()
