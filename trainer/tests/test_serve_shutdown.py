@@ -1,6 +1,10 @@
-"""SIGTERM to a real `vlmgrpo serve` (transformers serve on the tiny model, on the CPU) with five requests in flight:
-each client gets its whole answer or a clear error, and the log's counts are what the clients got (issue 45: SIGTERM
-cut 2 of 5 requests while the log said all were answered)."""
+"""The requests a real `vlmgrpo serve` (transformers serve on the tiny model, on the CPU) is left with: SIGTERM with
+five requests in flight (each client gets its whole answer or a clear error, and the log's counts are what the clients
+got; issue 45: SIGTERM cut 2 of 5 requests while the log said all were answered), and an unstreamed request whose
+client hung up (the engine went on generating it: the next request waited 27.8 s)."""
+
+import contextlib
+import socket
 
 import json
 import re
@@ -54,10 +58,10 @@ def _ask(port: int, tokens: int, stream: bool, results: dict, key: str, first_ch
             first_chunk.set()
 
 
-@pytest.mark.slow
-def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_which(tiny, tmp_path):
+@contextlib.contextmanager
+def serving(tiny, stderr):
+    """(the server's process, its port); killed at the end if it is still running."""
     port = free_port()
-    stderr = tmp_path / "stderr.log"
     with open(stderr, "w") as stream:
         process = subprocess.Popen([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"],
                                     "--served-model-name", "rec-tiny", "--port", str(port),
@@ -66,6 +70,35 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
     try:
         assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None), \
             stderr.read_text()[-3000:]
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_an_unstreamed_request_whose_client_hung_up_stops_in_the_engine(tiny, tmp_path):
+    """Greedy, 3000 tokens took the engine 40 s here: the next request is answered at once, not after them."""
+    body = json.dumps({**chat("rec-tiny"), "max_tokens": LONG, "temperature": 0}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode()
+    with serving(tiny, tmp_path / "stderr.log") as (process, port):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as gone:
+            gone.sendall(head + body)
+            time.sleep(2)  # generating
+        time.sleep(1)  # the front saw the hang-up (it looks every 0.5 s)
+        results: dict = {}
+        started = time.monotonic()
+        _ask(port, 4, False, results, "next")
+        assert results["next"][0] == "answered" and results["next"][1] - started < 10, results
+    assert "the client hung up: its request to the engine was cancelled" in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.slow
+def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_which(tiny, tmp_path):
+    stderr = tmp_path / "stderr.log"
+    with serving(tiny, stderr) as (process, port):
         results: dict = {}
         started = threading.Event()
         # The short one first, streamed: once its first chunk came, it is the engine's
@@ -87,9 +120,6 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
         for thread in threads:
             thread.join(timeout=120)
         assert process.wait(timeout=90) == 128 + signal.SIGTERM
-    finally:
-        if process.poll() is None:
-            process.kill()
     log = stderr.read_text()
     assert health.value.code == 503 and json.loads(health.value.read()) == {"status": "shutting down"}
     assert late["after the signal"][0] == "refused" and late["after the signal"][2] == 503

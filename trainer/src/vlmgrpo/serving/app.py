@@ -40,7 +40,8 @@ from typing import Any, Callable, Optional
 
 from vlmgrpo.serving.drain import TICKET, Drain, Tracked
 from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length,
-                                      engine_error, image_parts, image_problem, image_sizes, prompt_text)
+                                      completion_from_events, engine_error, image_parts, image_problem, image_sizes,
+                                      prompt_text)
 
 log = logging.getLogger("vlmgrpo")
 
@@ -141,8 +142,12 @@ def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limi
                 # disconnect poll would take a part of the body)
                 body = await _unless_gone(request, _checked(request, served_name, limits, fetcher, count_tokens),
                                           drain, ticket, watch_client=False)
-                return await _unless_gone(request, _forward(client, body, engine_model, served_name, Response,
-                                                            StreamingResponse, drain, ticket), drain, ticket)
+                if not body.get("stream") and limits.engine == "transformers":
+                    answer = _collected(client, body, engine_model, served_name, Response)
+                else:
+                    answer = _forward(client, body, engine_model, served_name, Response, StreamingResponse, drain,
+                                      ticket)
+                return await _unless_gone(request, answer, drain, ticket)
             except RequestProblem as problem:
                 return _refuse(problem)
             except httpx.TransportError:  # the engine died and is being started again (serve.Engine)
@@ -298,6 +303,25 @@ async def _forward(client, body: dict, engine_model: str, served_name: str, Resp
     if answer.status_code != 200:
         return _engine_failed(answer.status_code, answer.content, Response)
     return Response(json.dumps({**answer.json(), "model": served_name}).encode(), media_type="application/json")
+
+
+async def _collected(client, body: dict, engine_model: str, served_name: str, Response):
+    """An unstreamed request asked of transformers serve as a stream, its answer put together here: transformers
+    serve stops generating when a stream's connection closes, but runs an unstreamed request on to max_tokens for a
+    client long gone (the next request waited 27.8 s, issue 45), and after a refusal at shutdown."""
+    forwarded = {key: value for key, value in body.items() if key != "stream_options"}
+    events = []
+    async with client.stream("POST", CHAT_PATH, json={**forwarded, "model": engine_model, "stream": True}) as upstream:
+        if upstream.status_code != 200:
+            return _engine_failed(upstream.status_code, await upstream.aread(), Response)
+        async for line in upstream.aiter_lines():
+            if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                events.append(json.loads(line[5:]))
+    try:
+        answer = completion_from_events(events, served_name)
+    except ValueError as failed:
+        return _engine_failed(500, json.dumps({"detail": str(failed)}).encode(), Response)
+    return Response(json.dumps(answer).encode(), media_type="application/json")
 
 
 def _engine_failed(status: int, content: bytes, Response):
