@@ -96,12 +96,16 @@ def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_it
     alone = [(200, 1.0), (200, 2.0), (200, 3.0)]
     beside = [(200, 9.5), (200, 1.5), (200, 2.5)]  # the slowest alone (3.0) against the slowest beside (9.5)
     assert serve_abuse.rank_ratios([s for _, s in alone], [s for _, s in beside]) == [1.5, 1.25, 9.5 / 3]
-    assert "3.17 x (goal <= 3 x: **missed**)" in serve_abuse.verdict(alone, beside)
-    assert "answered: yes; the slowest against its rank alone 1.00 x (goal <= 3 x: met)" in \
-        serve_abuse.verdict(alone, alone)
+    assert serve_abuse.worst_rank(alone, beside) == (3, 3.0, 9.5, 9.5 / 3)
+    assert ("answer 3, 3.17 x (3.00 s -> 9.50 s; goal <= 3 x: **missed**); the last answer 3.17 x the last alone"
+            in serve_abuse.verdict(alone, beside))
+    same = serve_abuse.verdict(alone, alone)
+    assert "answered: yes; the one slowest against its rank alone, answer 1, 1.00 x" in same
+    assert "goal <= 3 x: met)" in same
     assert "answered: no" in serve_abuse.verdict(alone, [(503, 1.0), *alone[1:]])
-    rows = serve_abuse.rows(alone, beside, 0.5)
-    assert rows[0][2] == "0.50 s" and rows[1][1:4] == ("3 of 3", "2.00 s", "3.00 s") and rows[2][-1] == "3.17"
+    rows = serve_abuse.rows({"alone": alone, "beside": beside}, 0.5)
+    assert rows[0][2] == "0.50 s" and rows[1][1:] == ("3 of 3", "2.00 s", "3.00 s", "1.00", "-")
+    assert rows[2][-2:] == ("3.17", "3.17 (answer 3: 3.00 s -> 9.50 s)")
     table = serve_abuse.abuse_rows({"seed 2**70": (Counter({400: 7}), 0.25), "hang": (Counter({"hung up": 3}), 0.0)})
     assert table == [("seed 2**70", 7, "400 x 7", "0.25 s"), ("hang", 3, "hung up x 3", "-")]
     found = {"single": 0.5, "alone": alone, "beside": beside, "seen": {"seed 2**70": (Counter({400: 7}), 0.25)}}

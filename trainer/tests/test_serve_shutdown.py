@@ -87,7 +87,7 @@ def test_an_unstreamed_request_whose_client_hung_up_stops_in_the_engine(tiny, tm
         with socket.create_connection(("127.0.0.1", port), timeout=30) as gone:
             gone.sendall(head + body)
             time.sleep(2)  # generating
-        time.sleep(1)  # the front saw the hang-up (it looks every 0.5 s)
+        time.sleep(1)  # the front saw the hang-up (it looks every 0.1 s: app.LOOK_S)
         results: dict = {}
         started = time.monotonic()
         _ask(port, 4, False, results, "next")

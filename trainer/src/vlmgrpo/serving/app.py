@@ -44,6 +44,9 @@ from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_c
                                       prompt_text)
 
 log = logging.getLogger("vlmgrpo")
+# How often a request waiting on the engine looks whether its client is gone (a receive that does not wait): the
+# engine generates for a gone client until then, which every request queued behind it waits for
+LOOK_S = 0.1
 
 def _public_address(host: str) -> Optional[str]:
     """Why the host may not be fetched from (it resolves to a loopback, private, link-local or reserved address);
@@ -266,7 +269,7 @@ async def _unless_gone(request, answer, drain: Drain, ticket, watch_client: bool
     over = asyncio.ensure_future(drain.over.wait())
     try:
         while True:
-            done, _ = await asyncio.wait({task, over}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({task, over}, timeout=LOOK_S, return_when=asyncio.FIRST_COMPLETED)
             if task in done:
                 return task.result()
             if over in done:
