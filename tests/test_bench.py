@@ -97,8 +97,8 @@ def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_it
     beside = [(200, 9.5), (200, 1.5), (200, 2.5)]  # the slowest alone (3.0) against the slowest beside (9.5)
     assert serve_abuse.rank_ratios([s for _, s in alone], [s for _, s in beside]) == [1.5, 1.25, 9.5 / 3]
     assert serve_abuse.worst_rank(alone, beside) == (3, 3.0, 9.5, 9.5 / 3)
-    assert ("answer 3, 3.17 x (3.00 s -> 9.50 s; goal <= 3 x: **missed**); the last answer 3.17 x the last alone"
-            in serve_abuse.verdict(alone, beside))
+    assert ("answer 3, 3.17 x (3.00 s -> 9.50 s; goal <= 3 x: **missed**); answers over 3 x their rank alone: 1 of 3; "
+            "the last answer 3.17 x the last alone" in serve_abuse.verdict(alone, beside))
     same = serve_abuse.verdict(alone, alone)
     assert "answered: yes; the one slowest against its rank alone, answer 1, 1.00 x" in same
     assert "goal <= 3 x: met)" in same
