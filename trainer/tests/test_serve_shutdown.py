@@ -24,10 +24,10 @@ from vlmgrpo.serving.drain import REFUSE_S
 from vlmgrpo.serving.serve import free_port, wait_for_health
 
 GRACE_S = 10
-# transformers serve generates one request at a time, greedy here, and the tiny model never ends an answer early
-# (13 ms a token here, 25 with another job on both cores): the first, shorter one is still running at the signal and
-# is answered within the grace; the long ones wait behind each other, and at least three of the four are still
-# running when the grace ends
+# transformers serve generates one request at a time, greedy here, and the tiny model never ends an answer early:
+# the first, shorter one is still running at the signal and is answered within the grace; the long ones wait behind
+# each other, and they cannot all be answered within it (a token took 1.7 ms on a quiet machine here, 25 beside
+# another job on both cores: 12,000 tokens would take 20 s even then)
 SHORT, LONG = 300, 3000
 
 
@@ -79,19 +79,20 @@ def serving(tiny, stderr):
 
 @pytest.mark.slow
 def test_an_unstreamed_request_whose_client_hung_up_stops_in_the_engine(tiny, tmp_path):
-    """Greedy, 3000 tokens took the engine 40 s here: the next request is answered at once, not after them."""
-    body = json.dumps({**chat("rec-tiny"), "max_tokens": LONG, "temperature": 0}).encode()
+    """Greedy, 4000 tokens (a token took the engine 1.6 ms on a quiet machine here, 13 on a busy one): the next
+    request is answered at once, not after them."""
+    body = json.dumps({**chat("rec-tiny"), "max_tokens": 4000, "temperature": 0}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n\r\n").encode()
     with serving(tiny, tmp_path / "stderr.log") as (process, port):
         with socket.create_connection(("127.0.0.1", port), timeout=30) as gone:
             gone.sendall(head + body)
-            time.sleep(2)  # generating
-        time.sleep(1)  # the front saw the hang-up (it looks every 0.1 s: app.LOOK_S)
+            time.sleep(1)  # generating
+        time.sleep(0.5)  # the front saw the hang-up (it looks every 0.1 s: app.LOOK_S)
         results: dict = {}
         started = time.monotonic()
         _ask(port, 4, False, results, "next")
-        assert results["next"][0] == "answered" and results["next"][1] - started < 10, results
+        assert results["next"][0] == "answered" and results["next"][1] - started < 3, results
     assert "the client hung up: its request to the engine was cancelled" in (tmp_path / "stderr.log").read_text()
 
 
@@ -127,7 +128,7 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
 
     outcomes = {key: result[0] for key, result in results.items()}
     assert len(outcomes) == 5 and "cut" not in outcomes.values(), results  # each an answer or a clear error
-    assert outcomes["short"] == "answered" and list(outcomes.values()).count("refused") >= 3, results
+    assert outcomes["short"] == "answered" and "refused" in outcomes.values(), results
     for key, result in results.items():
         if result[0] == "refused":
             assert "shutting down" in result[3] and f"grace of {GRACE_S} s" in result[3], result
