@@ -110,7 +110,6 @@ def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limi
     engine checks lengths. drain: what the server's shutdown drains (serve.py runs it on SIGTERM)."""
     import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
     from fastapi import FastAPI, Request
-    from fastapi.responses import Response, StreamingResponse
 
     # No keep-alive to the engine: after an engine-side 500, a kept connection it had closed failed the next request
     # of any client with a bare 500 (13 of 20 tries); a new connection on loopback costs well under a millisecond.
@@ -136,32 +135,34 @@ def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limi
     @app.post(CHAT_PATH)
     async def chat(request: Request):
         if in_flight.locked():
-            return _refuse(RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; "
-                                              "try again shortly", code="rate_limit_exceeded"))
+            return _refuse(_too_many(limits))
         ticket = request.scope.get(TICKET)
         async with in_flight:
             try:
-                # The body is read while it is checked: the client's hang-up is watched for only after (a
-                # disconnect poll would take a part of the body)
+                # No look for a hang-up while the body is read (a look would take a part of it)
                 body = await _unless_gone(request, _checked(request, served_name, limits, fetcher, count_tokens),
                                           drain, ticket, watch_client=False)
-                if not body.get("stream") and limits.engine == "transformers":
-                    answer = _collected(client, body, engine_model, served_name, Response)
-                else:
-                    answer = _forward(client, body, engine_model, served_name, Response, StreamingResponse, drain,
-                                      ticket)
-                return await _unless_gone(request, answer, drain, ticket)
+                return await _unless_gone(request, _forward(client, body, engine_model, served_name, limits.engine,
+                                                            drain, ticket), drain, ticket)
             except RequestProblem as problem:
                 return _refuse(problem)
             except httpx.TransportError:  # the engine died and is being started again (serve.Engine)
-                return _refuse(RequestProblem(503, "the model's engine is not answering (it is being restarted); "
-                                                  "try again shortly", code="engine_unavailable"))
+                return _refuse(ENGINE_GONE)
             except Exception:  # a fault of ours: still an answer the client's library reads, the traceback logged
                 log.exception("serving a chat request failed")
                 return _refuse(RequestProblem(500, "the server failed on this request; its log says why",
                                              code="server_error"))
 
     return app
+
+
+def _too_many(limits: Limits) -> RequestProblem:
+    return RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; try again shortly",
+                          code="rate_limit_exceeded")
+
+
+ENGINE_GONE = RequestProblem(503, "the model's engine is not answering (it is being restarted); try again shortly",
+                             code="engine_unavailable")
 
 
 def _refuse(problem: RequestProblem):
@@ -290,8 +291,12 @@ async def _cancelled(task) -> None:
         await task
 
 
-async def _forward(client, body: dict, engine_model: str, served_name: str, Response, StreamingResponse,
-                   drain: Drain, ticket):
+async def _forward(client, body: dict, engine_model: str, served_name: str, engine: Optional[str], drain: Drain,
+                   ticket):
+    from fastapi.responses import Response, StreamingResponse
+
+    if not body.get("stream") and engine == "transformers":
+        return await _collected(client, body, engine_model, served_name, Response)
     forwarded: dict[str, Any] = {**body, "model": engine_model}
     if body.get("stream"):
         upstream = await client.send(client.build_request("POST", CHAT_PATH, json=forwarded), stream=True)

@@ -48,9 +48,9 @@ class Ticket:
     def ended(self) -> str:
         if self.complete and self.refused:
             return "refused"
-        if self.complete:
-            return "answered"
-        return "hung up" if self.gone else "cut"
+        if self.gone:  # what was sent after (a 499) reached nobody
+            return "hung up"
+        return "answered" if self.complete else "cut"
 
 
 class Tracked:

@@ -214,8 +214,9 @@ class Engine:
 
     def stop(self) -> None:
         """Every request was answered or refused by now (drain.py): what the engine still runs is for clients already
-        told (transformers serve finishes a cancelled generation before it exits: 30 s and more). So ENGINE_STOP_S
-        for a clean exit, then SIGKILL: SIGTERM to exit stays within Kubernetes' 30 s at the default grace."""
+        told (transformers serve finished a cancelled unstreamed generation before it exited: 30 s and more, before
+        app.py asked it for streams). So ENGINE_STOP_S for a clean exit, then SIGKILL: SIGTERM to exit stays within
+        Kubernetes' 30 s at the default grace."""
         self.stopping.set()
         started = time.monotonic()
         killed = stop_process(self.process, ENGINE_STOP_S)
