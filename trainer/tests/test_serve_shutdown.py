@@ -142,22 +142,13 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
     assert "Traceback" not in log and "the serving engine " in log.split(summary)[1]  # stopped after the drain
 
 
-def test_the_drain_says_what_became_of_each_request_in_flight(monkeypatch, caplog):
-    """Without a server: four requests in flight at the signal (one answered within the grace, one refused when it
-    ends, one whose client hangs up, one that never ends), then a new one; one line each and the counts."""
+async def _drain_four_then_a_new_one(drain, refused: list) -> None:
+    """Four requests in flight at the signal (one answered within the grace, one refused when it ends, one whose
+    client hangs up, one that never ends), then a new one during the drain, what it is sent kept in refused."""
     import asyncio
-    import logging
 
-    from vlmgrpo.serving import drain as drains
+    from vlmgrpo.serving.drain import TICKET
     from vlmgrpo.serving.requests import CHAT_PATH
-
-    monkeypatch.setattr(drains, "REFUSE_S", 0.2)
-    drain = drains.Drain(grace_s=0.3)
-    sent: list = []
-    refused: list = []  # what the new request was sent
-
-    async def send(message):
-        sent.append(message)
 
     async def answer(scope, receive, send, status=200):
         await send({"type": "http.response.start", "status": status, "headers": []})
@@ -169,17 +160,14 @@ def test_the_drain_says_what_became_of_each_request_in_flight(monkeypatch, caplo
 
     async def slow(scope, receive, send):
         await drain.over.wait()
-        drain.refusal(scope[drains.TICKET])
+        drain.refusal(scope[TICKET])
         await answer(scope, receive, send, 503)
 
     async def left(scope, receive, send):
         assert (await receive())["type"] == "http.disconnect"
         await answer(scope, receive, send, 499)
 
-    async def stuck(scope, receive, send):
-        await asyncio.sleep(3600)
-
-    async def waits():
+    async def waits(*_):
         await asyncio.sleep(3600)
 
     async def hangs_up():
@@ -189,24 +177,33 @@ def test_the_drain_says_what_became_of_each_request_in_flight(monkeypatch, caplo
     async def keep(message):
         refused.append(message)
 
-    async def later(request):  # a new request, once the drain began
+    async def later():
         await asyncio.sleep(0.05)
-        await request
+        await drain.track(quick, {"type": "http", "path": CHAT_PATH}, waits, keep)
 
-    async def scenario():
-        requests = [asyncio.ensure_future(drain.track(app, {"type": "http", "path": CHAT_PATH}, receive, send))
-                    for app, receive in ((quick, waits), (slow, waits), (left, hangs_up), (stuck, waits))]
-        await asyncio.sleep(0.01)
-        late = asyncio.ensure_future(later(drain.track(quick, {"type": "http", "path": CHAT_PATH}, waits,
-                                                       keep)))
-        await drain.run()
-        await late
-        for request in requests:
-            request.cancel()
-        await asyncio.gather(*requests, return_exceptions=True)
+    requests = [asyncio.ensure_future(drain.track(app, {"type": "http", "path": CHAT_PATH}, receive,
+                                                  lambda message: asyncio.sleep(0)))  # sent nowhere
+                for app, receive in ((quick, waits), (slow, waits), (left, hangs_up), (waits, waits))]
+    await asyncio.sleep(0.01)
+    late = asyncio.ensure_future(later())
+    await drain.run()
+    await late
+    for request in requests:
+        request.cancel()
+    await asyncio.gather(*requests, return_exceptions=True)
 
+
+def test_the_drain_says_what_became_of_each_request_in_flight(monkeypatch, caplog):
+    """Without a server: one line for each request in flight at the signal, the counts, and a new one refused."""
+    import asyncio
+    import logging
+
+    from vlmgrpo.serving import drain as drains
+
+    monkeypatch.setattr(drains, "REFUSE_S", 0.2)
+    refused: list = []
     with caplog.at_level(logging.INFO, logger="vlmgrpo"):
-        asyncio.run(scenario())
+        asyncio.run(_drain_four_then_a_new_one(drains.Drain(grace_s=0.3), refused))
     assert "shutdown: 4 in flight, 1 answered, 1 refused, 1 hung up, 1 cut; new requests answered 503: 1" in caplog.text
     for line in ("request 1 answered 200", "request 2 refused 503", "request 3 not answered: the client hung up first",
                  "request 4 cut without a whole answer"):
