@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -83,3 +84,43 @@ def test_the_engines_section_reports_each_engine_against_gzip_on_its_own_and_on_
     assert "none on 26" in line and "0.38 of the gzip pull on 20.10 (goal <= 0.6: met)" in line
     assert "pull + first step 45.0 s (goal <= 60 s: met)" in line
     assert json.loads(engines.said("line", found))["line"]["pulls"]["26 none"][0]["pull_s"] == 30.0
+
+
+def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_its_probes_are_the_issue_s(tmp_path):
+    """Section 17's pure parts: the k-th fastest answer beside the abusers over the k-th fastest alone (which
+    request waits longest is chance on an engine that answers one at a time), the verdict against 3 x, the abusers'
+    table; and each abusive body is one the server's checks refuse with a 400 naming what it abuses."""
+    from bench import serve_abuse
+    from vlmgrpo.serving.requests import Limits, RequestProblem, check_chat_request
+
+    alone = [(200, 1.0), (200, 2.0), (200, 3.0)]
+    beside = [(200, 9.5), (200, 1.5), (200, 2.5)]  # the slowest alone (3.0) against the slowest beside (9.5)
+    assert serve_abuse.rank_ratios([s for _, s in alone], [s for _, s in beside]) == [1.5, 1.25, 9.5 / 3]
+    assert serve_abuse.worst_rank(alone, beside) == (3, 3.0, 9.5, 9.5 / 3)
+    assert ("answer 3, 3.17 x (3.00 s -> 9.50 s; goal <= 3 x: **missed**); answers over 3 x their rank alone: 1 of 3; "
+            "the last answer 3.17 x the last alone" in serve_abuse.verdict(alone, beside))
+    same = serve_abuse.verdict(alone, alone)
+    assert "answered: yes; the one slowest against its rank alone, answer 1, 1.00 x" in same
+    assert "goal <= 3 x: met)" in same
+    assert "answered: no" in serve_abuse.verdict(alone, [(503, 1.0), *alone[1:]])
+    rows = serve_abuse.rows({"alone": alone, "beside": beside}, 0.5)
+    assert rows[0][2] == "0.50 s" and rows[1][1:] == ("3 of 3", "2.00 s", "3.00 s", "1.00", "-")
+    assert rows[2][-2:] == ("3.17", "3.17 (answer 3: 3.00 s -> 9.50 s)")
+    table = serve_abuse.abuse_rows({"seed 2**70": (Counter({400: 7}), 0.25), "hang": (Counter({"hung up": 3}), 0.0)})
+    assert table == [("seed 2**70", 7, "400 x 7", "0.25 s"), ("hang", 3, "hung up x 3", "-")]
+    found = {"single": 0.5, "alone": alone, "beside": beside, "seen": {"seed 2**70": (Counter({400: 7}), 0.25)}}
+    assert json.loads(serve_abuse.said(found))["seen"]["seed 2**70"] == {"statuses": {"400": 7}, "slowest_s": 0.25}
+
+    secret = tmp_path / "secret.png"
+    bodies = serve_abuse.abusive_bodies(secret, "http://127.0.0.1:9/x.png", serve_abuse.png_url((12_000, 12_000), "1"))
+    says = {"input_image: a server file": "'input_image' is not accepted", "input_image: a loopback URL":
+            "'input_image' is not accepted", "input_image: 144 megapixels": "'input_image' is not accepted",
+            "chat_template_kwargs: a template, max_pixels": "'chat_template_kwargs' is not accepted",
+            "input_text: 80k tokens": "'input_text' is not accepted", "JSON nested 100k deep": "nested too deeply",
+            "seed 2**70": "'seed' must be a whole number"}
+    assert set(bodies) == set(says)
+    for kind, body in bodies.items():
+        with pytest.raises(RequestProblem, match=says[kind]) as refused:
+            check_chat_request(body, serve_abuse.MODEL, Limits())
+        assert refused.value.status == 400, kind
+    assert check_chat_request(serve_abuse.normal_body(serve_abuse.png_url((84, 84))), serve_abuse.MODEL, Limits())

@@ -339,7 +339,7 @@ def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     assert {chunk.model for chunk in chunks} == {"rec-tiny"}  # the served name, never the engine's model path
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
     stderr = stderr_file.read_text()
-    assert "requests in flight were answered" in stderr and "Traceback" not in stderr
+    assert "shutdown: 1 in flight, 1 answered, 0 refused" in stderr and "Traceback" not in stderr
     engine_port = [line for line in stderr.splitlines() if "serving " in line][0].split("--port ")[1].split()[0]
     with pytest.raises(OSError):  # the engine was stopped too, not left behind
         urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/health", timeout=2)

@@ -292,3 +292,25 @@ def test_no_answer_of_the_front_is_a_bare_500(front):
     assert answer.status_code == 500 and answer.json()["error"] == {
         "message": "the server failed on this request; its log says why", "type": "server_error", "param": None,
         "code": "server_error"}
+
+
+def test_an_unstreamed_answer_is_put_together_from_the_engine_s_stream():
+    """transformers serve is asked for a stream (its generation stops when the connection closes): the chunks as it
+    sends them, the last with the finish reason and the usage, become one chat completion; an error event or no
+    chunk is a failure."""
+    from vlmgrpo.serving.requests import completion_from_events
+
+    events = [{"id": "c1", "created": 7, "model": "/engine", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+              {"id": "c1", "choices": [{"index": 0, "delta": {"content": "a box"}}]},
+              {"id": "c1", "choices": [{"index": 0, "delta": {"content": " here"}}]},
+              {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+               "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}]
+    answer = completion_from_events(events, "rec-tiny")
+    assert answer["model"] == "rec-tiny" and answer["object"] == "chat.completion" and answer["id"] == "c1"
+    assert answer["choices"] == [{"index": 0, "logprobs": None, "finish_reason": "length",
+                                  "message": {"role": "assistant", "content": "a box here"}}]
+    assert answer["usage"]["completion_tokens"] == 2
+    with pytest.raises(ValueError, match="out of memory"):
+        completion_from_events(events[:2] + [{"error": "out of memory"}], "rec-tiny")
+    with pytest.raises(ValueError, match="no answer"):
+        completion_from_events([], "rec-tiny")

@@ -12,6 +12,7 @@ import click
 from vlmgrpo.commands.options import collect_overrides, fail
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import ConfigError, UserError
+from vlmgrpo.serving.drain import SHUTDOWN_GRACE_S
 from vlmgrpo.serving.serve import API_KEY_VARIABLE, ENGINES, HOST_VARIABLE
 from vlmgrpo.serving.requests import Limits
 
@@ -87,16 +88,21 @@ def eval_command(config_path: Optional[str], output: str, max_samples: Optional[
 @click.option("--read-timeout", type=click.FloatRange(0.1), default=Limits.read_timeout_s, show_default=True,
               help="Seconds a request's headers and body may take to arrive: a connection still sending its headers "
               "is closed, a body still arriving is answered 408.")
+@click.option("--shutdown-grace", type=click.FloatRange(0), default=SHUTDOWN_GRACE_S, show_default=True,
+              help="Seconds the requests in flight at SIGTERM get to finish (new ones are answered 503); those "
+              "still running then are refused with a 503. The default fits Kubernetes' 30 s before it kills a pod; "
+              "give `docker stop` more than this (its default is 10 s: `docker stop -t 35`).")
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="auto: vLLM where it is installed and a GPU is visible, else transformers serve.")
 @click.option("--dtype", default="auto", show_default=True, help="Weights' dtype for the engine.")
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 def serve_command(model: str, served_model_name: Optional[str], host: str, port: int, api_key: Optional[str],
                   allowed_media_domains: tuple[str, ...], max_image_bytes: int, max_image_pixels: int,
-                  max_images: int, max_body_bytes: int, max_in_flight: int, read_timeout: float, engine: str,
-                  dtype: str, engine_args: tuple[str, ...]) -> None:
+                  max_images: int, max_body_bytes: int, max_in_flight: int, read_timeout: float,
+                  shutdown_grace: float, engine: str, dtype: str, engine_args: tuple[str, ...]) -> None:
     """An OpenAI-compatible chat-completions endpoint (images included) for a trained model, served by vLLM or
-    `transformers serve`. Arguments after `--` go to the engine as given. SIGTERM lets requests in flight finish."""
+    `transformers serve`. Arguments after `--` go to the engine as given. SIGTERM lets requests in flight finish
+    (--shutdown-grace), refuses the rest, and logs which."""
     from vlmgrpo.serving.serve import ServeSettings, serve
 
     try:
@@ -104,6 +110,6 @@ def serve_command(model: str, served_model_name: Optional[str], host: str, port:
                         max_image_bytes, max_image_pixels, max_images=max_images, max_in_flight=max_in_flight,
                         read_timeout_s=read_timeout)
         sys.exit(serve(ServeSettings(model, served_model_name or model, host, port, engine, dtype,
-                                     list(engine_args), limits)))
+                                     list(engine_args), limits, shutdown_grace)))
     except UserError as error:
         fail(error)

@@ -14,10 +14,10 @@ in its log), 404 for a model name this server does not serve (the name clients u
 engine's own name stays internal) or a path it does not serve, 401 without the API key, 408 for a body still
 arriving after its timeout, 413 for a body over the limit, 415 for a body that is not JSON (a browser page can send
 text/plain without asking), 429 when the requests in flight are at the limit, 503 while the engine is being
-restarted; the engine's own errors are put in the same shape, and a fault here is a 500 in it. A prompt whose
-tokens (its text, and its images where the model's processor says how many each makes), with max_tokens, are over
-the model's context is a 400 before the engine sees it; a client that hangs up has its request to the engine
-cancelled.
+restarted, and for a request that comes after SIGTERM or is still running when its grace ends (drain.py); the
+engine's own errors are put in the same shape, and a fault here is a 500 in it. A prompt whose tokens (its text,
+and its images where the model's processor says how many each makes), with max_tokens, are over the model's context
+is a 400 before the engine sees it; a client that hangs up has its request to the engine cancelled.
 
 Images reach the engine inline only, no more of them than --max-images: a data: URL is checked (bytes and pixels
 before it is decoded, then decoded), an http(s) URL is fetched here when its host is one the operator allowed
@@ -38,10 +38,15 @@ import socket
 import urllib.parse
 from typing import Any, Callable, Optional
 
+from vlmgrpo.serving.drain import TICKET, Drain, Tracked
 from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length,
-                                      engine_error, image_parts, image_problem, image_sizes, prompt_text)
+                                      completion_from_events, engine_error, image_parts, image_problem, image_sizes,
+                                      prompt_text)
 
 log = logging.getLogger("vlmgrpo")
+# How often a request waiting on the engine looks whether its client is gone (a receive that does not wait): the
+# engine generates for a gone client until then, which every request queued behind it waits for
+LOOK_S = 0.1
 
 def _public_address(host: str) -> Optional[str]:
     """Why the host may not be fetched from (it resolves to a loopback, private, link-local or reserved address);
@@ -100,18 +105,18 @@ def authorized(headers, limits: Limits) -> bool:
 
 
 def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limits = Limits(),
-              count_tokens: Optional[Callable[[str, list], int]] = None):
+              count_tokens: Optional[Callable[[str, list], int]] = None, drain: Optional[Drain] = None):
     """count_tokens: the tokens the model makes of a prompt's text and its images' (height, width); without it the
-    engine checks lengths."""
+    engine checks lengths. drain: what the server's shutdown drains (serve.py runs it on SIGTERM)."""
     import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
     from fastapi import FastAPI, Request
-    from fastapi.responses import Response, StreamingResponse
 
     # No keep-alive to the engine: after an engine-side 500, a kept connection it had closed failed the next request
     # of any client with a bare 500 (13 of 20 tries); a new connection on loopback costs well under a millisecond.
     client = httpx.AsyncClient(base_url=engine_url, timeout=None, limits=httpx.Limits(max_keepalive_connections=0))
     fetcher = httpx.AsyncClient(follow_redirects=False)
     in_flight = asyncio.Semaphore(limits.max_in_flight)
+    drain = drain or Drain()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -120,8 +125,9 @@ def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limi
         await fetcher.aclose()
 
     app = FastAPI(title="vlmgrpo serve", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.add_middleware(Tracked, drain=drain)  # inside the key's gate: a request without the key is no ticket
     _require_key(app, limits)
-    _add_health(app, client, httpx.HTTPError)
+    _add_health(app, client, httpx.HTTPError, drain)
     _errors_in_openai_shape(app)
     app.get("/v1/models")(lambda: {"object": "list", "data": [{"id": served_name, "object": "model",
                                                                 "owned_by": "vlmgrpo"}]})
@@ -129,24 +135,34 @@ def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limi
     @app.post(CHAT_PATH)
     async def chat(request: Request):
         if in_flight.locked():
-            return _refuse(RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; "
-                                              "try again shortly", code="rate_limit_exceeded"))
+            return _refuse(_too_many(limits))
+        ticket = request.scope.get(TICKET)
         async with in_flight:
             try:
-                body = await _checked(request, served_name, limits, fetcher, count_tokens)
-                return await _unless_gone(request, _forward(client, body, engine_model, served_name, Response,
-                                                            StreamingResponse))
+                # No look for a hang-up while the body is read (a look would take a part of it)
+                body = await _unless_gone(request, _checked(request, served_name, limits, fetcher, count_tokens),
+                                          drain, ticket, watch_client=False)
+                return await _unless_gone(request, _forward(client, body, engine_model, served_name, limits.engine,
+                                                            drain, ticket), drain, ticket)
             except RequestProblem as problem:
                 return _refuse(problem)
             except httpx.TransportError:  # the engine died and is being started again (serve.Engine)
-                return _refuse(RequestProblem(503, "the model's engine is not answering (it is being restarted); "
-                                                  "try again shortly", code="engine_unavailable"))
+                return _refuse(ENGINE_GONE)
             except Exception:  # a fault of ours: still an answer the client's library reads, the traceback logged
                 log.exception("serving a chat request failed")
                 return _refuse(RequestProblem(500, "the server failed on this request; its log says why",
                                              code="server_error"))
 
     return app
+
+
+def _too_many(limits: Limits) -> RequestProblem:
+    return RequestProblem(429, f"{limits.max_in_flight} requests are in flight, this server's limit; try again shortly",
+                          code="rate_limit_exceeded")
+
+
+ENGINE_GONE = RequestProblem(503, "the model's engine is not answering (it is being restarted); try again shortly",
+                             code="engine_unavailable")
 
 
 def _refuse(problem: RequestProblem):
@@ -165,12 +181,15 @@ async def _checked(request, served_name: str, limits: Limits, fetcher, count_tok
     return body
 
 
-def _add_health(app, client, http_error) -> None:
-    """GET /health: 200 while the engine answers its own /health within 5 s, else 503 (a probe restarts us)."""
+def _add_health(app, client, http_error, drain: Drain) -> None:
+    """GET /health: 200 while the engine answers its own /health within 5 s, else 503 (a probe restarts us); 503
+    once the server is shutting down (a load balancer sends no more)."""
     from fastapi.responses import JSONResponse
 
     @app.get("/health")
     async def health():
+        if drain.draining:
+            return JSONResponse({"status": "shutting down"}, status_code=503)
         try:
             answer = await client.get("/health", timeout=5)
             healthy = answer.status_code == 200
@@ -241,25 +260,43 @@ async def _read_body(request, limits: Limits) -> bytes:
     return raw
 
 
-async def _unless_gone(request, answer):
-    """The engine's answer, unless the client hangs up first: then the request to the engine is cancelled (its
-    connection closed, which vLLM takes as an abort) and its slot freed."""
+async def _unless_gone(request, answer, drain: Drain, ticket, watch_client: bool = True):
+    """The answer, unless the client hangs up first or the shutdown's grace ends: then the request to the engine is
+    cancelled (its connection closed, which vLLM takes as an abort) and its slot freed; at the grace's end the
+    client is refused (a RequestProblem)."""
     from fastapi.responses import Response
 
     task = asyncio.ensure_future(answer)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=0.5)
-        if done:
-            return task.result()
-        if await request.is_disconnected():
-            log.warning("the client hung up: its request to the engine was cancelled")
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+    over = asyncio.ensure_future(drain.over.wait())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task, over}, timeout=LOOK_S, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            if over in done:
+                await _cancelled(task)
+                raise drain.refusal(ticket)
+            if watch_client and await request.is_disconnected():
+                log.warning("the client hung up: its request to the engine was cancelled")
+                await _cancelled(task)
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+    finally:
+        over.cancel()
+        task.cancel()  # when this request itself is cancelled; a no-op once it is done
 
 
-async def _forward(client, body: dict, engine_model: str, served_name: str, Response, StreamingResponse):
+async def _cancelled(task) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+async def _forward(client, body: dict, engine_model: str, served_name: str, engine: Optional[str], drain: Drain,
+                   ticket):
+    from fastapi.responses import Response, StreamingResponse
+
+    if not body.get("stream") and engine == "transformers":
+        return await _collected(client, body, engine_model, served_name, Response)
     forwarded: dict[str, Any] = {**body, "model": engine_model}
     if body.get("stream"):
         upstream = await client.send(client.build_request("POST", CHAT_PATH, json=forwarded), stream=True)
@@ -267,12 +304,32 @@ async def _forward(client, body: dict, engine_model: str, served_name: str, Resp
             content = await upstream.aread()
             await upstream.aclose()
             return _engine_failed(upstream.status_code, content, Response)
-        return StreamingResponse(_relay(upstream, engine_model, served_name), status_code=upstream.status_code,
+        return StreamingResponse(_relay(upstream, engine_model, served_name, drain, ticket),
+                                 status_code=upstream.status_code,
                                  media_type=upstream.headers.get("content-type", "text/event-stream"))
     answer = await client.post(CHAT_PATH, json=forwarded)
     if answer.status_code != 200:
         return _engine_failed(answer.status_code, answer.content, Response)
     return Response(json.dumps({**answer.json(), "model": served_name}).encode(), media_type="application/json")
+
+
+async def _collected(client, body: dict, engine_model: str, served_name: str, Response):
+    """An unstreamed request asked of transformers serve as a stream, its answer put together here: transformers
+    serve stops generating when a stream's connection closes, but runs an unstreamed request on to max_tokens for a
+    client long gone (the next request waited 27.8 s, issue 45), and after a refusal at shutdown."""
+    forwarded = {key: value for key, value in body.items() if key != "stream_options"}
+    events = []
+    async with client.stream("POST", CHAT_PATH, json={**forwarded, "model": engine_model, "stream": True}) as upstream:
+        if upstream.status_code != 200:
+            return _engine_failed(upstream.status_code, await upstream.aread(), Response)
+        async for line in upstream.aiter_lines():
+            if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                events.append(json.loads(line[5:]))
+    try:
+        answer = completion_from_events(events, served_name)
+    except ValueError as failed:
+        return _engine_failed(500, json.dumps({"detail": str(failed)}).encode(), Response)
+    return Response(json.dumps(answer).encode(), media_type="application/json")
 
 
 def _engine_failed(status: int, content: bytes, Response):
@@ -281,17 +338,34 @@ def _engine_failed(status: int, content: bytes, Response):
                     media_type="application/json")
 
 
-async def _relay(upstream, engine_model: str, served_name: str):
-    """The engine's event stream, each event's "model" the served name (the engine's is an internal path)."""
+async def _relay(upstream, engine_model: str, served_name: str, drain: Drain, ticket):
+    """The engine's event stream, each event's "model" the served name (the engine's is an internal path). When the
+    shutdown's grace ends first, the stream ends with an error event in OpenAI's shape (the head, a 200, is sent
+    already; the openai client raises it as an APIError), a half-received event dropped."""
     internal, public = (json.dumps(name)[1:-1].encode() for name in (engine_model, served_name))
     pending = b""
+    chunks = upstream.aiter_raw()
+    over, following = asyncio.ensure_future(drain.over.wait()), None
     try:
-        async for chunk in upstream.aiter_raw():
+        while True:
+            following = asyncio.ensure_future(chunks.__anext__())
+            done, _ = await asyncio.wait({following, over}, return_when=asyncio.FIRST_COMPLETED)
+            if following not in done:
+                await _cancelled(following)
+                yield b"data: " + json.dumps(drain.refusal(ticket).body()).encode() + b"\n\n"
+                return
+            try:
+                chunk = following.result()
+            except StopAsyncIteration:
+                break
             pending += chunk
             events, _, pending = pending.rpartition(b"\n\n")
             if events:
                 yield (events + b"\n\n").replace(b'"model":"' + internal + b'"', b'"model":"' + public + b'"')
         if pending:
             yield pending
-    finally:
+    finally:  # also when the client hangs up (Starlette cancels the stream)
+        over.cancel()
+        if following is not None:
+            following.cancel()
         await upstream.aclose()

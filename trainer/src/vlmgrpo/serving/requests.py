@@ -193,3 +193,22 @@ def engine_error(status: int, content: bytes) -> dict:
     said = answer["detail"] if isinstance(answer, dict) and "detail" in answer else content.decode(errors="replace")
     return RequestProblem(status, f"the model's engine answered {status}: {str(said)[:1000]}",
                           code="engine_error").body()
+
+
+def completion_from_events(events: list[dict], served_name: str) -> dict:
+    """A chat completion put together from the events of a stream (app.py asks transformers serve for a stream when
+    the client asked for none: see _collected there); ValueError when the stream carried an error or no answer."""
+    for event in events:
+        if "error" in event:
+            raise ValueError(str(event["error"]))
+    chunks = [event for event in events if event.get("choices")]
+    if not chunks:
+        raise ValueError("the engine's stream carried no answer")
+    deltas = [chunk["choices"][0].get("delta") or {} for chunk in chunks]
+    finish = [chunk["choices"][0].get("finish_reason") for chunk in chunks if chunk["choices"][0].get("finish_reason")]
+    usage = [event["usage"] for event in events if event.get("usage")]
+    return {"id": chunks[0].get("id"), "object": "chat.completion", "created": chunks[0].get("created"),
+            "model": served_name, "choices": [{"index": 0, "logprobs": None, "finish_reason": (finish or [None])[-1],
+                                               "message": {"role": "assistant", "content": "".join(
+                                                   delta.get("content") or "" for delta in deltas)}}],
+            "usage": (usage or [None])[-1]}

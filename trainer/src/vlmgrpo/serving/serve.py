@@ -3,12 +3,14 @@
 The field's servers do the serving: vLLM's OpenAI server where the image has vLLM and a GPU, `transformers serve`
 elsewhere (the CPU path the tests run). Each listens on loopback; a thin layer in front (app.py) answers the
 mistakes they turn into 500s or silently accept with a 4xx that says what is wrong: a body that is not JSON, an image
-that does not decode, a model name this server does not serve. Signals: SIGTERM stops new requests, lets those in
-flight finish, then stops the engine.
+that does not decode, a model name this server does not serve. Signals: SIGTERM (or Ctrl-C) answers new requests
+503, lets those in flight finish within --shutdown-grace, refuses those still running then, logs which (drain.py),
+then stops the engine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import logging
@@ -27,12 +29,13 @@ from typing import Callable, Optional
 
 from vlmgrpo.errors import ConfigError, LaunchError
 from vlmgrpo.run.rollouts import VLLM_IMAGES
+from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
 from vlmgrpo.serving.requests import Limits
 
 log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
 READY_TIMEOUT_S = 900  # a 7B model read from network storage takes minutes
-SHUTDOWN_GRACE_S = 25
+ENGINE_STOP_S = 5.0  # the engine's time to exit on SIGTERM once no request waits for it (Engine.stop)
 
 
 HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
@@ -51,6 +54,7 @@ class ServeSettings:
     dtype: str = "auto"
     engine_args: list[str] = field(default_factory=list)  # passed through to the engine as given
     limits: Limits = field(default_factory=Limits)  # who may ask, and for how much
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S  # what the requests in flight at SIGTERM get to finish
 
 
 def choose_engine(requested: str, vllm_installed: bool, gpu: bool) -> str:
@@ -209,8 +213,18 @@ class Engine:
                 log.info("the serving engine is back after restart %d", self.restarts)
 
     def stop(self) -> None:
+        """Every request was answered or refused by now (drain.py): what the engine still runs is for clients already
+        told (transformers serve finished a cancelled unstreamed generation before it exited: 30 s and more, before
+        app.py asked it for streams). So ENGINE_STOP_S for a clean exit, then SIGKILL: SIGTERM to exit stays within
+        Kubernetes' 30 s at the default grace."""
         self.stopping.set()
-        stop_process(self.process)
+        started = time.monotonic()
+        killed = stop_process(self.process, ENGINE_STOP_S)
+        if killed:  # its workers too (vLLM's engine core is a process of its own): the engine leads its session
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        log.info("the serving engine %s after %.1f s", f"was killed (no exit {ENGINE_STOP_S:g} s after SIGTERM)"
+                 if killed else "stopped", time.monotonic() - started)
 
 
 def serve(settings: ServeSettings) -> int:
@@ -231,23 +245,40 @@ def serve(settings: ServeSettings) -> int:
         wait_until_ready(engine.process, port, log_path)
         threading.Thread(target=engine.watch, name="engine-watch", daemon=True).start()
         limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model), engine=engine_name)
+        drain = Drain(settings.shutdown_grace_s)
         app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine_name),
-                        limits, prompt_tokens(settings.model))
+                        limits, prompt_tokens(settings.model), drain)
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
         if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("serving on %s without an API key: anyone who reaches the port may use the model; set "
                         "--api-key or %s", settings.host, API_KEY_VARIABLE)
-        # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then raises the signal again with the handler
-        # it found: ours turns it into an exit that still runs the `finally` below (the engine is stopped).
+        # uvicorn drains (drain.py) on SIGTERM/SIGINT, then raises the signal again with the handler it found: ours
+        # turns it into an exit that still runs the `finally` below (the engine is stopped).
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, _exit_on_signal)
-        # A request still in flight SHUTDOWN_GRACE_S after SIGTERM is cut: within Kubernetes' default 30 s grace.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S, http=headers_in_time(settings.limits.read_timeout_s))
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                timeout_graceful_shutdown=REFUSE_S,
+                                http=headers_in_time(settings.limits.read_timeout_s))
+        draining_server(config, drain).run()
         return 0
     finally:
         engine.stop()
+
+
+def draining_server(config, drain: Drain):
+    """uvicorn's server, its shutdown preceded by the drain: while the requests in flight finish, the listener stays
+    open and a new request is answered 503 (uvicorn's own shutdown refuses its connection, and cuts what runs past
+    its timeout). What is left after the drain, uvicorn's shutdown closes within REFUSE_S."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            if not self.force_exit:  # a second Ctrl-C: nothing is waited for
+                await drain.run(lambda: self.force_exit)
+            await super().shutdown(sockets)
+
+    return Server(config)
 
 
 def headers_in_time(seconds: float):
@@ -314,18 +345,22 @@ def _stop_with_parent() -> None:
 
 
 def _exit_on_signal(number, frame) -> None:
-    log.info("stopped by %s: requests in flight were answered", signal.Signals(number).name)
+    log.info("stopped by %s", signal.Signals(number).name)  # what became of each request: the shutdown lines
     sys.exit(128 + number)
 
 
-def stop_process(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 30 s: a server that shuts down cleanly when asked, or one that does not."""
+def stop_process(process: subprocess.Popen, timeout_s: float = 30) -> bool:
+    """SIGTERM, then SIGKILL after timeout_s: a server that shuts down cleanly when asked, or one that does not.
+    True when it had to be killed."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+            return True
+    return False
 
 
 def _gpu() -> bool:

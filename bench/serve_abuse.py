@@ -1,0 +1,252 @@
+"""Section 17: `vlmgrpo serve` answering normal clients while abusive ones try each door of issue 45.
+
+The tiny model served by `vlmgrpo serve` (transformers serve on the CPU). NORMAL requests at once (a question and an
+84 x 84 image, greedy, TOKENS tokens each: the same work), first alone, then with one client of each abusive kind
+looping beside them, from before the first normal request until the last is answered: an input_image part of a server
+file, of a loopback URL and of a 144-megapixel image, a client's chat template (chat_template_kwargs), an input_text
+part of 80k tokens, JSON nested 100k deep, seed 2**70, and a client that sends long requests (3,000 tokens, streamed
+and not, in turn) and hangs up after a second.
+
+transformers serve generates one request at a time, so which of the NORMAL waits longest is chance: each answer is
+compared with the answer of the same rank in the run alone (the k-th fastest with the k-th fastest). Goal (issue 45):
+every normal request answered, none slower than 3 x its time alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import json
+import multiprocessing
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .common import VLMGRPO, goal, run, table
+
+NORMAL, TOKENS = 50, 16
+GOAL_RATIO = 3.0
+MODEL = "rec-tiny"
+HANG_UP_S, LONG_TOKENS = 1.0, 3000
+HANGING_UP = "long requests, hung up after 1 s"
+QUESTION = "Please provide the bounding box of the yellow rectangle."
+
+
+def png_url(size: tuple[int, int], mode: str = "RGB") -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new(mode, size).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def normal_body(image: str) -> bytes:
+    content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": QUESTION}]
+    return json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": TOKENS,
+                       "temperature": 0}).encode()
+
+
+def _asking(part: dict, **fields) -> bytes:
+    return json.dumps({"model": MODEL, "messages": [{"role": "user", "content": [part, {"type": "text",
+                                                                                       "text": QUESTION}]}],
+                       "max_tokens": TOKENS, **fields}).encode()
+
+
+def abusive_bodies(secret: Path, loopback: str, huge_image: str) -> dict[str, bytes]:
+    """One request of each kind the issue lists (the client that hangs up aside), by what the table calls it."""
+    question = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": TOKENS}
+    template = "{% for i in range(10000000) %}x{% endfor %}"  # what a client's template may make the engine do
+    return {
+        "input_image: a server file": _asking({"type": "input_image", "image_url": str(secret)}),
+        "input_image: a loopback URL": _asking({"type": "input_image", "image_url": loopback}),
+        "input_image: 144 megapixels": _asking({"type": "input_image", "image_url": huge_image}),
+        "chat_template_kwargs: a template, max_pixels": json.dumps(
+            {**question, "chat_template_kwargs": {"chat_template": template, "max_pixels": 10 ** 7}}).encode(),
+        "input_text: 80k tokens": _asking({"type": "input_text", "text": "yellow " * 80_000}),
+        "JSON nested 100k deep": (b'{"model": "' + MODEL.encode() + b'", "messages": ' + b"[" * 100_000
+                                  + b"]" * 100_000 + b"}"),
+        "seed 2**70": json.dumps({**question, "seed": 2 ** 70}).encode(),
+    }
+
+
+def post(port: int, body: bytes, timeout: float = 600) -> tuple[int, float]:
+    """(status, seconds) of one chat request; status 0 when the connection failed."""
+    started = time.monotonic()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status, time.monotonic() - started
+    except OSError:
+        return 0, time.monotonic() - started
+    finally:
+        connection.close()
+
+
+def hang_up(port: int, stream: bool) -> None:
+    """A long request sent whole, then the connection closed before the answer."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0,
+                       "max_tokens": LONG_TOKENS, "stream": stream}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as gone:
+        gone.sendall(head + body)
+        time.sleep(HANG_UP_S)
+
+
+def abusing(port: int, kinds: dict[str, bytes | None], count: int, body: bytes) -> tuple[list, dict]:
+    """A round of count normal requests with a client of each kind looping beside them (None: the one that hangs
+    up), from 2 s before the first normal request until the last is answered. Each abuser is a process of its own,
+    as another client is: as threads here, their Python work held the GIL the normal clients' timing needs."""
+    context = multiprocessing.get_context("fork")
+    stop, said = context.Event(), context.Queue()
+    abusers = [context.Process(target=abuse, args=(port, kind, raw, stop, said)) for kind, raw in kinds.items()]
+    for process in abusers:
+        process.start()
+    time.sleep(2)  # each abuser has sent its first
+    results = normal_round(port, body, count)
+    stop.set()
+    seen = dict(said.get(timeout=600) for _ in abusers)
+    for process in abusers:
+        process.join(timeout=60)
+    return results, {kind: seen[kind] for kind in kinds}
+
+
+def abuse(port: int, kind: str, body: bytes | None, stop, said) -> None:
+    """Send the kind's request again and again until stop; then (kind, (what came back counted, the slowest))."""
+    statuses, slowest, turn = Counter(), 0.0, 0
+    while not stop.is_set():
+        if body is None:
+            hang_up(port, stream=turn % 2 == 1)
+            statuses["hung up"] += 1
+        else:
+            status, seconds = post(port, body, timeout=120)
+            statuses[status] += 1
+            slowest = max(slowest, seconds)
+        turn += 1
+    said.put((kind, (statuses, slowest)))
+
+
+def normal_round(port: int, body: bytes, count: int) -> list[tuple[int, float]]:
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(lambda _: post(port, body), range(count)))
+
+
+def rank_ratios(alone: list[float], beside: list[float]) -> list[float]:
+    """Each time beside the abusers over the time of the same rank alone, fastest first."""
+    return [b / a for a, b in zip(sorted(alone), sorted(beside))]
+
+
+def worst_rank(alone: list[tuple[int, float]], beside: list[tuple[int, float]]) -> tuple[int, float, float, float]:
+    """(rank from 1 = fastest, its time alone, beside, the ratio) where beside is slowest against alone."""
+    ratios = rank_ratios([s for _, s in alone], [s for _, s in beside])
+    rank = max(range(len(ratios)), key=ratios.__getitem__)
+    return rank + 1, sorted(s for _, s in alone)[rank], sorted(s for _, s in beside)[rank], ratios[rank]
+
+
+def rows(rounds: dict[str, list[tuple[int, float]]], single: float) -> list[tuple]:
+    """rounds: the normal requests' (status, seconds) by what ran beside them, the first alone."""
+    alone = next(iter(rounds.values()))
+
+    def row(name, results):
+        times = sorted(seconds for _, seconds in results)
+        answered = sum(status == 200 for status, _ in results)
+        rank, was, now, ratio = worst_rank(alone, results)
+        return (name, f"{answered} of {len(results)}", f"{times[len(times) // 2]:.2f} s", f"{times[-1]:.2f} s",
+                f"{times[-1] / max(s for _, s in alone):.2f}", "-" if results is alone else
+                f"{ratio:.2f} (answer {rank}: {was:.2f} s -> {now:.2f} s)")
+
+    return [("one request, nothing else", "1 of 1", f"{single:.2f} s", f"{single:.2f} s", "-", "-"),
+            *(row(name, results) for name, results in rounds.items())]
+
+
+def abuse_rows(seen: dict) -> list[tuple]:
+    def said(statuses: Counter) -> str:
+        return ", ".join(f"{status} x {n}" for status, n in sorted(statuses.items(), key=str))
+
+    return [(kind, sum(statuses.values()), said(statuses), f"{slowest:.2f} s" if slowest else "-")
+            for kind, (statuses, slowest) in seen.items()]
+
+
+def verdict(alone: list[tuple[int, float]], beside: list[tuple[int, float]]) -> str:
+    answered = all(status == 200 for status, _ in beside)
+    rank, was, now, worst = worst_rank(alone, beside)
+    ratios = rank_ratios([s for _, s in alone], [s for _, s in beside])
+    return (f"Beside every kind: every normal request answered: {'yes' if answered else 'no'}; the one slowest "
+            f"against its rank alone, answer {rank}, {worst:.2f} x ({was:.2f} s -> {now:.2f} s; goal <= "
+            f"{GOAL_RATIO:g} x: {goal(answered and worst <= GOAL_RATIO)}); answers over {GOAL_RATIO:g} x their rank "
+            f"alone: {sum(ratio > GOAL_RATIO for ratio in ratios)} of {len(ratios)}; the last answer "
+            f"{max(s for _, s in beside) / max(s for _, s in alone):.2f} x the last alone.")
+
+
+def said(found: dict) -> str:
+    """The figures as JSON (status counts under string keys), kept beside the run's logs."""
+    seen = {kind: {"statuses": {str(status): n for status, n in statuses.items()}, "slowest_s": slowest}
+            for kind, (statuses, slowest) in found["seen"].items()}
+    return json.dumps({**found, "seen": seen})
+
+
+def serving(model: Path, work: Path) -> tuple[subprocess.Popen, int]:
+    from vlmgrpo.serving.serve import free_port, wait_for_health
+
+    port = free_port()
+    with open(work / "serve.log", "w") as log:
+        server = subprocess.Popen([*VLMGRPO, "serve", "--model", str(model), "--served-model-name", MODEL,
+                                   "--port", str(port), "--allowed-media-domains", "127.0.0.1"], stdout=log,
+                                  stderr=subprocess.STDOUT)
+    if not wait_for_health(f"http://127.0.0.1:{port}/health", 600, lambda: server.poll() is None):
+        server.kill()
+        raise RuntimeError(f"vlmgrpo serve did not get ready ({server.poll()}); log {work / 'serve.log'}")
+    return server, port
+
+
+def measure(model: Path, work: Path, count: int = NORMAL) -> dict:
+    secret = work / "secret.png"
+    secret.write_bytes(base64.b64decode(png_url((32, 32)).split(",", 1)[1]))
+    bodies = abusive_bodies(secret, "http://127.0.0.1:9/x.png", png_url((12_000, 12_000), "1"))
+    body = normal_body(png_url((84, 84)))
+    server, port = serving(model, work)
+    try:
+        post(port, body)  # the first request warms the engine up: not measured
+        single = post(port, body)[1]
+        alone = normal_round(port, body, count)
+        refused, _ = abusing(port, bodies, count, body)
+        beside, seen = abusing(port, {**bodies, HANGING_UP: None}, count, body)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=120)
+    return {"single": single, "alone": alone, "refused": refused, "beside": beside, "seen": seen}
+
+
+def section(work: Path, count: int = NORMAL) -> str:
+    run([*VLMGRPO, "make-tiny", "--out", str(work / "tiny"), "--rows", "8"])
+    found = measure(work / "tiny" / "model", work, count)
+    (work / "serve_abuse.json").write_text(said(found))
+    return ("## 17. Serving beside abusive clients (`vlmgrpo serve`, issue 45)\n\n"
+            f"The tiny model served by `vlmgrpo serve` (transformers serve, CPU). {count} normal requests at once "
+            f"(an 84 x 84 image and a question, greedy, {TOKENS} tokens each), alone and then with one client of "
+            "each abusive kind below sending its request again and again beside them: the seven the server refuses, "
+            "then all eight, the one that hangs up too. The engine answers one request at a time: each answer is "
+            "compared with the answer of the same rank alone (the k-th fastest with the k-th fastest).\n\n"
+            + table(("normal requests", "answered", "median", "slowest", "slowest / slowest alone",
+                     "worst answer / same rank alone"),
+                    rows({f"{count} at once": found["alone"], f"{count} at once, the seven refused beside":
+                          found["refused"], f"{count} at once, all eight beside": found["beside"]}, found["single"]))
+            + "\n\n" + verdict(found["alone"], found["beside"]) + "\n\nThe abusive clients, while the normal "
+            "requests of the last round ran:\n\n"
+            + table(("abusive client", "requests", "answers (status x count)", "slowest answer"),
+                    abuse_rows(found["seen"])))
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    print(section(target, int(sys.argv[2]) if len(sys.argv) > 2 else NORMAL))
