@@ -80,7 +80,8 @@ class RewardConfig:
     is_reward_customized_from_vlm_module: Optional[bool] = field(default=None, metadata=with_help(
         "What VLM-R1's reward names accuracy and format mean (its grpo_jsonl.py flag): true, the model module's "
         "rewards (iou and format: REC on Qwen and InternVL); false, its per-row ones (jsonl_accuracy: each row's "
-        "accu_reward_method, else reward_method, else default; format_answer); unset, iou and format as before."))
+        "accu_reward_method, else reward_method, else default; format_answer); unset, accuracy as false (VLM-R1's "
+        "default) and format stays REC's format. REC's IoU by its own name: iou."))
     iou_threshold: Optional[float] = field(default=None, metadata=with_help(
         "Turns the IoU reward into a hit reward: 1.0 at or above the threshold, else 0.0."))
     answer_box_space: str = field(default="auto", metadata=with_help(
