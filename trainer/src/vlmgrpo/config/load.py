@@ -64,7 +64,7 @@ class TrainConfig:
     source: str = "<defaults>"
     origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
     launcher: str = "none (one host)"  # what launch_env.discover found in the environment
-    # key -> what its value means, printed after its line by --print-config (the VLM-R1 reward names it resolved)
+    # key -> what its value means, printed above its line by --print-config (the VLM-R1 reward names it resolved)
     notes: dict[str, str] = field(default_factory=dict)
 
     def where(self, key: str) -> str:
@@ -223,7 +223,7 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
 def resolve_rewards(config: TrainConfig) -> None:
     """VLM-R1's names accuracy and format as its grpo_jsonl.py means them, by is_reward_customized_from_vlm_module
     (rewards.vlm_r1_reward). A config that says accuracy meant IoU here before this followed VLM-R1, so what it means
-    now is said in one line at start and beside reward_funcs in --print-config."""
+    now is said in one line at start and above reward_funcs in --print-config."""
     from vlmgrpo.rewards import FORMAT, FORMAT_ANSWER, IOU, reward_meaning, vlm_r1_reward
 
     reward = config.reward
