@@ -17,6 +17,7 @@ check_*), which nvidia-container-toolkit's Go requirements repeat (internal/requ
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Mapping
 
@@ -29,6 +30,7 @@ class RequirementError(ValueError):
     """A variable the toolkit refuses to read ("invalid expression"): the container would not start at all."""
 
 
+@functools.lru_cache(maxsize=4096)  # validate asks thousands of (driver, brand) pairs about a few dozen versions
 def parts(version: str) -> tuple[int, ...]:
     """A driver or CUDA version as numbers: "550.54.15" -> (550, 54, 15); refused where dsl.c refuses it."""
     if not VERSION.fullmatch(version):
@@ -84,9 +86,10 @@ def _constraint(text: str) -> tuple[str, str, str]:
     return match.group(1).lower(), match.group(2), match.group(3)
 
 
-def terms(variable: str) -> list[list[tuple[str, str, str]]]:
-    """A variable as its terms (ORed), each a list of constraints (ANDed); refused where the toolkit refuses it."""
-    return [[_constraint(part) for part in term.split(",") if part] for term in variable.split(" ") if term]
+@functools.lru_cache(maxsize=1024)  # validate reads each image's variable once per probed (driver, brand) pair
+def terms(variable: str) -> tuple[tuple[tuple[str, str, str], ...], ...]:
+    """A variable as its terms (ORed), each constraints (ANDed); refused where the toolkit refuses it."""
+    return tuple(tuple(_constraint(part) for part in term.split(",") if part) for term in variable.split(" ") if term)
 
 
 def admits(variables: Iterable[str], driver: str, brand: str | None, branches: Mapping[str, str]) -> bool:

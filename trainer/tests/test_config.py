@@ -46,7 +46,7 @@ def test_vlm_r1_spellings(tmp_path):
                     "image_folders: ra:rb\n")
     printed = yaml.safe_load(invoke("--config", str(path), "--print-config").output)
     assert printed["use_peft"] is True and printed["freeze_vision_tower"] is True
-    assert printed["reward_funcs"] == ["iou", "format"]
+    assert printed["reward_funcs"] == ["jsonl_accuracy", "format"]  # accuracy: per row, as VLM-R1's default
     assert printed["data"] == ["a.jsonl:b.jsonl"] and printed["image_root"] == "ra:rb"
     assert not {"use_lora", "freeze_vision_modules", "data_file_paths", "image_folders"} & set(printed)
     assert fill_template(printed["question_template"], "Where?") == "Where? Answer in JSON."

@@ -73,6 +73,58 @@ def test_vlm_r1_script_arguments_pass_train_dry_run(name, tiny16, tmp_path, capl
     assert meaning in said, said[-3000:]
 
 
+def test_the_gui_script_without_the_flag_scores_accuracy_by_all_match_per_row(tiny16, tmp_path):
+    """run_grpo_gui.sh's arguments less --is_reward_customized_from_vlm_module False, which is VLM-R1's default:
+    accuracy is still each row's method, reward_method all_match, on the GUI rows' yes/no answers (no box in them)."""
+    from vlmgrpo.commands.flags import parse_flags
+    from vlmgrpo.commands.training import RECIPES
+    from vlmgrpo.config.load import build_config
+    from vlmgrpo.rewards import build_rewards
+    from vlmgrpo.run.preflight import load_checked_data
+
+    words = script_args("run_grpo_gui.sh", tiny16, tmp_path)
+    at = words.index("--is_reward_customized_from_vlm_module")
+    del words[at:at + 2]
+    result = in_process("train", *words, "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]  # was: "cannot parse a box [x1, y1, x2, y2]" at row 1
+    overrides, _ = parse_flags(words, RECIPES["train"])
+    config = build_config({}, "command line", overrides, RECIPES["train"])
+    assert config.reward.reward_funcs[0] == "jsonl_accuracy"
+    rows = load_checked_data(config).samples
+    accuracy = build_rewards(config.reward.reward_funcs, "absolute", None, None)[0]
+    right = [f"<think>compared</think><answer>{row.answer.capitalize()}.</answer>" for row in rows]
+    wrong = [f"<think>compared</think><answer>{'no' if row.answer == 'yes' else 'yes'}</answer>" for row in rows]
+    columns = {"answer": [row.answer for row in rows], "accu_reward_method": [row.reward_method for row in rows]}
+    assert {row.reward_method for row in rows} == {"all_match"} and {row.answer for row in rows} <= {"yes", "no"}
+    assert accuracy(prompts=[None] * len(rows), completions=right, **columns) == [1.0] * len(rows)
+    assert accuracy(prompts=[None] * len(rows), completions=wrong, **columns) == [0.0] * len(rows)
+
+
+def test_the_rec_script_without_the_flag_warns_that_its_boxes_are_not_scored_by_iou(tiny16, tmp_path):
+    """A REC config that says accuracy without is_reward_customized_from_vlm_module meant IoU here before accuracy
+    followed VLM-R1 (per row, method default): the run still starts, and says how to get IoU back."""
+    import logging
+
+    from vlmgrpo.commands.cli import setup_logging
+
+    setup_logging()  # the command's own handler first, so that ours is an addition, not the only one
+    words = script_args("run_grpo_rec.sh", tiny16, tmp_path)
+    at = words.index("--is_reward_customized_from_vlm_module")
+    del words[at:at + 2]
+    records = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger("vlmgrpo").addHandler(handler)
+    try:
+        result = in_process("train", *words, "--dry-run")
+    finally:
+        logging.getLogger("vlmgrpo").removeHandler(handler)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (warning,) = [record.getMessage() for record in records if "reward 'accuracy'" in record.getMessage()]
+    assert "scores 16 of 16 rows, whose answers are boxes, by the default method" in warning
+    assert warning.endswith("for REC's IoU write the reward iou, or set is_reward_customized_from_vlm_module true")
+
+
 def test_vlm_r1_deepspeed_files_are_taken_as_they_are(tmp_path):
     from vlmgrpo.run.launch import resolve_deepspeed
 

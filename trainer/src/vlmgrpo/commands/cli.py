@@ -118,13 +118,14 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
 
     exit_on_signal_until_training()  # first: the imports below take seconds
     check_driver()
-    from vlmgrpo.config.load import dump_config, load_config
-    from vlmgrpo.run.preflight import clear_earlier_run
-
     try:
         overrides = collect_overrides(options)
         overrides.update(flag_overrides(recipe, extra))
-        config = load_config(config_path, overrides, recipe, discover_launch(overrides))
+        launch = discover_launch(overrides)  # before config.load's TRL import: a contradiction is said at once
+        from vlmgrpo.config.load import dump_config, load_config
+        from vlmgrpo.run.preflight import clear_earlier_run
+
+        config = load_config(config_path, overrides, recipe, launch)
         if print_config:
             click.echo(dump_config(config), nl=False)
             return

@@ -124,7 +124,7 @@ def parse_flags(args: typing.Sequence[str], recipe) -> tuple[dict[str, Any], lis
             raise ConfigError(f"command line: unexpected argument '{word}'; options are --key value (or --set "
                               "key=value)")
         notes.append(f"{word}: ignored (vlmgrpo {recipe.name} is the training script)")
-    kinds, overrides = field_kinds(recipe), {}
+    kinds, overrides = field_kinds(recipe) if flags else {}, {}  # field_kinds imports TRL: seconds
     for flag, words in flags:
         key, how, negated = _resolve(flag, kinds)
         if key in IGNORED:

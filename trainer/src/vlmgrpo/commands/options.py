@@ -32,9 +32,11 @@ def config_key(name: str) -> str:
 
 
 def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
-    from vlmgrpo.config.load import parse_set
+    set_values, overrides = options.pop("set_values"), {}
+    if set_values:  # config.load imports TRL (seconds): only when needed, so a launch contradiction is said at once
+        from vlmgrpo.config.load import parse_set
 
-    overrides = parse_set(options.pop("set_values"))
+        overrides = parse_set(set_values)
     for option, value in options.items():
         if value is not None and value != ():
             overrides[config_key(option)] = list(value) if isinstance(value, tuple) else value

@@ -64,6 +64,8 @@ class TrainConfig:
     source: str = "<defaults>"
     origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
     launcher: str = "none (one host)"  # what launch_env.discover found in the environment
+    # key -> what its value means, printed above its line by --print-config (the VLM-R1 reward names it resolved)
+    notes: dict[str, str] = field(default_factory=dict)
 
     def where(self, key: str) -> str:
         return self.origins.get(key, self.source)
@@ -207,7 +209,7 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
         **({"launcher": launch.launcher} if launch else {}),
     )
     if config.reward is not None:
-        resolve_rewards(config.reward)
+        resolve_rewards(config)
     check_choices(config)
     check_ranges(config)
     check_judge_url(config)
@@ -218,18 +220,29 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
     return config
 
 
-def resolve_rewards(reward: RewardConfig) -> None:
+def resolve_rewards(config: TrainConfig) -> None:
     """VLM-R1's names accuracy and format as its grpo_jsonl.py means them, by is_reward_customized_from_vlm_module
-    (rewards.vlm_r1_reward); said in one line at start, and --print-config shows the names they became."""
-    from vlmgrpo.rewards import vlm_r1_reward
+    (rewards.vlm_r1_reward). A config that says accuracy meant IoU here before this followed VLM-R1, so what it means
+    now is said in one line at start and above reward_funcs in --print-config."""
+    from vlmgrpo.rewards import FORMAT, FORMAT_ANSWER, IOU, reward_meaning, vlm_r1_reward
 
+    reward = config.reward
     flag = reward.is_reward_customized_from_vlm_module
     resolved = [vlm_r1_reward(name, flag) for name in reward.reward_funcs]
-    changed = [f"{name} = {new}" for name, new in zip(reward.reward_funcs, resolved) if name != new]
-    if changed:
-        logging.getLogger("vlmgrpo").info("rewards: %s (is_reward_customized_from_vlm_module: %s)",
-                                          ", ".join(changed), flag)
+    method = getattr(config.data, "reward_method", None)
+    said = [f"{name} = {new}: {reward_meaning(new, method)}" for name, new in zip(reward.reward_funcs, resolved)
+            if name != new]
+    if flag is None and said and FORMAT in resolved:  # VLM-R1's default would make it format_answer; said, not done
+        said.append(f"{FORMAT} stays {reward_meaning(FORMAT, method)} (VLM-R1's generic one is {FORMAT_ANSWER})")
     reward.reward_funcs = resolved
+    if not said:
+        return
+    setting = {None: "unset, VLM-R1's default false", True: "true", False: "false"}[flag]
+    note = f"{'; '.join(said)} (is_reward_customized_from_vlm_module {setting})"
+    if flag is not True and IOU not in resolved:
+        note += "; REC's IoU is the reward iou, or set is_reward_customized_from_vlm_module true"
+    config.notes["reward_funcs"] = note
+    logging.getLogger("vlmgrpo").info("reward %s", note)
 
 
 def load_config(path: Optional[str], overrides: dict[str, Any], command, launch=None) -> TrainConfig:
@@ -286,6 +299,9 @@ def dump_config(config: TrainConfig) -> str:
     for line in text.splitlines(keepends=True):
         if key is not None and line.startswith(f"{key}:"):
             lines += [f"# {part}\n" for part in textwrap.wrap(" ".join(helps.get(key, "").split()), 116)]
+            # Above the line, not after it: a value that wraps would put the comment inside a flow list.
+            lines += [f"# {part}\n" for part in textwrap.wrap(f"Resolved: {config.notes[key]}", 116)
+                      ] if key in config.notes else []
             if key in LAUNCH_KEYS and line.endswith("\n"):  # where each launch value came from, on its line
                 line = f"{line[:-1]}  # from {config.origins.get(key, 'default')}\n"
             key = next(keys, None)

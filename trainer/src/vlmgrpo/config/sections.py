@@ -76,11 +76,13 @@ class RewardConfig:
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"], metadata=with_help(
         "Rewards: iou, format (VLM-R1's), iou_lenient, format_lenient; for text answers mcq, yes_no, all_match, "
         "format_answer, and jsonl_accuracy (each row by its accuracy method, as VLM-R1's grpo_jsonl.py); its shaping "
-        "length and repetition; or module:function / path/to/file.py:function."))
+        "length and repetition; or module:function / path/to/file.py:function. VLM-R1's name accuracy is read as "
+        "is_reward_customized_from_vlm_module says (unset: per row, jsonl_accuracy)."))
     is_reward_customized_from_vlm_module: Optional[bool] = field(default=None, metadata=with_help(
         "What VLM-R1's reward names accuracy and format mean (its grpo_jsonl.py flag): true, the model module's "
         "rewards (iou and format: REC on Qwen and InternVL); false, its per-row ones (jsonl_accuracy: each row's "
-        "accu_reward_method, else reward_method, else default; format_answer); unset, iou and format as before."))
+        "accu_reward_method, else reward_method, else default; format_answer); unset, accuracy as false (VLM-R1's "
+        "default) and format stays REC's format. REC's IoU by its own name: iou."))
     iou_threshold: Optional[float] = field(default=None, metadata=with_help(
         "Turns the IoU reward into a hit reward: 1.0 at or above the threshold, else 0.0."))
     answer_box_space: str = field(default="auto", metadata=with_help(

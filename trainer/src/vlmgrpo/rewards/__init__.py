@@ -31,14 +31,29 @@ IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT = "iou", "format", "iou_lenient", "form
 # grpo_jsonl.py accuracy, each row scored by its own method (accuracy.py).
 BUILTIN_REWARDS = (IOU, FORMAT, IOU_LENIENT, FORMAT_LENIENT, *ANSWER_REWARDS, JSONL_ACCURACY, LENGTH, REPETITION)
 BOX_REWARDS = (IOU, IOU_LENIENT)  # these need a box in every row's answer
-# VLM-R1's --reward_funcs names: with is_reward_customized_from_vlm_module its model module's rewards (REC: IoU and
-# the box format), without it grpo_jsonl.py's own registry (each row's accuracy method, the think/answer format).
-REWARD_ALIASES = {True: {"accuracy": IOU}, False: {"accuracy": JSONL_ACCURACY, FORMAT: FORMAT_ANSWER}}
+# VLM-R1's --reward_funcs names, as its grpo_jsonl.py reads them: with is_reward_customized_from_vlm_module its model
+# module's rewards (REC on Qwen and InternVL: IoU and the box format), without it (false, VLM-R1's default) its own
+# registry (each row's accuracy method, the think/answer format). Unset reads `accuracy` as VLM-R1's default does,
+# but `format` stays this trainer's REC format: it is in the default reward_funcs [iou, format] and every REC recipe.
+REWARD_ALIASES = {True: {"accuracy": IOU}, False: {"accuracy": JSONL_ACCURACY, FORMAT: FORMAT_ANSWER},
+                  None: {"accuracy": JSONL_ACCURACY}}
 
 
 def vlm_r1_reward(name: str, customized: Optional[bool]) -> str:
-    """The reward a VLM-R1 name means; unset (not a VLM-R1 run) keeps this trainer's meaning, accuracy = iou."""
-    return REWARD_ALIASES[customized is not False].get(name, name)
+    """The reward a VLM-R1 name means under is_reward_customized_from_vlm_module (true, false or unset)."""
+    return REWARD_ALIASES[customized].get(name, name)
+
+
+def reward_meaning(name: str, reward_method: Optional[str]) -> str:
+    """What a built-in reward scores, in words, for the start line and --print-config; "" for any other."""
+    if name == JSONL_ACCURACY:
+        fallback = f"reward_method {reward_method}" if reward_method else "its data entry's reward_method"
+        return f"per row (accu_reward_method, else {fallback}, else default)"
+    return {IOU: "IoU of the answered box with the label (the REC reward of VLM-R1's Qwen and InternVL modules)",
+            FORMAT: "REC's format: <think>...</think> <answer>{...[x1, y1, x2, y2]...}</answer>",
+            FORMAT_ANSWER: "<think>...</think> <answer>...</answer>"}.get(name, "")
+
+
 # REC accuracy (VLM-R1's evaluation): 1 when the answered box has IoU >= 0.5 with the label. `train` adds it with
 # weight 0 when it evaluates, so eval_rewards/rec_accuracy is the validation split's REC accuracy.
 REC_ACCURACY, ACCURACY_IOU = "rec_accuracy", 0.5

@@ -11,11 +11,13 @@ import subprocess
 import sys
 import tempfile
 from importlib import resources
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.config.sections import RunConfig
 from vlmgrpo.errors import LaunchError
+
+if TYPE_CHECKING:  # config.load imports TRL (seconds): `train` loads it after the launch is known
+    from vlmgrpo.config.load import TrainConfig
 
 log = logging.getLogger("vlmgrpo")
 

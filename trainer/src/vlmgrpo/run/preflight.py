@@ -7,6 +7,7 @@ Each failure is one line saying what is wrong, where it was set, and what to do.
 from __future__ import annotations
 
 import functools
+import logging
 import importlib.util
 import os
 import re
@@ -22,7 +23,7 @@ from vlmgrpo.data.datasets import LoadedData, RowValidator, load_data
 from vlmgrpo.errors import ConfigError, LaunchError
 from vlmgrpo.run.launch import resolve_deepspeed, under_torchrun
 from vlmgrpo.data.rec import validate_row
-from vlmgrpo.rewards.accuracy import LLM
+from vlmgrpo.rewards.accuracy import DEFAULT_METHOD, LLM
 from vlmgrpo.rewards import BOX_REWARDS, JSONL_ACCURACY, check_reward_names
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
@@ -261,7 +262,22 @@ def load_checked_data(config: TrainConfig) -> LoadedData:
                                                check_method=JSONL_ACCURACY in names))
     if JSONL_ACCURACY in names and any(row.reward_method == LLM for row in data.samples + data.validation):
         check_judge(config)
+    warn_boxes_scored_as_text(config, data)
     return data
+
+
+def warn_boxes_scored_as_text(config: TrainConfig, data: LoadedData) -> None:
+    """accuracy meant REC's IoU here until it followed VLM-R1: a REC config that still says it, without
+    is_reward_customized_from_vlm_module, now scores its boxes by the default method (math or exact text). Said once."""
+    if config.reward.is_reward_customized_from_vlm_module is not None or "reward_funcs" not in config.notes:
+        return
+    boxed = [row for row in data.samples if row.solution is not None and row.reward_method == DEFAULT_METHOD]
+    if boxed:
+        logging.getLogger("vlmgrpo").warning(
+            "%s: reward 'accuracy' scores %d of %d rows, whose answers are boxes, by the default method (a math or "
+            "exact match of the answer text), as VLM-R1 does without is_reward_customized_from_vlm_module; for "
+            "REC's IoU write the reward iou, or set is_reward_customized_from_vlm_module true",
+            config.where("reward_funcs"), len(boxed), len(data.samples))
 
 
 def check_judge(config: TrainConfig) -> None:
