@@ -1,10 +1,9 @@
 """Pushing a local image with uncompressed layers: each layer as the engine saves it (`docker save`), not
 recompressed, under Docker's media type for an uncompressed layer, which Docker (20.10 included), containerd,
 podman and CRI-O pull. Where the registry is near (a mirror in the cluster's datacenter) a pull is bound by
-gunzip, not by the network: on this machine (2 cores) the cpu image pushed this way pulls from loopback into an
-empty Docker 20.10 in 0.74-0.77 of its gzip pull time, and the engine unpacks its layers in 0.65 of gzip's when no
-download runs beside (bench section 14, docs/user-guide.md). Over the internet gzip stays the better choice: about
-twice the bytes travel.
+gunzip, not by the network, and Docker's overlay2 store pulls such layers in less time than gzip's (bench sections
+14 and 16 measure it on Docker 20.10 and 26; docs/user-guide.md says which compression for which engine). Over the
+internet gzip stays the better choice: about twice the bytes travel.
 
 The layers are read once, as `docker save` streams them. The bytes of an uncompressed layer are its diff_id, so
 a layer the registry holds is not uploaded again. The engine streams layers in an order that does not say which
