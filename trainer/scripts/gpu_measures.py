@@ -280,19 +280,12 @@ def attention_choice() -> dict:
 def gpu_checks() -> dict:
     """`vlmgrpo selftest --require-gpu`'s GPU checks (gpu.*) and flash-attention 4's in-image checks, as an image runs
     them (vlmgrpo/checks: their needs decide, a check whose component is absent is skipped with its reason)."""
-    from vlmgrpo.checks import FAIL, Context, discover, gpu_visible, result, unmet_need
+    from vlmgrpo.checks import FAIL, Context, discover, run_checks
 
-    context = Context(expected=None, require_gpu=True, skip_train=True)
-    reported = {}
-    for module in discover():
-        if not any(name.startswith(("gpu.", "flash_attn_4.")) for name in module.NAMES):
-            continue
-        unmet = unmet_need(module, context, gpu_visible)
-        try:
-            rows = [result(name, *unmet) for name in module.NAMES] if unmet else module.run(context)
-        except Exception as error:  # as run_checks: one broken library must not hide the other checks
-            rows = [result(name, FAIL, f"{type(error).__name__}: {error}"[:500]) for name in module.NAMES]
-        reported.update({row["name"]: f"{row['status']}: {row['detail']}" for row in rows})
+    modules = [module for module in discover()
+               if any(name.startswith(("gpu.", "flash_attn_4.")) for name in module.NAMES)]
+    rows = run_checks(Context(expected=None, require_gpu=True, skip_train=True), modules)
+    reported = {row["name"]: f"{row['status']}: {row['detail']}" for row in rows}
     failed = sorted(name for name, line in reported.items() if line.startswith(FAIL))
     return {"status": "failed" if failed else "measured", "checks": reported,
             **({"error": f"checks failed: {', '.join(failed)}"} if failed else {})}

@@ -94,10 +94,11 @@ def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) ->
     return None
 
 
-def run_checks(context: Context) -> list[dict[str, str]]:
+def run_checks(context: Context, modules: Optional[list] = None) -> list[dict[str, str]]:
+    """The results of the check modules (every one discovered, or those given), each applied by its needs."""
     results: list[dict[str, str]] = []
     gpu = functools.lru_cache(maxsize=1)(gpu_visible)  # asked once, and only when a check needs a GPU
-    for module in discover():
+    for module in discover() if modules is None else modules:
         unmet = unmet_need(module, context, gpu)
         if unmet:
             results += [result(name, *unmet) for name in module.NAMES]
