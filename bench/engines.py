@@ -31,7 +31,7 @@ from .common import DOCKER, gb, goal, run, section_main, table
 from .cpu_image import build_image
 from .pulls import push, remove_local
 
-IMAGES = ("debian12-cu130-torch2.14",)  # the CUDA 13 wheels line: the goal is its pull + first step <= 60 s
+IMAGES = ("cpu", "debian12-cu130-torch2.14")  # the goal is the CUDA 13 wheels line's pull + first step <= 60 s
 ROUNDS = int(os.environ.get("BENCH_ENGINE_ROUNDS", "2"))
 # The disk a round needs at its peak, in image sizes: the registry holds the image three ways (gzip and zstd about
 # half of it each, none all of it: 2) while one engine holds a pull's downloaded layers and their unpacked copy (2).

@@ -185,6 +185,18 @@ def verdict(alone: list[tuple[int, float]], beside: list[tuple[int, float]]) -> 
             f"{max(s for _, s in beside) / max(s for _, s in alone):.2f} x the last alone.")
 
 
+def refused_verdict(found: dict) -> str:
+    """The round without the client that hangs up, judged alone, and why that client's round differs."""
+    answered = all(status == 200 for status, _ in found["refused"])
+    rank, was, now, worst = worst_rank(found["alone"], found["refused"])
+    return (f"Beside the seven refused kinds alone: answer {rank} the slowest against its rank, {worst:.2f} x "
+            f"({was:.2f} s -> {now:.2f} s; goal <= {GOAL_RATIO:g} x: {goal(answered and worst <= GOAL_RATIO)}). "
+            f"The client that hangs up is a different case: its request is a valid one until it hangs up, and "
+            f"transformers serve generates a vision model's requests one at a time (its continuous batching takes "
+            f"text models only), so a request of its that is in the engine holds it up to {HANG_UP_S:g} s, until "
+            f"the hang-up cancels it, and the answers due first wait that long.")
+
+
 def said(found: dict) -> str:
     """The figures as JSON (status counts under string keys), kept beside the run's logs."""
     seen = {kind: {"statuses": {str(status): n for status, n in statuses.items()}, "slowest_s": slowest}
@@ -238,7 +250,8 @@ def section(work: Path, count: int = NORMAL) -> str:
                      "worst answer / same rank alone"),
                     rows({f"{count} at once": found["alone"], f"{count} at once, the seven refused beside":
                           found["refused"], f"{count} at once, all eight beside": found["beside"]}, found["single"]))
-            + "\n\n" + verdict(found["alone"], found["beside"]) + "\n\nThe abusive clients, while the normal "
+            + "\n\n" + verdict(found["alone"], found["beside"]) + "\n\n" + refused_verdict(found)
+            + "\n\nThe abusive clients, while the normal "
             "requests of the last round ran:\n\n"
             + table(("abusive client", "requests", "answers (status x count)", "slowest answer"),
                     abuse_rows(found["seen"])))
