@@ -110,6 +110,11 @@ def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_it
     assert table == [("seed 2**70", 7, "400 x 7", "0.25 s"), ("hang", 3, "hung up x 3", "-")]
     found = {"single": 0.5, "alone": alone, "beside": beside, "seen": {"seed 2**70": (Counter({400: 7}), 0.25)}}
     assert json.loads(serve_abuse.said(found))["seen"]["seed 2**70"] == {"statuses": {"400": 7}, "slowest_s": 0.25}
+    # rounds merged rank by rank: the median of the k-th fastest; a rank answered only where every round answered it
+    merged = serve_abuse.per_rank([[(200, 3.0), (200, 1.0)], [(200, 0.5), (503, 4.0)], [(200, 2.0), (200, 9.0)]])
+    assert merged == [(200, 1.0), (503, 4.0)]
+    assert serve_abuse.merge_seen({"seed": (Counter({400: 2}), 0.5)}, {"seed": (Counter({400: 3}), 0.25)}) == {
+        "seed": (Counter({400: 5}), 0.5)}
 
     secret = tmp_path / "secret.png"
     bodies = serve_abuse.abusive_bodies(secret, "http://127.0.0.1:9/x.png", serve_abuse.png_url((12_000, 12_000), "1"))
