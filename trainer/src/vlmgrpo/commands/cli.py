@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import click
 
+from vlmgrpo.commands.fields import with_options
 from vlmgrpo.commands.options import collect_overrides, fail, field_option, help_all_option, launch_option, trl_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
@@ -92,15 +93,6 @@ TRAINING_OPTIONS = [
     click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
                  "load no weights."),
 ]
-
-
-def with_options(*groups):
-    def decorate(command):
-        for option in reversed([option for group in groups for option in group]):
-            command = option(command)
-        return command
-
-    return decorate
 
 
 def recipe_options(recipe: Recipe) -> list:

@@ -18,18 +18,10 @@ from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.data.datasets import LoadedData
 from vlmgrpo.data.rec import Sample, implicit_image_prefix, prompt_messages
 from vlmgrpo.evaluation.rec import data_file, judge, summarise
+from vlmgrpo.evaluation.settings import EvalSettings
 from vlmgrpo.config.template import fill_template
 
 log = logging.getLogger("vlmgrpo")
-
-
-@dataclasses.dataclass
-class EvalSettings:
-    output: str
-    max_samples: Optional[int] = None  # per data file: the first N rows of each
-    batch_size: int = 8
-    max_new_tokens: int = 256
-    completions: Optional[str] = None  # score these instead of generating
 
 
 def first_rows(samples: list[Sample], per_file: Optional[int]) -> list[Sample]:

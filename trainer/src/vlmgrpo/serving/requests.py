@@ -9,7 +9,7 @@ import binascii
 import io
 import json
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from vlmgrpo.serving.allowlist import Refused, check_fields, content_parts
@@ -17,18 +17,35 @@ from vlmgrpo.serving.allowlist import Refused, check_fields, content_parts
 CHAT_PATH = "/v1/chat/completions"
 
 
+API_KEY_VARIABLE = "VLMGRPO_API_KEY"
+
+
 @dataclass(frozen=True)
 class Limits:
-    api_key: Optional[str] = None  # required on every route but /health when set
-    allowed_media_domains: tuple[str, ...] = ()  # hosts whose image URLs are fetched; none by default
-    max_body_bytes: int = 20 * 1024 * 1024
-    max_image_bytes: int = 10 * 1024 * 1024
-    max_image_pixels: int = 4096 * 4096
-    max_images: int = 8  # per request: each is decoded here to be checked, whatever its few compressed bytes
+    """Who may ask, and for how much. The help of a field with one is its `vlmgrpo serve` option's
+    (commands/fields.py makes the options from these fields)."""
+    api_key: Optional[str] = field(default=None, metadata={
+        "help": f"Required of every request but /health, as 'Authorization: Bearer KEY' (or {API_KEY_VARIABLE}).",
+        "envvar": API_KEY_VARIABLE})
+    allowed_media_domains: tuple[str, ...] = field(default=(), metadata={
+        "help": "Hosts whose image URLs are fetched (by this server: no redirects, public addresses only); none by "
+                "default: images come inline as data: URLs. Repeatable."})
+    max_body_bytes: int = field(default=20 * 1024 * 1024, metadata={
+        "help": "Bytes a request's body may have; more are answered 413.", "min": 1})
+    max_image_bytes: int = field(default=10 * 1024 * 1024, metadata={
+        "help": "Bytes one image may have, before it is decoded.", "min": 1})
+    max_image_pixels: int = field(default=4096 * 4096, metadata={
+        "help": "Pixels (width x height) one image may have, read from its header before it is decoded.", "min": 1})
+    # per request: each is decoded here to be checked, whatever its few compressed bytes
+    max_images: int = field(default=8, metadata={"help": "Images one request may carry.", "min": 0})
     fetch_timeout_s: float = 10.0
-    max_in_flight: int = 64
+    max_in_flight: int = field(default=64, metadata={
+        "help": "Requests served at once; more are answered 429.", "min": 1})
     max_context: Optional[int] = None  # the model's, from its config.json: no request may ask for more tokens
-    read_timeout_s: float = 30.0  # headers or a body still arriving after this are cut: a half-sent request holds on
+    # headers or a body still arriving after this are cut: a half-sent request holds on
+    read_timeout_s: float = field(default=30.0, metadata={
+        "help": "Seconds a request's headers and body may take to arrive: a connection still sending its headers "
+                "is closed, a body still arriving is answered 408.", "flag": "--read-timeout", "min": 0.1})
     engine: Optional[str] = None  # the engine serving: the fields it fails on are refused (allowlist.ENGINE_FAILS_ON)
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 from vlmgrpo.errors import ConfigError, LaunchError
 from vlmgrpo.run.rollouts import VLLM_IMAGES
 from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
-from vlmgrpo.serving.requests import Limits
+from vlmgrpo.serving.requests import API_KEY_VARIABLE, Limits
 
 log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
@@ -39,22 +39,32 @@ ENGINE_STOP_S = 5.0  # the engine's time to exit on SIGTERM once no request wait
 
 
 HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
-API_KEY_VARIABLE = "VLMGRPO_API_KEY"
 MEDIA_FLAGS = ("--allowed-media-domains", "--allowed-local-media-path")  # the engine's: the front decides instead
 NO_MEDIA_DOMAIN = "no-url-is-fetched-by-the-engine.invalid"  # .invalid never resolves (RFC 6761)
 
 
 @dataclass
 class ServeSettings:
-    model: str
-    served_name: str  # what clients put in "model" (default: --model as given, as vLLM does)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    engine: str = "auto"
-    dtype: str = "auto"
+    """What `vlmgrpo serve` serves, and how. The help of a field with one is its option's (commands/fields.py)."""
+    model: str = field(metadata={"help": "Model directory (a run's OUTPUT or OUTPUT/merged) or hub name.",
+                                 "required": True})
+    # what clients put in "model" (default: --model as given, as vLLM does)
+    served_name: str = field(metadata={
+        "help": "The name clients put in \"model\" (default: --model as given).", "flag": "--served-model-name"})
+    host: str = field(default="127.0.0.1", metadata={
+        "help": f"Where to listen (or {HOST_VARIABLE}, which the images set to 0.0.0.0: set an API key there).",
+        "envvar": HOST_VARIABLE})
+    port: int = field(default=8000, metadata={"help": "The port to listen on."})
+    engine: str = field(default="auto", metadata={
+        "help": "auto: vLLM where it is installed and a GPU is visible, else transformers serve.", "choices": ENGINES})
+    dtype: str = field(default="auto", metadata={"help": "Weights' dtype for the engine."})
     engine_args: list[str] = field(default_factory=list)  # passed through to the engine as given
     limits: Limits = field(default_factory=Limits)  # who may ask, and for how much
-    shutdown_grace_s: float = SHUTDOWN_GRACE_S  # what the requests in flight at SIGTERM get to finish
+    shutdown_grace_s: float = field(default=SHUTDOWN_GRACE_S, metadata={
+        "help": "Seconds the requests in flight at SIGTERM get to finish (new ones are answered 503); those still "
+                "running then are refused with a 503. The default fits Kubernetes' 30 s before it kills a pod; give "
+                "`docker stop` more than this (its default is 10 s: `docker stop -t 35`).",
+        "flag": "--shutdown-grace", "min": 0})
 
 
 def choose_engine(requested: str, vllm_installed: bool, gpu: bool) -> str:
