@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from imagegen.cli.warnings import lines as warning_lines
-from imagegen.cli.options import (base_images_option, reports_user_errors, selection_options, workspace_options,
-                                  load_selected)
+from imagegen.cli.options import reports_user_errors, selection_options, workspace_options, load_selected
+from imagegen.cli.settings import base_images_option
 from imagegen.core.errors import MatrixError, UsageError, UserError
 from imagegen.matrix import plan as plan_module
 from imagegen.matrix.select import choose

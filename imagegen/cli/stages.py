@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from imagegen.cli.options import (build_options, checked_registry, compression_option, given, load_selected,
-                                  registry_credentials, registry_options, report_option, reports_user_errors,
-                                  selection_options, test_options, workspace_options)
+from imagegen.cli.fields import settings_options
+from imagegen.cli.options import (given, load_selected, registry_credentials, reports_user_errors, selection_options,
+                                  workspace_options)
+from imagegen.cli.settings import BuildSettings, PushSettings, TestFlags
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
@@ -28,28 +29,10 @@ def program(workspace) -> str:
 
 @click.command()
 @selection_options
-@build_options
-@click.option("--keep-going", is_flag=True, help="Go on with the other images after one fails.")
-@click.option("--progress", "progress_mode", type=click.Choice(["auto", "tty", "plain"]), default="auto",
-              show_default=True, help="tty: one live line per image and layer; plain: BuildKit's whole output "
-              "(for CI logs); auto: tty on a terminal. The whole output always goes to REPORT_DIR/logs/.")
-@click.option("--test", "run_tests", is_flag=True, help="Test each image right after it is built.")
-@test_options
-@click.option("--push", "run_push", is_flag=True, help="Push each image whose tests passed (implies --test).")
-@click.option("--registry", metavar="HOST[/NAMESPACE]", callback=checked_registry, help="Where --push publishes.")
-@compression_option
-@click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
-@click.option("--allow-unhashed", is_flag=True, help="Build an image whose lock holds an artifact without a sha256 "
-              "(a flash-attn wheel locked where GitHub did not answer); the image's label io.imagegen.unhashed and "
-              "the build report name it. Refused otherwise.")
-@registry_options
-@report_option("build")
+@settings_options(BuildSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse,
-          docker_binary, builder, context_dir, no_cache, keep_going, progress_mode, run_tests, require_gpu,
-          skip_train, run_push, registry, compression, force, allow_unhashed, registry_user, registry_password_stdin,
-          report_path, workspace):
+def build(selection, settings: BuildSettings, workspace):
     """Build the selected images with BuildKit, layer by layer, then summarise.
 
     Each image is three layers (base, framework, trainer), each FROM the one before; a
@@ -65,35 +48,41 @@ def build(selection, base_images, apt_mirror, ca_bundle, pip_index_url, pip_extr
     """
     if selection.empty:
         raise UserError("choose what to build: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
-    if given("compression") and not run_push:
-        raise UserError(f"--compression {compression} is of the layers --push sends: add --push --registry "
+    if given("compression") and not settings.push:
+        raise UserError(f"--compression {settings.compression} is of the layers --push sends: add --push --registry "
                         "HOST[/NAMESPACE], or leave --compression out")
-    if run_push and not registry:
+    if settings.push and not settings.registry:
         raise UserError("--push needs --registry HOST[/NAMESPACE], e.g. --registry ghcr.io/acme")
-    credentials = registry_credentials(registry_user, registry_password_stdin)
-    options = RenderOptions(base_images, apt_mirror)
+    sys.exit(_build_run(selection, settings, workspace))
+
+
+def _build_run(selection, settings: BuildSettings, workspace) -> int:
+    """Build, test and push as `settings` ask; 0 when every image made it."""
+    credentials = registry_credentials(settings.registry_user, settings.registry_password_stdin)
+    options = RenderOptions(settings.base_images, settings.apt_mirror)
     from imagegen.stages import pipeline
 
     run = pipeline.Run(
         images=load_selected(workspace, selection, options), render_options=options,
         source_dir=workspace.matrix.parent,
-        pip=pipeline.pip_settings(ca_bundle, pip_index_url, pip_extra_index_url, wheelhouse),
-        docker_binary=docker_binary, builder=builder, context_dir=context_dir, no_cache=no_cache,
-        keep_going=keep_going,
-        test=run_tests or run_push, checking=pipeline.Checking(program(workspace), require_gpu, skip_train),
-        registry=registry if run_push else None, force=force, report_path=report_path, credentials=credentials,
-        progress=progress_mode, compression=compression, allow_unhashed=allow_unhashed)
-    sys.exit(pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True)))
+        pip=pipeline.pip_settings(settings.ca_bundle, settings.pip_index_url, settings.pip_extra_index_url,
+                                  settings.wheelhouse),
+        docker_binary=settings.docker_binary, builder=settings.builder, context_dir=settings.context_dir,
+        no_cache=settings.no_cache, keep_going=settings.keep_going, test=settings.test or settings.push,
+        checking=pipeline.Checking(program(workspace), settings.require_gpu, settings.skip_train),
+        registry=settings.registry if settings.push else None, force=settings.force,
+        report_path=settings.report_path, credentials=credentials, progress=settings.progress,
+        compression=settings.compression, allow_unhashed=settings.allow_unhashed)
+    return pipeline.build_test_push(run, echo=lambda line: click.echo(line, err=True))
 
 
 @click.command("test")
 @click.argument("image_ref", required=False, metavar="[IMAGE]")
 @selection_options
-@test_options
-@report_option("test")
+@settings_options(TestFlags, into="flags")
 @workspace_options
 @reports_user_errors
-def test_command(image_ref, selection, require_gpu, skip_train, report_path, workspace):
+def test_command(image_ref, selection, flags: TestFlags, workspace):
     """Check images from the inside and report each check as pass, fail or skip.
 
     IMAGE is any image reference (its labels say what it should hold); without it, the
@@ -104,28 +93,17 @@ def test_command(image_ref, selection, require_gpu, skip_train, report_path, wor
     images = [] if image_ref else load_selected(workspace, selection)
     from imagegen.stages import pipeline
 
-    checking = pipeline.Checking(program(workspace), require_gpu, skip_train)
-    sys.exit(pipeline.test_images(image_ref, images, checking, report_path,
+    checking = pipeline.Checking(program(workspace), flags.require_gpu, flags.skip_train)
+    sys.exit(pipeline.test_images(image_ref, images, checking, flags.report_path,
                                   echo=lambda line: click.echo(line, err=True)))
 
 
 @click.command()
 @selection_options
-@click.option("--registry", metavar="HOST[/NAMESPACE]", required=True, callback=checked_registry,
-              help="Where to publish.")
-@click.option("--skip-tests", is_flag=True, help="Push without a passing test result (not recommended).")
-@click.option("--force", is_flag=True, help="Overwrite a version tag that holds another image.")
-@click.option("--test-report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
-              show_default=True, help="The test results that allow a push.")
-@click.option("--index", "index_only", is_flag=True, help="Only list each image's platform images, pushed "
-              "before by one job per platform, in a multi-platform index under its tags.")
-@compression_option
-@registry_options
-@report_option("push")
+@settings_options(PushSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def push(selection, registry, skip_tests, force, test_report, index_only, compression, registry_user,
-         registry_password_stdin, report_path, workspace):
+def push(selection, settings: PushSettings, workspace):
     """Push the selected images whose tests passed, under every tag.
 
     Version tags are immutable: when the registry already holds one with another image,
@@ -136,16 +114,17 @@ def push(selection, registry, skip_tests, force, test_report, index_only, compre
     """
     if selection.empty:
         raise UserError("choose what to push: --cuda X.Y, --torch X.Y, --python X.Y, --image NAME or --all")
-    if index_only and given("compression"):
+    if settings.index_only and given("compression"):
         raise UserError(f"--index pushes no layers, only an index of the platform images pushed before (with the "
-                        f"compression they were pushed with): leave --compression {compression} out")
-    credentials = registry_credentials(registry_user, registry_password_stdin)
+                        f"compression they were pushed with): leave --compression {settings.compression} out")
+    credentials = registry_credentials(settings.registry_user, settings.registry_password_stdin)
     images = load_selected(workspace, selection)
     from imagegen.stages import pipeline
 
-    sys.exit(pipeline.push_images(images, registry, skip_tests, force, test_report, report_path,
-                                  echo=lambda line: click.echo(line, err=True), inventory_program=program(workspace),
-                                  credentials=credentials, index_only=index_only, compression=compression))
+    sys.exit(pipeline.push_images(images, settings.registry, settings.skip_tests, settings.force, settings.test_report,
+                                  settings.report_path, echo=lambda line: click.echo(line, err=True),
+                                  inventory_program=program(workspace), credentials=credentials,
+                                  index_only=settings.index_only, compression=settings.compression))
 
 
 @click.command("sbom")

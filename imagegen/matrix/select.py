@@ -3,22 +3,32 @@ them to one platform of images built for several."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from imagegen.core.errors import UserError
 from imagegen.matrix.plan import PlannedImage
+from imagegen.matrix.schema import PLATFORMS
 
 
 @dataclass(frozen=True)
 class Selection:
-    cuda: str | None = None
-    torch: str | None = None
-    python: str | None = None
-    images: tuple[str, ...] = ()
-    all: bool = False
+    """Which images a command works on. The help of each field is its option's (cli/fields.py makes them)."""
+    cuda: str | None = field(default=None, metadata={"help": "Images on this CUDA; 12.4 matches 12.4.x.",
+                                                      "metavar": "X.Y"})
+    torch: str | None = field(default=None, metadata={"help": "Images with this torch; 2.5 matches 2.5.x.",
+                                                       "metavar": "X.Y"})
+    python: str | None = field(default=None, metadata={"help": "Images with this Python.", "metavar": "X.Y"})
+    images: tuple[str, ...] = field(default=(), metadata={
+        "help": "The image of this name (repeatable).", "flag": "--image", "metavar": "NAME"})
+    all: bool = field(default=False, metadata={"help": "Every image of the matrix."})
     # components the image must have (a version, not none): `--with vllm` is the images with vLLM
-    components: tuple[str, ...] = ()
-    platform: str | None = None  # narrows the others: one platform of images built for several
+    components: tuple[str, ...] = field(default=(), metadata={
+        "help": "Images that have this component (a key of matrix.yaml's components, e.g. vllm; repeatable).",
+        "flag": "--with", "metavar": "COMPONENT"})
+    # narrows the others: one platform of images built for several
+    platform: str | None = field(default=None, metadata={
+        "help": "Only this platform of images built for several (default: each of an image's platforms).",
+        "choices": PLATFORMS})
 
     @property
     def empty(self) -> bool:
