@@ -101,7 +101,7 @@ class WorkspaceFlags:
 
 
 @dataclass(frozen=True)
-class TestFlags:
+class TestSettings:
     """What `imagegen test` is asked, beyond which images and where the workspace is."""
     require_gpu: bool = require_gpu_field()
     skip_train: bool = skip_train_field()

@@ -10,7 +10,7 @@ import click
 from imagegen.cli.fields import settings_options
 from imagegen.cli.options import (given, load_selected, registry_credentials, reports_user_errors, selection_options,
                                   workspace_options)
-from imagegen.cli.settings import BuildSettings, PushSettings, TestFlags
+from imagegen.cli.settings import BuildSettings, PushSettings, TestSettings
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
@@ -79,10 +79,10 @@ def _build_run(selection, settings: BuildSettings, workspace) -> int:
 @click.command("test")
 @click.argument("image_ref", required=False, metavar="[IMAGE]")
 @selection_options
-@settings_options(TestFlags, into="flags")
+@settings_options(TestSettings, into="flags")
 @workspace_options
 @reports_user_errors
-def test_command(image_ref, selection, flags: TestFlags, workspace):
+def test_command(image_ref, selection, flags: TestSettings, workspace):
     """Check images from the inside and report each check as pass, fail or skip.
 
     IMAGE is any image reference (its labels say what it should hold); without it, the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -10,15 +11,15 @@ from typing import Any, Optional
 
 import click
 
-from vlmgrpo.commands.fields import with_options
-from vlmgrpo.commands.options import collect_overrides, fail, field_option, help_all_option, launch_option, trl_option
+from vlmgrpo.commands.fields import options, with_options
+from vlmgrpo.commands.options import collect_overrides, fail, trl_help
+from vlmgrpo.commands.run_flags import RunFlags, TrainingFlags, help_all_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
 from vlmgrpo.commands.trained import eval_command, serve_command
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import UserError
 from vlmgrpo.run.recipe import Recipe
-from vlmgrpo.config.sections import DataConfig, RunConfig
 from vlmgrpo.models.tiny import FAMILIES
 
 log = logging.getLogger("vlmgrpo")
@@ -57,49 +58,23 @@ def check_driver() -> None:
         sys.exit(1)
 
 
-# The options `train`, `sft` and `score` share: one configuration, read the same way by each.
-RUN_OPTIONS = [
-    click.option("--config", "config_path", type=str, help="YAML file; any config key or field of the TRL config."),
-    trl_option("--model", "A local directory or a hub name."),
-    trl_option("--adapter"),
-    field_option("--data", DataConfig, "Repeatable.", multiple=True),
-    field_option("--eval-data", DataConfig, "Repeatable; or hold rows out with --set val_split_ratio=0.05.",
-                 multiple=True),
-    field_option("--image-root", DataConfig),
-    trl_option("--output", "Also metrics.jsonl and the final model."),
-    trl_option("--max-steps", type=int),
-    trl_option("--batch-size", "Completions for train, rows for sft.", type=int),
-    trl_option("--save-steps", type=int),
-    field_option("--resume", RunConfig),
-    field_option("--profile-steps", RunConfig, metavar="A:B"),
-    field_option("--max-restarts", RunConfig, type=int),
-    field_option("--overwrite-output", RunConfig, is_flag=True, default=None),
-    trl_option("--deepspeed", "Or a preset: zero2, zero3, zero3_offload."),
-    # Without these flags, train and sft read the launch from the environment (run/launch_env.py): Kubeflow Trainer v2's
-    # PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
-    launch_option("--nproc-per-node", type=int),
-    launch_option("--nnodes", type=int),
-    launch_option("--node-rank", type=int),
-    launch_option("--master-addr"),
-    launch_option("--master-port", type=int),
-    click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE", help="Any other field; repeatable."),
-]
-# Only train and sft serve metrics.
-MONITOR_OPTIONS = [
-    field_option("--metrics-port", RunConfig, "health_* keys tune /health.", type=int),
-]
-TRAINING_OPTIONS = [
-    click.option("--print-config", is_flag=True, help="Print the effective configuration and exit."),
-    click.option("--dry-run", is_flag=True, help="Run every check (config, paths, every data row), print a summary, "
-                 "load no weights."),
-]
+# The options `train`, `sft` and `score` share (run_flags.py: one configuration, read the same way by each), and
+# those only train and sft have.
+RUN_OPTIONS = options(RunFlags)
+MONITOR_OPTIONS = options(TrainingFlags, "metrics_port")
+TRAINING_OPTIONS = options(TrainingFlags, "print_config", "dry_run")
+
+
+def recipe_flags(recipe: Recipe) -> type:
+    """The options only this command has (GRPO's --num-generations, ...) as a dataclass: each for a field of its TRL
+    config, unset (None) unless given, so the config file's value stands; a bool one is a flag (--use-vllm)."""
+    return dataclasses.make_dataclass(f"{recipe.name.title()}Flags", [
+        (option.flag.lstrip("-").replace("-", "_"), Optional[option.type],
+         dataclasses.field(default=None, metadata=trl_help(option.flag, option.more))) for option in recipe.options])
 
 
 def recipe_options(recipe: Recipe) -> list:
-    """The options only this command has (GRPO's --num-generations, ...)."""
-    # A bool option is a flag (--use-vllm), unset (None) unless given, so the config file's value stands.
-    return [trl_option(option.flag, option.more, is_flag=True, default=None) if option.type is bool
-            else trl_option(option.flag, option.more, type=option.type) for option in recipe.options]
+    return options(recipe_flags(recipe))
 
 
 def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options,
@@ -186,14 +161,14 @@ def register(recipe: Recipe) -> None:
                 **options) -> None:
         run_command(recipe, config_path, print_config, dry_run, options, tuple(context.args))
 
-    options = with_options(RUN_OPTIONS, recipe_options(recipe), MONITOR_OPTIONS, TRAINING_OPTIONS,
-                           [help_all_option(recipe)])
+    decorate = with_options(RUN_OPTIONS, recipe_options(recipe), MONITOR_OPTIONS, TRAINING_OPTIONS,
+                            [help_all_option(recipe)])
     # What click does not know passes through to flags.py: every field of the TRL config as a flag, as TRL's scripts.
     settings = {"ignore_unknown_options": True, "allow_extra_args": True}
     main.command(recipe.name, help=recipe.summary, context_settings=settings,
                  epilog=f"Every other field is a flag too, as TRL's scripts take them (--epsilon_high 0.28, --bf16, "
                         f"--reward_funcs accuracy format): `vlmgrpo {recipe.name} --help-all` lists them.")(
-        options(command))
+        decorate(command))
 
 
 for _recipe in RECIPES.values():

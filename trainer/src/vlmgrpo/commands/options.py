@@ -43,35 +43,29 @@ def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-def _option(flag: str, field_text: str, more: str, **kwargs):
-    """A click option whose help is its field's text, then what only the command line adds."""
-    return click.option(flag, help=" ".join(filter(None, (field_text, more))), **kwargs)
+def section_help(section: type, name: str, more: str = "") -> dict[str, Any]:
+    """The metadata of an option for a key of one of vlmgrpo's sections (sections.py): its help is that field's, one
+    text for the file, `--print-config` and the command line (`more` says what only the command line adds)."""
+    return {"help": field_help(section, name), "more": more, "key": name}
 
 
-def field_option(flag: str, section: type, more: str = "", **kwargs):
-    """An option for a key of one of vlmgrpo's sections (sections.py), its help that field's: one text for the file,
-    `--print-config` and the command line (`more` says what only the command line adds)."""
-    return _option(flag, field_help(section, config_key(flag)), more, **kwargs)
-
-
-def launch_option(flag: str, **kwargs):
+def launch_help(name: str) -> dict[str, Any]:
     """A launch key: without the flag, train and sft read it from the scheduler's variables (run/launch_env.py)."""
-    default = field_default(RunConfig, config_key(flag))
-    where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {default}."
-    return field_option(flag, RunConfig, where, **kwargs)
+    where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {field_default(RunConfig, name)}."
+    return section_help(RunConfig, name, where)
 
 
 # The TRL fields (and ModelConfig's) the command line sets; trainer/scripts/trl_help.py copies their help.
 TRL_KEYS: set[str] = set()
 
 
-def trl_option(flag: str, more: str = "", **kwargs):
-    """An option for a field of TRL's config or of the model's section: the help is the field's, as TRL writes it
-    (copied by trainer/scripts/trl_help.py, so that `--help` does not import TRL); `more` is what only the command
-    line adds."""
-    key = config_key(flag)
+def trl_help(name: str, more: str = "") -> dict[str, Any]:
+    """The metadata of an option for a field of TRL's config or of the model's section: the help is the field's, as
+    TRL writes it (copied by trainer/scripts/trl_help.py, so that `--help` does not import TRL); `more` is what only
+    the command line adds."""
+    key = config_key(name)
     TRL_KEYS.add(key)
-    return _option(flag, TRL_HELP.get(key, ""), more, **kwargs)
+    return {"help": TRL_HELP.get(key, ""), "more": more, "key": key}
 
 
 METAVARS = {"bool": "[true|false]", "list": "V [V ...]", "list_str": "V [V ...]"}
@@ -100,15 +94,3 @@ def all_flags_text(recipe) -> str:
     with formatter.section("VLM-R1's grpo_jsonl.py arguments that set nothing here (accepted, with a warning)"):
         formatter.write_dl([(f"--{name}", why) for name, why in IGNORED.items()])
     return formatter.getvalue()
-
-
-def help_all_option(recipe):
-    def show(context: click.Context, _param, value: bool) -> None:
-        if value and not context.resilient_parsing:
-            click.echo(context.get_help())
-            click.echo()
-            click.echo(all_flags_text(recipe), nl=False)
-            context.exit()
-
-    return click.option("--help-all", is_flag=True, is_eager=True, expose_value=False, callback=show,
-                        help="Show this help and every field as a flag, then exit.")
