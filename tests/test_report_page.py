@@ -174,6 +174,10 @@ def test_a_malformed_report_is_one_line_and_exit_2(reports, tmp_path):
      "duration_s: expected float"),
     ('{"kind": "test", "images": [{"image": "x", "ref": "r", "status": "passed", "checks": [{"name": 1}]}]}',
      "name: expected str"),
+    ('{"kind": "test", "images": [{"image": "x", "ref": "r", "status": "ok"}]}',
+     "status: expected 'passed' or 'failed', got \"ok\""),
+    ('{"kind": "test", "images": [{"image": "x", "ref": "r", "status": "passed", "checks": [{"name": "n", '
+     '"status": "PASS"}]}]}', "checks.0.status: expected 'pass', 'fail' or 'skip'"),
 ])
 def test_a_report_of_the_wrong_shape_is_one_line_and_exit_2(reports, tmp_path, payload, says):
     (reports / "test.json").write_text(payload)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
@@ -16,13 +17,19 @@ from imagegen.core import atomic, platforms
 from imagegen.core.errors import UserError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+# The statuses a report holds: a report read back (read_reports) with another fails as a malformed report.
+CheckStatus = Literal["pass", "fail", "skip"]
+LayerStatus = Literal["built", "reused", "failed", "not built"]  # reused: built earlier in this run
+BuildStatus = Literal["built", "failed", "skipped"]
+TestStatus = Literal["passed", "failed"]
+PushStatus = Literal["pushed", "refused", "failed", "not pushed"]
 
 
 @dataclass
 class LayerResult:
     layer: str
     ref: str
-    status: str  # "built" | "reused" (built earlier in this run) | "failed" | "not built"
+    status: LayerStatus
     duration_s: float = 0.0
     cached_steps: int = 0
     total_steps: int = 0
@@ -33,7 +40,7 @@ class LayerResult:
 class BuildResult:
     image: str
     ref: str  # repository:version-tag
-    status: str  # "built" | "failed" | "skipped"
+    status: BuildStatus
     duration_s: float = 0.0
     size_bytes: int | None = None
     image_id: str | None = None
@@ -54,7 +61,7 @@ class BuildResult:
 @dataclass
 class Check:
     name: str
-    status: str  # PASS | FAIL | SKIP
+    status: CheckStatus
     detail: str = ""
 
 
@@ -62,7 +69,7 @@ class Check:
 class TestResult:
     image: str
     ref: str
-    status: str  # "passed" | "failed"
+    status: TestStatus
     image_id: str | None = None  # push only publishes the image these checks ran on
     gpu_runtime: bool = False
     gpu_reason: str = ""
@@ -82,7 +89,7 @@ class PushResult:
     image: str
     registry: str
     repository: str
-    status: str  # "pushed" | "refused" | "failed" | "not pushed"
+    status: PushStatus
     digest: str | None = None
     pushed_tags: list[str] = field(default_factory=list)
     already_published: list[str] = field(default_factory=list)
@@ -176,5 +183,7 @@ def _first_problem(error: ValidationError) -> str:
         return f"unknown field {where}"
     if kind == "missing":
         return f"missing field {where}"
+    if kind == "literal_error":
+        return f"{where}: expected {found['ctx']['expected']}, got {json.dumps(found.get('input'), default=str)[:60]}"
     expected = next((name for prefix, name in EXPECTED.items() if kind.startswith(prefix)), kind)
     return f"{where}: expected {expected}, got {json.dumps(found.get('input'), default=str)[:60]}"
