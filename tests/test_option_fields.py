@@ -1,6 +1,6 @@
-"""Every option of `vlmgrpo train`, `sft`, `eval`, `serve` and `imagegen build`, `push`, `test` is made from a field of
-a settings dataclass: its flag and its help are the field's (the help in the field's metadata, then what only the
-command line adds). An option written by hand, with help of its own, has no such field and fails here."""
+"""Every option of `vlmgrpo train`, `sft`, `score`, `eval`, `serve` and `imagegen build`, `push`, `test` is made
+from a field of a settings dataclass: its flag and its help are the field's (the help in the field's metadata, then
+what only the command line adds). An option written by hand, with help of its own, has no such field and fails here."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from imagegen.cli import settings as image_settings
 from imagegen.cli.settings import BuildSettings, PushSettings, WorkspaceFlags
 from imagegen.matrix.select import Selection
 from vlmgrpo.commands.cli import main as vlmgrpo, recipe_flags
-from vlmgrpo.commands.run_flags import RunFlags, TrainingFlags
+from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags
 from vlmgrpo.commands.trained import EvalInputs
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.commands.trl_help import HELP as TRL_HELP
@@ -26,6 +26,7 @@ from vlmgrpo.serving.serve import ServeSettings
 SETTINGS = {
     (vlmgrpo, "train"): (RunFlags, recipe_flags(RECIPES["train"]), TrainingFlags),
     (vlmgrpo, "sft"): (RunFlags, recipe_flags(RECIPES["sft"]), TrainingFlags),
+    (vlmgrpo, "score"): (RunFlags, recipe_flags(RECIPES["train"]), ScoreFlags),
     (vlmgrpo, "eval"): (EvalInputs, EvalSettings),
     (vlmgrpo, "serve"): (ServeSettings, Limits),
     (imagegen, "build"): (Selection, BuildSettings, WorkspaceFlags),

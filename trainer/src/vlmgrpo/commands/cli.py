@@ -13,7 +13,7 @@ import click
 
 from vlmgrpo.commands.fields import options, with_options
 from vlmgrpo.commands.options import collect_overrides, fail, trl_help
-from vlmgrpo.commands.run_flags import RunFlags, TrainingFlags, help_all_option
+from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags, help_all_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
 from vlmgrpo.commands.trained import eval_command, serve_command
@@ -176,9 +176,7 @@ for _recipe in RECIPES.values():
 
 
 @main.command()
-@with_options(RUN_OPTIONS, recipe_options(RECIPES["train"]))
-@click.option("--completions", "completions_path", required=True,
-              help='JSONL file, one {"id": <a data row\'s id>, "completion": "<text>"} per line.')
+@with_options(RUN_OPTIONS, recipe_options(RECIPES["train"]), options(ScoreFlags))
 def score(config_path: Optional[str], completions_path: str, **options) -> None:
     """Score completions with the configured rewards, without training: one JSON line per completion,
     {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""

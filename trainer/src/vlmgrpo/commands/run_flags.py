@@ -60,6 +60,14 @@ class TrainingFlags:
     help_all: bool = field(default=False, metadata={"help": "Show this help and every field as a flag, then exit."})
 
 
+@dataclass
+class ScoreFlags:
+    """What only `score` has: the completions it scores."""
+    completions_path: str = field(metadata={
+        "help": 'JSONL file, one {"id": <a data row\'s id>, "completion": "<text>"} per line.', "flag": "--completions",
+        "required": True})
+
+
 def help_all_option(recipe):
     """--help-all: the command's help, then every field of its config as a flag."""
     def show(context: click.Context, _param, value: bool) -> None:
