@@ -20,7 +20,7 @@ import urllib.request
 
 from vlmgrpo.inventory import installed_version
 from vlmgrpo.image.lab import TOKEN_VARIABLE, plan_lab
-from vlmgrpo.serving.serve import free_port, stop_process, wait_for_health
+from vlmgrpo.processes import free_port, stop_process, wait_for_health
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 
 NAMES = ("lab.server", "lab.kernel")
