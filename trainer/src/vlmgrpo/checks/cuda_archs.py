@@ -7,7 +7,7 @@ from typing import Optional
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("cuda.archs",)
-ORDER = 40
+PHASE = "libraries"
 NEEDS = ()
 
 

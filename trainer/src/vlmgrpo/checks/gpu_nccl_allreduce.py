@@ -6,7 +6,7 @@ from vlmgrpo.processes import free_port
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nccl_allreduce",)
-ORDER = 63
+PHASE = "gpu"
 NEEDS = ("gpu",)
 
 

@@ -12,7 +12,7 @@ import os
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("net.infiniband",)
-ORDER = 55
+PHASE = "libraries"
 NEEDS = ()
 LIBRARY = "libibverbs.so.1"
 DEVICES = "/sys/class/infiniband"
