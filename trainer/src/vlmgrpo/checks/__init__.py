@@ -7,7 +7,8 @@ Each check module defines (the contract of imagegen's host checks too, imagegen/
          a name may stand for a family: "version" covers version.<key> (reported_outside says which names fit);
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  tuple of what it applies to: "gpu" (a visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
-         cpp_extension finds it), "train" (not --skip-train), or a component key ("vllm", "flash_attn", "deepspeed",
+         cpp_extension finds it), "train" (not --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
+         the image is for: not a CPU image), or a component key ("vllm", "flash_attn", "deepspeed",
          "jupyterlab"): an image that has the component, by expected.json or by what is installed. run_checks skips a
          module whose need is unmet without calling it (a missing GPU fails it with --require-gpu), so that rule lives
          here only and a check never asks whether it applies;
@@ -30,7 +31,7 @@ from vlmgrpo.inventory import installed_version
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 NO_GPU = "no GPU visible"
-GPU, TOOLKIT, TRAIN = "gpu", "toolkit", "train"  # the needs that are not component keys
+GPU, TOOLKIT, TRAIN, CUDA_ARCHS = "gpu", "toolkit", "train", "cuda_archs"  # the needs that are not component keys
 # The report's sections, in order: what was installed, the libraries as built, the CUDA toolkit, each component's
 # own checks, the driver, work on the GPU, then the two-step training run (the slowest, last).
 PHASES = ("versions", "libraries", "toolkit", "components", "driver", "gpu", "train")
@@ -103,6 +104,8 @@ def has(need: str, context: Context) -> tuple[bool, str]:
     """Whether a need other than a GPU is met here, and why not."""
     if need == TRAIN:
         return not context.skip_train, "--skip-train"
+    if need == CUDA_ARCHS:
+        return bool((context.expected or {}).get("cuda_archs")), "the matrix lists no CUDA architectures for this image"
     if need == TOOLKIT:
         from vlmgrpo.checks._toolkit import toolkit_nvcc
 
