@@ -86,15 +86,14 @@ def gpu_visible() -> tuple[bool, str]:
 
 
 def has_component(expected: Optional[dict], key: str) -> tuple[bool, str]:
-    """Whether the image has a component (expected.json names a version, or its distribution is installed: a check
-    still runs on one installed against the file, which version.<key> fails), and why not."""
+    """Whether the image has a component, and why not: what its expected.json names, as imagegen built it (one
+    installed against the file is version.<key>'s failure, not a reason to run the component's checks); without a
+    file (outside an image), whether its distribution is installed."""
+    if expected is None:
+        distribution = key.replace("_", "-")
+        return installed_version(distribution) is not None, f"{distribution} not installed"
     if expected_version(expected, key):
         return True, ""
-    distribution = ((expected or {}).get("distributions") or {}).get(key) or key.replace("_", "-")
-    if installed_version(distribution) is not None:
-        return True, ""
-    if expected is None:
-        return False, f"{distribution} not installed"
     if key in (expected.get("versions") or {}):
         return False, f"no {key} in this image (expected.json: {key} none)"
     return False, f"no {key} in this image (expected.json does not name it)"
