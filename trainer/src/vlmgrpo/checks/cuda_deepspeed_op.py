@@ -1,7 +1,7 @@
 """cuda.deepspeed_op: in an image with DeepSpeed and a CUDA toolkit, DeepSpeed's JIT builds its FusedAdam op with the
 toolkit's nvcc (found as torch's cpp_extension finds it) against the image's torch, and the op loads: what ZeRO's
 optimizer needs first. Needs no GPU: it compiles for TORCH_CUDA_ARCH_LIST, the newest architecture of the image.
-run_checks skips it in an image without DeepSpeed; it skips itself without a toolkit, as cuda.kernel does."""
+run_checks skips it in an image without DeepSpeed or without a toolkit (NEEDS), as it skips cuda.kernel."""
 
 from __future__ import annotations
 
