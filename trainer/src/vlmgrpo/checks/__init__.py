@@ -9,9 +9,9 @@ Each check module defines (the contract of imagegen's host checks too, imagegen/
   NEEDS  tuple of what it applies to: "gpu" (a visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
          cpp_extension finds it), "train" (not --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
          the image is for: not a CPU image), or a component key ("vllm", "flash_attn", "deepspeed",
-         "jupyterlab"): an image whose expected.json names a version of it (with no file, what is installed). run_checks skips a
-         module whose need is unmet without calling it (a missing GPU fails it with --require-gpu), so that rule lives
-         here only and a check never asks whether it applies;
+         "jupyterlab"): an image whose expected.json names a version of it (with no file, what is installed).
+         run_checks skips a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu),
+         so that rule lives here only and a check never asks whether it applies;
   run(context) -> list of result(name, status, detail) dicts, the fields of imagegen's Check.
 
 Modules whose names start with "_" are not checks. Every optional library may be missing: a check says so in its
