@@ -97,16 +97,17 @@ def test_a_wheel_family_is_checked_by_its_installed_distribution(tmp_path, monke
 
 
 def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tmp_path, monkeypatch):
-    from vlmgrpo.checks import Context, net_infiniband
+    from vlmgrpo.checks import Context, _needs, net_infiniband
 
     context = Context(expected=None)
-    monkeypatch.setattr(net_infiniband, "DEVICES", str(tmp_path / "none"))
-    [found] = net_infiniband.run(context)
+    monkeypatch.setattr(_needs, "RDMA_DEVICES", str(tmp_path / "none"))
+    [found] = checks.run_checks(context, modules=[net_infiniband])  # the runner decides, by NEEDS
     assert found["status"] == "skip" and "NCCL uses TCP sockets" in found["detail"]
+    assert "; libibverbs.so.1 loads" in found["detail"] or "; libibverbs.so.1 does not load" in found["detail"]
     (tmp_path / "infiniband" / "mlx5_0").mkdir(parents=True)
-    monkeypatch.setattr(net_infiniband, "DEVICES", str(tmp_path / "infiniband"))
-    monkeypatch.setattr(net_infiniband, "LIBRARY", "libibverbs-missing.so.1")
-    [found] = net_infiniband.run(context)
+    monkeypatch.setattr(_needs, "RDMA_DEVICES", str(tmp_path / "infiniband"))
+    monkeypatch.setattr(_needs, "RDMA_LIBRARY", "libibverbs-missing.so.1")
+    [found] = checks.run_checks(context, modules=[net_infiniband])
     assert found["status"] == "fail" and "mlx5_0" in found["detail"] and "install ibverbs-providers" in found["detail"]
 
 

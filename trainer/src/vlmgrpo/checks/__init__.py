@@ -8,8 +8,9 @@ Each check module defines (the contract of imagegen's host checks too, imagegen/
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  tuple of what it applies to: "gpu" (a visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
          cpp_extension finds it), "train" (not --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
-         the image is for: not a CPU image), or a component key ("vllm", "flash_attn", "deepspeed",
-         "jupyterlab"): an image whose expected.json names a version of it (with no file, what is installed).
+         the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), or a component key
+         ("vllm", "flash_attn", "deepspeed", "jupyterlab"): an image whose expected.json names a version of it (with
+         no file, what is installed).
          run_checks skips a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu),
          so that rule lives here only and a check never asks whether it applies;
   run(context) -> list of result(name, status, detail) dicts, the fields of imagegen's Check.
@@ -31,7 +32,7 @@ from vlmgrpo.inventory import installed_version
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 NO_GPU = "no GPU visible"
-GPU, TOOLKIT, TRAIN, CUDA_ARCHS = "gpu", "toolkit", "train", "cuda_archs"  # the needs that are not component keys
+GPU, TOOLKIT, TRAIN, CUDA_ARCHS, RDMA = "gpu", "toolkit", "train", "cuda_archs", "rdma"  # not component keys
 # The report's sections, in order: what was installed, the libraries as built, the CUDA toolkit, each component's
 # own checks, the driver, work on the GPU, then the two-step training run (the slowest, last).
 PHASES = ("versions", "libraries", "toolkit", "components", "driver", "gpu", "train")
@@ -106,10 +107,14 @@ def has(need: str, context: Context) -> tuple[bool, str]:
     if need == CUDA_ARCHS:
         return bool((context.expected or {}).get("cuda_archs")), "the matrix lists no CUDA architectures for this image"
     if need == TOOLKIT:
-        from vlmgrpo.checks._toolkit import toolkit_nvcc
+        from vlmgrpo.checks._needs import toolkit_nvcc
 
         nvcc, why = toolkit_nvcc(context.environ)
         return nvcc is not None, why
+    if need == RDMA:
+        from vlmgrpo.checks._needs import rdma_device
+
+        return rdma_device()
     return has_component(context.expected, need)
 
 

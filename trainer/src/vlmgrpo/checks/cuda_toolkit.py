@@ -20,7 +20,7 @@ import tempfile
 from typing import Mapping, Optional
 
 from vlmgrpo.checks import FAIL, PASS, Context, result
-from vlmgrpo.checks._toolkit import toolkit_nvcc
+from vlmgrpo.checks._needs import toolkit_nvcc
 
 NAMES = ("cuda.kernel",)
 PHASE = "toolkit"

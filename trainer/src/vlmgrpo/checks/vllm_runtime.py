@@ -20,7 +20,7 @@ from importlib import metadata
 from typing import Mapping, Optional
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
-from vlmgrpo.checks._toolkit import find_nvcc
+from vlmgrpo.checks._needs import find_nvcc
 from vlmgrpo.inventory import version_matches
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
