@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
+from vlmgrpo.checks._needs import rdma_device, toolkit_nvcc
 from vlmgrpo.inventory import installed_version
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -107,13 +108,9 @@ def has(need: str, context: Context) -> tuple[bool, str]:
     if need == CUDA_ARCHS:
         return bool((context.expected or {}).get("cuda_archs")), "the matrix lists no CUDA architectures for this image"
     if need == TOOLKIT:
-        from vlmgrpo.checks._needs import toolkit_nvcc
-
         nvcc, why = toolkit_nvcc(context.environ)
         return nvcc is not None, why
     if need == RDMA:
-        from vlmgrpo.checks._needs import rdma_device
-
         return rdma_device()
     return has_component(context.expected, need)
 
