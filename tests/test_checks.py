@@ -2,6 +2,8 @@
 image reports and its tag and labels."""
 
 import json
+import os
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -11,7 +13,7 @@ from imagegen.core import platforms
 from imagegen.stages import checks
 from imagegen.stages.checks import inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot
 
-from tests.helpers import locked_named
+from tests.helpers import REPO, locked_named
 
 INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
           "python": "3.11.9", "nccl": "2.21.5"}
@@ -144,7 +146,7 @@ def test_every_check_is_a_module_found_by_discovery_in_order():
     names = [name for module in checks.discovered() for name in module.NAMES]
     assert names[:3] == ["labels.match_matrix", "user.nonroot", "command.info"] and names[-1] == "selftest"
     for module in checks.discovered():
-        assert callable(module.run) and isinstance(module.ORDER, int) and isinstance(module.NAMES, tuple)
+        assert callable(module.run) and module.PHASE in checks.PHASES and isinstance(module.NAMES, tuple)
         assert isinstance(module.NEEDS, tuple) and all(isinstance(need, str) for need in module.NEEDS)
 
 
@@ -177,7 +179,7 @@ def test_a_check_runs_only_where_what_it_needs_is_there():
 
 
 def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeypatch):
-    never = SimpleNamespace(NAMES=("never.a", "never.b"), ORDER=1, NEEDS=("native",),
+    never = SimpleNamespace(NAMES=("never.a", "never.b"), PHASE="image", NEEDS=("native",),
                             run=lambda context: pytest.fail("ran under emulation"))
     monkeypatch.setattr(checks, "discovered", lambda: [never])
     found = checks.run_checks(host_context(emulated=True))
@@ -185,17 +187,17 @@ def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeyp
 
 
 def test_a_check_dropped_into_the_package_is_run(tmp_path, monkeypatch):
-    """Adding a check is one file: a module with NAMES, ORDER, NEEDS and run(context), nothing registered anywhere.
+    """Adding a check is one file: a module with NAMES, PHASE, NEEDS and run(context), nothing registered anywhere.
     (The package's __path__ is extended by a directory holding it, as a new file in the package would be.)"""
     (tmp_path / "zz_added_for_a_test.py").write_text(
-        'from imagegen.stages.results import Check\n\nNAMES, ORDER, NEEDS = ("added.by_test",), 999, ()\n\n\n'
+        'from imagegen.stages.results import Check\n\nNAMES, PHASE, NEEDS = ("added.by_test",), "selftest", ()\n\n\n'
         'def run(context):\n    return [Check(NAMES[0], "pass", context.ref)]\n')
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "imagegen.stages.checks.zz_added_for_a_test", raising=False)
     try:
         (added,) = [module for module in checks.discovered() if module.NAMES == ("added.by_test",)]
         assert [c.name for c in added.run(SimpleNamespace(ref="r"))] == ["added.by_test"]
-        assert checks.discovered()[-1] is added  # ORDER 999: after the selftest
+        assert checks.discovered()[-1] is added  # in the selftest's phase, after it by name
     finally:
         sys.modules.pop("imagegen.stages.checks.zz_added_for_a_test", None)
 
@@ -248,3 +250,41 @@ def test_an_image_built_on_a_stand_in_base_says_so_and_still_matches_its_matrix_
     assert verdict(image.labels) == verdict(stand_in) == "pass"
     assert verdict({**image.labels, "org.opencontainers.image.base.name": "local/debian:bookworm"}) == "fail"
     assert verdict({**stand_in, "io.imagegen.base.locked": "debian:trixie-slim"}) == "fail"
+
+
+class HostAsImage(checks.Context):
+    """The image's commands run on this machine instead (the trainer and its inventory program from this checkout,
+    as the image holds them), so every check module runs its own code without an engine."""
+
+    def run(self, args, timeout_s=300, gpu=False, shm_size=None):
+        from imagegen.engine.containers import ContainerRun
+
+        done = subprocess.run([sys.executable, "-m", "vlmgrpo", *args], capture_output=True, text=True,
+                              timeout=timeout_s)
+        return ContainerRun(done.returncode, done.stdout, done.stderr, 0.0)
+
+    def inventory(self):
+        done = subprocess.run([sys.executable, "-c", self.inventory_program], capture_output=True, text=True,
+                              timeout=300, env={k: v for k, v in os.environ.items() if k != "IMAGEGEN_EXPECTED"})
+        return json.loads(done.stdout)
+
+
+@pytest.mark.slow  # the trainer's info, train --help and selftest in child processes: about 30 s
+def test_every_check_module_reports_only_the_names_it_declares():
+    """A report's names are the modules' NAMES (a family's name then a dot: inside.<label>, selftest.<name>), so the
+    names a module declares for its skips and failures are the ones it reports when it runs."""
+    image = locked_named("cpu")
+    program = (REPO / "trainer/src/vlmgrpo/inventory.py").read_text()
+    facts = {"platform": image.platform, "labels": image.labels, "tags": [f"repo:{image.plan.name}"], "user": "1000",
+             "id": "sha256:0"}
+    context = HostAsImage("repo:tag", image, facts, None, False, False, "the engine has no GPU runtime", False, True,
+                          program)
+    for module in checks.discovered():
+        found = module.run(context)
+        assert found and checks.reported_outside(module, found) == [], module.__name__
+
+
+def test_a_name_a_module_does_not_declare_is_found():
+    module = SimpleNamespace(NAMES=("inside", "user.nonroot"))
+    found = [checks.Check(name, "pass", "") for name in ("inside.torch", "user.nonroot", "user.nonroot.x", "insider")]
+    assert checks.reported_outside(module, found) == ["insider"]

@@ -14,7 +14,7 @@ from tests.docker_env import docker_cli as docker, unique_name
 from tests.test_report_page import required_chromium
 from vlmgrpo.checks.lab import status_of
 from vlmgrpo.image.lab import EXAMPLE
-from vlmgrpo.serving.serve import wait_for_health
+from vlmgrpo.processes import wait_for_health
 
 RUN_TIMEOUT_MS = 600_000  # make-tiny, scoring and two GRPO steps in the cpu image: about a minute here
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from tests.docker_env import docker_cli as docker, unique_name
-from vlmgrpo.serving.serve import wait_for_health
+from vlmgrpo.processes import wait_for_health
 from tests.helpers import REPO
 
 USER = "4321:4321"  # an arbitrary uid, as on a cluster

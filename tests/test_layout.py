@@ -118,8 +118,9 @@ def test_no_import_cycle(root, package):
 
 
 # The trainer's subpackages in the order of its flow, lowest first: a module may import its own subpackage and the
-# ones before it. The top-level modules (errors, atomic, boxes, access, records) are the leaves below them all; the
-# programs the image and imagegen call by module name (driver, environment, inventory, checks) sit with `image`.
+# ones before it. The top-level modules (errors, atomic, boxes, access, records, processes) are the leaves below them
+# all; the programs the image and imagegen call by module name (driver, environment, inventory, checks) sit with
+# `image`.
 TRAINER_LAYERS = ("rewards", "config", "data", "models", "run", "evaluation", "serving", "image", "commands")
 IMAGE_PROGRAMS = ("driver", "environment", "inventory", "checks")
 
@@ -143,7 +144,8 @@ def test_the_trainer_imports_only_downward():
 
 def test_every_trainer_module_is_in_a_subpackage_or_a_known_leaf():
     top = {path.stem for path in (REPO / "trainer/src/vlmgrpo").glob("*.py")} - {"__init__", "__main__"}
-    assert top <= {"errors", "atomic", "boxes", "access", "records", *IMAGE_PROGRAMS}, sorted(top)
+    leaves = {"errors", "atomic", "boxes", "access", "records", "processes"}
+    assert top <= {*leaves, *IMAGE_PROGRAMS}, sorted(top)
     for name in TRAINER_LAYERS:
         docstring = ast.get_docstring(ast.parse((REPO / "trainer/src/vlmgrpo" / name / "__init__.py").read_text()))
         assert docstring and "import" in docstring.lower(), f"vlmgrpo.{name}: say the subpackage's job and its imports"

@@ -118,7 +118,7 @@ def test_recipe_add_a_reward_function(tmp_path):
 HOST_CHECK = '''\
 from imagegen.stages.results import Check
 
-NAMES, ORDER, NEEDS = ("recipe.host_check",), 95, ()
+NAMES, PHASE, NEEDS = ("recipe.host_check",), "inside", ()
 
 
 def run(context):
@@ -128,7 +128,7 @@ INSIDE_CHECK = '''\
 from vlmgrpo.checks import PASS, result
 
 NAMES = ("recipe.inside_check",)
-ORDER = 95
+PHASE = "components"
 NEEDS = ()
 
 

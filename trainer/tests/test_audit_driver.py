@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vlmgrpo import driver
-from vlmgrpo.checks import abi_extensions, cuda_archs, cuda_duplicates
+from vlmgrpo.checks import Context, abi_extensions, cuda_archs, cuda_duplicates, result, run_checks
 from vlmgrpo.image.selftest import run_selftest
 
 # The subprocesses run the vlmgrpo these tests import, wherever another one is installed.
@@ -38,7 +38,8 @@ def test_archs_check_names_what_torch_lacks(monkeypatch):
     assert status == "fail" and detail == "torch is built for sm_80 sm_90, which does not run on 7.0, 10.0"
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: None)
     assert cuda_archs.archs_check({"cuda_archs": ["8.0"]})[0] == "skip"  # a CPU-only torch
-    assert cuda_archs.archs_check({"cuda_archs": []}) == ("skip", "the matrix lists no CUDA architectures for this image")
+    cpu_image = run_checks(Context(expected={"cuda_archs": []}), modules=[cuda_archs])  # the runner decides, by NEEDS
+    assert cpu_image == [result("cuda.archs", "skip", "the matrix lists no CUDA architectures for this image")]
 
 
 def test_every_compiled_file_of_torchvision_loads_and_a_broken_one_names_its_symbol(tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,19 +11,19 @@ from vlmgrpo import checks
 from vlmgrpo.image.selftest import run_selftest
 
 # Checks that must stay, in the order the report shows them (a new check may come anywhere between them).
-REPORT_ORDER = ["version", "user.nonroot", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "net.infiniband",
+REPORT_ORDER = ["version", "abi.extensions", "cuda.archs", "audit.cuda_duplicates", "net.infiniband",
                 "cuda.kernel", "cuda.deepspeed_op", "vllm.import", "vllm.torch", "vllm.nvcc",
-                "gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn", "gpu.deepspeed_ops",
-                "train.tiny_grpo"]
+                "gpu.nvidia_smi", "gpu.bf16_matmul", "gpu.cuda_available", "gpu.deepspeed_ops", "gpu.flash_attn",
+                "gpu.nccl_allreduce", "train.tiny_grpo"]
 
 
 def test_every_check_module_has_the_interface_and_the_report_keeps_its_names_and_order(tmp_path):
     modules = checks.discover()
     for module in modules:
         assert isinstance(module.NAMES, tuple) and module.NAMES, module.__name__
-        assert isinstance(module.ORDER, int) and callable(module.run)
+        assert module.PHASE in checks.PHASES and callable(module.run)
         assert isinstance(module.NEEDS, tuple) and all(isinstance(need, str) for need in module.NEEDS)
-    assert [module.ORDER for module in modules] == sorted(module.ORDER for module in modules)
+    assert [checks.place(module) for module in modules] == sorted(checks.place(module) for module in modules)
     names = [name for module in modules for name in module.NAMES]
     assert len(names) == len(set(names)), names
     assert [name for name in names if name in REPORT_ORDER] == REPORT_ORDER
@@ -35,7 +36,7 @@ DROPPED_IN = '''
 from vlmgrpo.checks import PASS, result
 
 NAMES = ("custom.{name}",)
-ORDER = {order}
+PHASE = "{phase}"
 NEEDS = {needs}
 
 
@@ -49,8 +50,8 @@ def dropped_in(tmp_path, monkeypatch):
     """Drop check modules into the package (its __path__ extended by a directory, as a new file in it would be)."""
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
 
-    def drop(name, order, needs=(), body="return [result('custom.' + __name__.rsplit('.', 1)[1], PASS, 'ran')]"):
-        (tmp_path / f"{name}.py").write_text(DROPPED_IN.format(name=name, order=order, needs=needs, body=body))
+    def drop(name, phase, needs=(), body="return [result('custom.' + __name__.rsplit('.', 1)[1], PASS, 'ran')]"):
+        (tmp_path / f"{name}.py").write_text(DROPPED_IN.format(name=name, phase=phase, needs=needs, body=body))
         monkeypatch.delitem(sys.modules, f"vlmgrpo.checks.{name}", raising=False)
 
     yield drop
@@ -59,11 +60,11 @@ def dropped_in(tmp_path, monkeypatch):
 
 
 def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
-    dropped_in("custom_hello", order=55)
-    dropped_in("custom_needs_gpu", order=66, needs=("gpu",), body="raise AssertionError('ran without a GPU')")
-    dropped_in("custom_needs_absent", order=68, needs=("imagegen_absent_component", "gpu"),
+    dropped_in("custom_hello", phase="libraries")
+    dropped_in("custom_needs_gpu", phase="gpu", needs=("gpu",), body="raise AssertionError('ran without a GPU')")
+    dropped_in("custom_needs_absent", phase="gpu", needs=("imagegen_absent_component", "gpu"),
                body="raise AssertionError('ran in an image without its component')")
-    dropped_in("custom_broken", order=67, body="raise RuntimeError('its library is broken')")
+    dropped_in("custom_broken", phase="gpu", body="raise RuntimeError('its library is broken')")
     report = run_selftest(str(tmp_path / "absent.json"), skip_train=True)
     names = [c["name"] for c in report["checks"]]
     assert names.index("audit.cuda_duplicates") < names.index("custom.custom_hello") < names.index("gpu.nvidia_smi")
@@ -96,16 +97,17 @@ def test_a_wheel_family_is_checked_by_its_installed_distribution(tmp_path, monke
 
 
 def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tmp_path, monkeypatch):
-    from vlmgrpo.checks import Context, net_infiniband
+    from vlmgrpo.checks import Context, _needs, net_infiniband
 
     context = Context(expected=None)
-    monkeypatch.setattr(net_infiniband, "DEVICES", str(tmp_path / "none"))
-    [found] = net_infiniband.run(context)
+    monkeypatch.setattr(_needs, "RDMA_DEVICES", str(tmp_path / "none"))
+    [found] = checks.run_checks(context, modules=[net_infiniband])  # the runner decides, by NEEDS
     assert found["status"] == "skip" and "NCCL uses TCP sockets" in found["detail"]
+    assert "; libibverbs.so.1 loads" in found["detail"] or "; libibverbs.so.1 does not load" in found["detail"]
     (tmp_path / "infiniband" / "mlx5_0").mkdir(parents=True)
-    monkeypatch.setattr(net_infiniband, "DEVICES", str(tmp_path / "infiniband"))
-    monkeypatch.setattr(net_infiniband, "LIBRARY", "libibverbs-missing.so.1")
-    [found] = net_infiniband.run(context)
+    monkeypatch.setattr(_needs, "RDMA_DEVICES", str(tmp_path / "infiniband"))
+    monkeypatch.setattr(_needs, "RDMA_LIBRARY", "libibverbs-missing.so.1")
+    [found] = checks.run_checks(context, modules=[net_infiniband])
     assert found["status"] == "fail" and "mlx5_0" in found["detail"] and "install ibverbs-providers" in found["detail"]
 
 
@@ -113,8 +115,9 @@ def test_the_toolkit_checks_skip_without_a_toolkit_and_compile_for_the_newest_ar
     from vlmgrpo.checks import cuda_deepspeed_op, cuda_toolkit
 
     nowhere = {"CUDA_HOME": str(tmp_path / "no-cuda"), "PATH": str(tmp_path)}
-    found = cuda_toolkit.run(checks.Context(expected=None), env=nowhere) + \
-        cuda_deepspeed_op.run(checks.Context(expected=None), env=nowhere)
+    with_deepspeed = {"versions": {"deepspeed": "0.19.8"}}  # the toolkit, not the component, is what is missing
+    found = checks.run_checks(checks.Context(expected=with_deepspeed, environ=nowhere),
+                              modules=[cuda_toolkit, cuda_deepspeed_op])
     assert [r["name"] for r in found] == ["cuda.kernel", "cuda.deepspeed_op"]
     assert all(r["status"] == "skip" and r["detail"].startswith("no CUDA toolkit in this image (CUDA_HOME=")
                for r in found), found
@@ -131,3 +134,19 @@ def test_a_toolkit_whose_nvcc_fails_fails_the_kernel_check_with_its_last_line(tm
     nvcc.chmod(0o755)
     status, detail = cuda_toolkit.kernel_check(str(nvcc), "9.0", {"PATH": "/usr/bin:/bin"})
     assert status == "fail" and detail.endswith("cannot compile and link a kernel: cannot find -lcudart"), detail
+
+
+def test_every_check_module_reports_only_the_names_it_declares():
+    """A report's names are the modules' NAMES (a family's name then a dot: version.torch under "version"), so the
+    names a module declares for its skips and failures are the ones it reports when it runs."""
+    expected = {"versions": {"python": "{}.{}.{}".format(*sys.version_info[:3]), "torch": "2.14.1"}}
+    for module in checks.discover():
+        found = checks.run_checks(checks.Context(expected=expected, skip_train=True), modules=[module])
+        assert found and checks.reported_outside(module, found) == [], module.__name__
+
+
+def test_a_name_a_module_does_not_declare_is_found():
+    module = SimpleNamespace(NAMES=("custom.declared", "version"))
+    found = [checks.result(name, "pass", "") for name in ("custom.declared", "version.torch", "custom.stray",
+                                                          "versionless")]
+    assert checks.reported_outside(module, found) == ["custom.stray", "versionless"]

@@ -67,13 +67,17 @@ def test_an_empty_token_is_one_line_and_exit_2_before_anything_else(tmp_path):
     assert done.stderr.strip().splitlines()[-1].startswith("error: JUPYTER_TOKEN is set but empty")
 
 
-def test_the_lab_checks_run_only_where_the_image_names_jupyterlab():
-    from vlmgrpo.checks import Context
+def test_the_lab_checks_run_only_where_the_image_names_jupyterlab(monkeypatch):
+    from vlmgrpo import checks
+    from vlmgrpo.checks import Context, run_checks
     from vlmgrpo.checks import lab as lab_check
 
-    for expected in (None, {"versions": {"torch": "2.14.1"}}, {"versions": {"jupyterlab": None}}):
-        results = lab_check.run(Context(expected=expected))
+    monkeypatch.setattr(checks, "installed_version", lambda name: None)  # as in an image without the lab extra
+
+    for expected in ({"versions": {"torch": "2.14.1"}}, {"versions": {"jupyterlab": None}}):
+        results = run_checks(Context(expected=expected), modules=[lab_check])  # the runner decides, by NEEDS
         assert [(r["name"], r["status"]) for r in results] == [("lab.server", "skip"), ("lab.kernel", "skip")]
+        assert results[0]["detail"].startswith("no jupyterlab in this image (expected.json")
 
 
 @pytest.mark.slow  # a vlmgrpo process: 3 s

@@ -20,8 +20,8 @@ import pytest
 from conftest import ENV
 from test_serve_requests import HUGE, asking, chat, deep, png_url
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.serving.serve import (ServeSettings, choose_engine, engine_command, engine_model_id, free_port,
-                                   wait_for_health)
+from vlmgrpo.processes import free_port, wait_for_health
+from vlmgrpo.serving.serve import ServeSettings, choose_engine, engine_command, engine_model_id
 
 API_KEY = "test-key-of-this-module"
 

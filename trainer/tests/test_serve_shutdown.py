@@ -21,7 +21,7 @@ import pytest
 from conftest import ENV
 from test_serve_requests import chat
 from vlmgrpo.serving.drain import REFUSE_S
-from vlmgrpo.serving.serve import free_port, wait_for_health
+from vlmgrpo.processes import free_port, wait_for_health
 
 GRACE_S = 10
 # transformers serve generates one request at a time, greedy here, and the tiny model never ends an answer early:

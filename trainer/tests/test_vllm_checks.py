@@ -49,12 +49,15 @@ def test_an_image_without_vllm_skips_every_vllm_check_with_the_reason(monkeypatc
     assert [(r["name"], r["status"]) for r in results] == [(name, SKIP) for name in vllm_runtime.NAMES]
 
 
-def test_a_component_installed_against_the_file_is_still_checked(monkeypatch):
-    """version.<key> fails the mismatch; the component's own checks still say whether it works."""
+def test_whether_an_image_has_a_component_is_what_its_expected_file_names(monkeypatch):
+    """As imagegen's label does on the host: one installed against the file is version.<key>'s failure, and its own
+    checks do not run; without a file (outside an image) what is installed decides."""
     import vlmgrpo.checks as checks
 
     monkeypatch.setattr(checks, "installed_version", lambda name: "0.31.0" if name == "vllm" else None)
-    assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"vllm": None}}), lambda: (False, "")) is None
+    assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"vllm": None}}), lambda: (False, "")) == \
+        (SKIP, "no vllm in this image (expected.json: vllm none)")
+    assert checks.unmet_need(vllm_runtime, Context(expected=None), lambda: (False, "")) is None
 
 
 def test_an_image_that_should_have_vllm_fails_when_it_does_not_import(monkeypatch):

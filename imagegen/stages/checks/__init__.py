@@ -1,8 +1,9 @@
 """The checks of a built image, one module each, found by discovery (as jupyter/docker-stacks finds its
 units). Adding a check is one file and its test. Each module of this package but `context` says, as the
 image's own checks do (vlmgrpo.checks, whose report the `selftest` check brings in):
-  NAMES  the check names it reports (each reported when it raises ContainerError or a need is unmet);
-  ORDER  where its checks go in the report;
+  NAMES  the check names it reports (each reported when it raises ContainerError or a need is unmet); a name may
+         stand for a family: "inside" covers inside.<label>, "selftest" selftest.<name> (reported_outside);
+  PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  what it applies to: "native" (the image runs natively: under QEMU user emulation, an arm64 image
          on an x86_64 host, importing torch hangs or crashes), "matrix" (a matrix entry to compare with),
          "gpu" (the engine gives containers GPUs), or a component key (the image's label for it names a
@@ -23,13 +24,29 @@ from imagegen.stages.checks.context import Context, native_only
 from imagegen.stages.results import FAIL, SKIP, Check, TestResult
 
 NATIVE, MATRIX, GPU = "native", "matrix", "gpu"  # the needs that are not component keys
+# The report's sections, in order: the image's own facts (labels, USER), its commands, its inventory and what is
+# judged by it (ELF machines, versions, the tag), the engine's GPU runtime, then the image's own selftest.
+PHASES = ("image", "commands", "inventory", "inside", "gpu", "selftest")
+
+
+def place(module: ModuleType) -> tuple[int, str]:
+    """Where a module's checks go: its phase, then its name."""
+    if getattr(module, "PHASE", None) not in PHASES:
+        raise ValueError(f"{module.__name__}: PHASE is {getattr(module, 'PHASE', None)!r}, not one of {PHASES}")
+    return PHASES.index(module.PHASE), module.__name__
 
 
 def discovered() -> list[ModuleType]:
-    """Every check module, in ORDER."""
+    """Every check module, phase by phase."""
     found = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
              if info.name != "context"]
-    return sorted(found, key=lambda module: (module.ORDER, module.__name__))
+    return sorted(found, key=place)
+
+
+def reported_outside(module: ModuleType, checks: list[Check]) -> list[str]:
+    """The names a module reported that its NAMES do not declare (a name, or a family's name then a dot)."""
+    return [check.name for check in checks
+            if not any(check.name == name or check.name.startswith(name + ".") for name in module.NAMES)]
 
 
 def unmet_need(module: ModuleType, context: Context) -> tuple[str, str] | None:

@@ -6,7 +6,7 @@ from imagegen.stages.checks.context import Context, tail
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "command.info"
-NAMES, ORDER, NEEDS = (NAME,), 30, ("native",)
+NAMES, PHASE, NEEDS = (NAME,), "commands", ("native",)
 
 
 def run(context: Context) -> list[Check]:

@@ -4,7 +4,7 @@ from imagegen.stages.checks.context import Context, tail
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "command.train_help"
-NAMES, ORDER, NEEDS = (NAME,), 70, ()
+NAMES, PHASE, NEEDS = (NAME,), "commands", ()
 ARGS = ["train", "--help"]
 
 

@@ -5,7 +5,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, SKIP, Check
 
 NAME = "gpu.runtime"
-NAMES, ORDER, NEEDS = (NAME,), 80, ("native",)
+NAMES, PHASE, NEEDS = (NAME,), "gpu", ("native",)
 
 
 def run(context: Context) -> list[Check]:

@@ -4,7 +4,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "inside.inventory"
-NAMES, ORDER, NEEDS = (NAME,), 35, ()
+NAMES, PHASE, NEEDS = (NAME,), "inventory", ()
 
 
 def run(context: Context) -> list[Check]:

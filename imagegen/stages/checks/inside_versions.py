@@ -6,7 +6,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "inside"  # one check per label: inside.<label>
-NAMES, ORDER, NEEDS = (NAME,), 50, ()
+NAMES, PHASE, NEEDS = (NAME,), "inside", ()
 TRAINER_KEY = "vlmgrpo"  # the trainer's version is no component of expected.json: its label is the installed version
 
 

@@ -6,7 +6,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "labels.match_matrix"
-NAMES, ORDER, NEEDS = (NAME,), 10, ("matrix",)
+NAMES, PHASE, NEEDS = (NAME,), "image", ("matrix",)
 
 
 def run(context: Context) -> list[Check]:

@@ -7,7 +7,7 @@ from imagegen.stages.checks.context import Context, tail
 from imagegen.stages.results import FAIL, Check
 
 NAME = "selftest"
-NAMES, ORDER, NEEDS = (NAME,), 90, ("native",)
+NAMES, PHASE, NEEDS = (NAME,), "selftest", ("native",)
 TIMEOUT_S = 1800
 
 

@@ -10,7 +10,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "tag.matches_inside"
-NAMES, ORDER, NEEDS = (NAME,), 60, ()
+NAMES, PHASE, NEEDS = (NAME,), "inside", ()
 # A version tag starts with the trainer's version, then -torch; an alias is an image's name, which may hold -torch
 # too (cu124-torch2.6) but starts with a letter.
 VERSION_TAG = re.compile(r"\d[\w.+]*-torch")

@@ -4,7 +4,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "user.nonroot"
-NAMES, ORDER, NEEDS = (NAME,), 20, ()
+NAMES, PHASE, NEEDS = (NAME,), "image", ()
 
 
 def check_user(user: str) -> Check:

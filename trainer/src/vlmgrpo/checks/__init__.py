@@ -4,11 +4,15 @@ here and its test.
 
 Each check module defines (the contract of imagegen's host checks too, imagegen/stages/checks):
   NAMES  tuple of the check names it reports (each is reported when it fails with an exception or a need is unmet);
-  ORDER  an int: where its checks go in the report (modules run in this order);
-  NEEDS  tuple of what it applies to: "gpu" (a visible GPU), or a component key ("vllm", "flash_attn",
-         "deepspeed"): an image that has the component, by expected.json or by what is installed. run_checks skips
-         a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu), so that rule
-         lives here only and a check attached to a component never asks whether the image has it;
+         a name may stand for a family: "version" covers version.<key> (reported_outside says which names fit);
+  PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
+  NEEDS  tuple of what it applies to: "gpu" (a visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
+         cpp_extension finds it), "train" (not --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
+         the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), or a component key
+         ("vllm", "flash_attn", "deepspeed", "jupyterlab"): an image whose expected.json names a version of it (with
+         no file, what is installed).
+         run_checks skips a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu),
+         so that rule lives here only and a check never asks whether it applies;
   run(context) -> list of result(name, status, detail) dicts, the fields of imagegen's Check.
 
 Modules whose names start with "_" are not checks. Every optional library may be missing: a check says so in its
@@ -20,14 +24,19 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
+from vlmgrpo.checks._needs import rdma_device, toolkit_nvcc
 from vlmgrpo.inventory import installed_version
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 NO_GPU = "no GPU visible"
-GPU = "gpu"  # the need that is not a component key
+GPU, TOOLKIT, TRAIN, CUDA_ARCHS, RDMA = "gpu", "toolkit", "train", "cuda_archs", "rdma"  # not component keys
+# The report's sections, in order: what was installed, the libraries as built, the CUDA toolkit, each component's
+# own checks, the driver, work on the GPU, then the two-step training run (the slowest, last).
+PHASES = ("versions", "libraries", "toolkit", "components", "driver", "gpu", "train")
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Context:
     expected_problem: Optional[str] = None  # why the versions cannot be checked (no file, or an unusable one)
     require_gpu: bool = False  # GPU checks fail instead of skip when no GPU is visible
     skip_train: bool = False
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)  # where the toolkit is looked for
 
 
 def result(name: str, status: str, detail: str) -> dict[str, str]:
@@ -48,11 +58,24 @@ def expected_version(expected: Optional[dict], key: str) -> Any:
     return ((expected or {}).get("versions") or {}).get(key)
 
 
+def place(module) -> tuple[int, str]:
+    """Where a module's checks go: its phase, then its name."""
+    if getattr(module, "PHASE", None) not in PHASES:
+        raise ValueError(f"{module.__name__}: PHASE is {getattr(module, 'PHASE', None)!r}, not one of {PHASES}")
+    return PHASES.index(module.PHASE), module.__name__
+
+
 def discover() -> list:
-    """Every check module of the package, in ORDER."""
+    """Every check module of the package, phase by phase."""
     modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
                if not info.name.startswith("_")]
-    return sorted(modules, key=lambda module: (module.ORDER, module.__name__))
+    return sorted(modules, key=place)
+
+
+def reported_outside(module, results: list[dict[str, str]]) -> list[str]:
+    """The names a module reported that its NAMES do not declare (a name, or a family's name then a dot)."""
+    return [r["name"] for r in results
+            if not any(r["name"] == name or r["name"].startswith(name + ".") for name in module.NAMES)]
 
 
 def gpu_visible() -> tuple[bool, str]:
@@ -65,27 +88,41 @@ def gpu_visible() -> tuple[bool, str]:
 
 
 def has_component(expected: Optional[dict], key: str) -> tuple[bool, str]:
-    """Whether the image has a component (expected.json names a version, or its distribution is installed: a check
-    still runs on one installed against the file, which version.<key> fails), and why not."""
+    """Whether the image has a component, and why not: what its expected.json names, as imagegen built it (one
+    installed against the file is version.<key>'s failure, not a reason to run the component's checks); without a
+    file (outside an image), whether its distribution is installed."""
+    if expected is None:
+        distribution = key.replace("_", "-")
+        return installed_version(distribution) is not None, f"{distribution} not installed"
     if expected_version(expected, key):
         return True, ""
-    distribution = ((expected or {}).get("distributions") or {}).get(key) or key.replace("_", "-")
-    if installed_version(distribution) is not None:
-        return True, ""
-    if expected is None:
-        return False, f"{distribution} not installed"
     if key in (expected.get("versions") or {}):
         return False, f"no {key} in this image (expected.json: {key} none)"
     return False, f"no {key} in this image (expected.json does not name it)"
 
 
+def has(need: str, context: Context) -> tuple[bool, str]:
+    """Whether a need other than a GPU is met here, and why not."""
+    if need == TRAIN:
+        return not context.skip_train, "--skip-train"
+    if need == CUDA_ARCHS:
+        return bool((context.expected or {}).get("cuda_archs")), "the matrix lists no CUDA architectures for this image"
+    if need == TOOLKIT:
+        nvcc, why = toolkit_nvcc(context.environ)
+        return nvcc is not None, why
+    if need == RDMA:
+        return rdma_device()
+    return has_component(context.expected, need)
+
+
 def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) -> Optional[tuple[str, str]]:
-    """(status, why) when the module does not apply here: a component it needs is absent (a skip), else no GPU is
-    visible and it needs one (a skip, a failure with --require-gpu). None when it applies."""
+    """(status, why) when the module does not apply here: a component, the toolkit or the training run it needs is
+    absent (a skip), else no GPU is visible and it needs one (a skip, a failure with --require-gpu). None when it
+    applies."""
     for need in module.NEEDS:
         if need != GPU:
-            has, why = has_component(context.expected, need)
-            if not has:
+            met, why = has(need, context)
+            if not met:
                 return SKIP, why
     if GPU in module.NEEDS:
         visible, why = gpu()

@@ -14,7 +14,7 @@ from typing import Iterable, Optional
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("abi.extensions",)
-ORDER = 30
+PHASE = "libraries"
 NEEDS = ()
 EXTENSION_DISTRIBUTIONS = ("torchvision", "flash-attn", "deepspeed")
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")

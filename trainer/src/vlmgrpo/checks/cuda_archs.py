@@ -1,14 +1,13 @@
-"""cuda.archs: torch was built for the GPUs the image is for (its expected file's cuda_archs). Needs no GPU."""
+"""cuda.archs: torch was built for the GPUs the image is for (its expected file's cuda_archs; a CPU image, which lists
+none, is skipped by the runner: NEEDS "cuda_archs"). Needs no GPU."""
 
 from __future__ import annotations
-
-from typing import Optional
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("cuda.archs",)
-ORDER = 40
-NEEDS = ()
+PHASE = "libraries"
+NEEDS = ("cuda_archs",)
 
 
 def covers(arch_flags: list[str], arch: str) -> bool:
@@ -30,10 +29,8 @@ def covers(arch_flags: list[str], arch: str) -> bool:
     return False
 
 
-def archs_check(expected: Optional[dict]) -> tuple[str, str]:
-    wanted = (expected or {}).get("cuda_archs") or []
-    if not wanted:
-        return SKIP, "the matrix lists no CUDA architectures for this image"
+def archs_check(expected: dict) -> tuple[str, str]:
+    wanted = expected["cuda_archs"]  # some: the runner checked the "cuda_archs" need
     try:
         import torch
 

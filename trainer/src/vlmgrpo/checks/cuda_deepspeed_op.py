@@ -1,7 +1,7 @@
 """cuda.deepspeed_op: in an image with DeepSpeed and a CUDA toolkit, DeepSpeed's JIT builds its FusedAdam op with the
 toolkit's nvcc (found as torch's cpp_extension finds it) against the image's torch, and the op loads: what ZeRO's
 optimizer needs first. Needs no GPU: it compiles for TORCH_CUDA_ARCH_LIST, the newest architecture of the image.
-run_checks skips it in an image without DeepSpeed; it skips itself without a toolkit, as cuda.kernel does."""
+run_checks skips it in an image without DeepSpeed or without a toolkit (NEEDS), as it skips cuda.kernel."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import sys
 import tempfile
 from typing import Mapping
 
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
-from vlmgrpo.checks.cuda_toolkit import toolkit_nvcc, target_arch
+from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.checks.cuda_toolkit import target_arch
 from vlmgrpo.inventory import installed_version
 
 NAMES = ("cuda.deepspeed_op",)
-ORDER = 57  # after cuda.kernel (56): a toolkit that cannot compile a kernel explains this one's failure
-NEEDS = ("deepspeed",)
+PHASE = "components"  # after cuda.kernel's: a toolkit that cannot compile a kernel explains this one's failure
+NEEDS = ("deepspeed", "toolkit")
 DEEPSPEED_TIMEOUT_S = 900  # FusedAdam's two files against torch's headers, one architecture: minutes on 2 cores
 FUSED_ADAM = ("from deepspeed.ops.op_builder import FusedAdamBuilder; "
               "module = FusedAdamBuilder().load(verbose=False); "
@@ -39,8 +39,5 @@ def deepspeed_check(env: Mapping[str, str], arch: str) -> tuple[str, str]:
     return PASS, f"DeepSpeed {installed_version('deepspeed')} built FusedAdam for sm_{arch.replace('.', '')} and loaded it"
 
 
-def run(context: Context, env: Mapping[str, str] = os.environ) -> list[dict[str, str]]:
-    nvcc, why = toolkit_nvcc(env)
-    if nvcc is None:
-        return [result(name, SKIP, why) for name in NAMES]
-    return [result("cuda.deepspeed_op", *deepspeed_check(env, target_arch(context.expected)))]
+def run(context: Context) -> list[dict[str, str]]:
+    return [result("cuda.deepspeed_op", *deepspeed_check(context.environ, target_arch(context.expected)))]

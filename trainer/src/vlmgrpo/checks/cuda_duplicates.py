@@ -14,7 +14,7 @@ from typing import Iterable
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("audit.cuda_duplicates",)
-ORDER = 50
+PHASE = "libraries"
 NEEDS = ()
 # Where CUDA base images keep their libraries; torch's nvidia-* wheels keep theirs under site-packages/nvidia.
 BASE_CUDA_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu")

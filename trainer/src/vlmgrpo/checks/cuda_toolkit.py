@@ -7,8 +7,8 @@ cuda.kernel        nvcc (found as torch's cpp_extension finds it) compiles a ker
                    the library loads
 cuda.deepspeed_op  (cuda_deepspeed_op, in an image with DeepSpeed) DeepSpeed's JIT builds an op with that nvcc
 
-An image without a toolkit (no CUDA_HOME, no nvcc on PATH, nothing in /usr/local/cuda: a runtime or CPU image) skips
-them with that reason.
+Both need a toolkit (NEEDS "toolkit"): on an image without one (no CUDA_HOME, no nvcc on PATH, nothing in
+/usr/local/cuda: a runtime or CPU image) the runner skips them with that reason.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import subprocess
 import tempfile
 from typing import Mapping, Optional
 
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
-from vlmgrpo.checks.vllm_runtime import find_nvcc
+from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.checks._needs import toolkit_nvcc
 
 NAMES = ("cuda.kernel",)
-ORDER = 56
-NEEDS = ()
+PHASE = "toolkit"
+NEEDS = ("toolkit",)
 KERNEL_TIMEOUT_S = 120  # a kernel into a shared library takes seconds; the bound is for a hung nvcc, not a slow one
 DEFAULT_ARCH = "8.0"
 KERNEL = """__global__ void imagegen_scale(float *x, float by) { x[threadIdx.x] *= by; }
@@ -58,14 +58,6 @@ def kernel_check(nvcc: str, arch: str, env: Mapping[str, str]) -> tuple[str, str
     return PASS, f"{nvcc} compiles a kernel for sm_{arch.replace('.', '')} into a library linked to libcudart; it loads"
 
 
-def toolkit_nvcc(env: Mapping[str, str]) -> tuple[Optional[str], str]:
-    """(nvcc, "") where torch's cpp_extension finds it, else (None, why the toolkit checks skip)."""
-    nvcc, where = find_nvcc(env)
-    return (nvcc, "") if nvcc else (None, f"no CUDA toolkit in this image ({where}): a runtime or CPU image")
-
-
-def run(context: Context, env: Mapping[str, str] = os.environ) -> list[dict[str, str]]:
-    nvcc, why = toolkit_nvcc(env)
-    if nvcc is None:
-        return [result(name, SKIP, why) for name in NAMES]
-    return [result("cuda.kernel", *kernel_check(nvcc, target_arch(context.expected), env))]
+def run(context: Context) -> list[dict[str, str]]:
+    nvcc, _ = toolkit_nvcc(context.environ)  # found: the runner checked the "toolkit" need
+    return [result("cuda.kernel", *kernel_check(nvcc, target_arch(context.expected), context.environ))]

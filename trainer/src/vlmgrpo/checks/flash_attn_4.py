@@ -20,7 +20,7 @@ from vlmgrpo.checks import FAIL, PASS, Context, expected_version, result
 from vlmgrpo.inventory import installed_version
 
 NAMES = ("flash_attn_4.import", "flash_attn_4.cutlass", "flash_attn_4.transformers")
-ORDER = 59
+PHASE = "components"
 NEEDS = ("flash_attn_4",)
 # The classes `train`, `sft` and `eval` load for the model kinds the trainer knows (models/loading.py).
 MODEL_CLASSES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.bf16_matmul",)
-ORDER = 62
+PHASE = "gpu"
 NEEDS = ("gpu",)
 
 

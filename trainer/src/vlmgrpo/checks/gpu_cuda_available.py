@@ -7,7 +7,7 @@ from typing import Optional
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.cuda_available",)
-ORDER = 61
+PHASE = "gpu"
 NEEDS = ("gpu",)
 
 

@@ -11,7 +11,7 @@ from vlmgrpo.inventory import installed_version
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.deepspeed_ops",)
-ORDER = 65
+PHASE = "gpu"
 NEEDS = ("deepspeed", "gpu")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.flash_attn",)
-ORDER = 64
+PHASE = "gpu"
 NEEDS = ("flash_attn", "gpu")
 FLASH_TOLERANCE = 2e-2  # bf16 attention: differences come from summation order and bf16 rounding
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("gpu.flash_attn_4",)
-ORDER = 66
+PHASE = "gpu"
 NEEDS = ("flash_attn_4", "gpu")
 # bf16 attention: differences come from summation order and bf16 rounding; gradients accumulate more of them.
 FORWARD_TOLERANCE, BACKWARD_TOLERANCE = 2e-2, 5e-2

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from vlmgrpo.serving.serve import free_port
+from vlmgrpo.processes import free_port
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nccl_allreduce",)
-ORDER = 63
+PHASE = "gpu"
 NEEDS = ("gpu",)
 
 

@@ -7,7 +7,7 @@ import subprocess
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nvidia_smi",)
-ORDER = 60
+PHASE = "driver"
 NEEDS = ("gpu",)
 
 

@@ -20,12 +20,12 @@ import urllib.request
 
 from vlmgrpo.inventory import installed_version
 from vlmgrpo.image.lab import TOKEN_VARIABLE, plan_lab
-from vlmgrpo.serving.serve import free_port, stop_process, wait_for_health
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.processes import free_port, stop_process, wait_for_health
+from vlmgrpo.checks import FAIL, PASS, Context, expected_version, result
 
 NAMES = ("lab.server", "lab.kernel")
-ORDER = 58
-NEEDS = ()
+PHASE = "components"
+NEEDS = ("jupyterlab",)
 START_TIMEOUT_S = 90
 KERNEL_TIMEOUT_S = 120
 
@@ -81,9 +81,7 @@ def kernel_check() -> dict[str, str]:
 
 def run(context: Context) -> list[dict[str, str]]:
     expected, installed = expected_version(context.expected, "jupyterlab"), installed_version("jupyterlab")
-    if not expected:
-        return [result(check, SKIP, "the image names no JupyterLab (expected.json)") for check in NAMES]
-    if not installed:
+    if not installed:  # the runner found the image names JupyterLab (NEEDS), yet it is not there
         return [result(check, FAIL, f"expected JupyterLab {expected}; not installed") for check in NAMES]
     with tempfile.TemporaryDirectory(prefix="vlmgrpo-lab-check-") as work:
         return [server_check(work), kernel_check()]

@@ -1,41 +1,23 @@
 """net.infiniband: the RDMA user space NCCL uses between hosts loads, and which InfiniBand/RoCE devices are visible.
 
 Without a device (no HCA, or not passed into the container: `--device /dev/infiniband`, `--cap-add IPC_LOCK`, or the
-Kubernetes RDMA device plugin) NCCL uses TCP sockets: skipped with what was found. With one, libibverbs must load.
+Kubernetes RDMA device plugin) NCCL uses TCP sockets: the runner skips it with what was found (NEEDS "rdma"). With
+one, libibverbs must load.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.checks._needs import RDMA_LIBRARY, rdma_devices, rdma_library_problem
 
 NAMES = ("net.infiniband",)
-ORDER = 55
-NEEDS = ()
-LIBRARY = "libibverbs.so.1"
-DEVICES = "/sys/class/infiniband"
-
-
-def library_problem() -> str | None:
-    try:
-        ctypes.CDLL(LIBRARY)
-    except OSError as exc:
-        return f"{LIBRARY} does not load ({exc})"
-    return None
-
-
-def visible_devices() -> list[str]:
-    return sorted(os.listdir(DEVICES)) if os.path.isdir(DEVICES) else []
+PHASE = "libraries"
+NEEDS = ("rdma",)
 
 
 def run(context: Context) -> list[dict[str, str]]:
-    problem, devices = library_problem(), visible_devices()
-    library = problem or f"{LIBRARY} loads"
-    if not devices:
-        return [result("net.infiniband", SKIP, f"no InfiniBand/RoCE device visible (NCCL uses TCP sockets); {library}")]
+    problem, devices = rdma_library_problem(), rdma_devices()
     if problem:
         return [result("net.infiniband", FAIL, f"devices {', '.join(devices)} visible but {problem}: NCCL cannot use "
                                                "them; install ibverbs-providers")]
-    return [result("net.infiniband", PASS, f"{library}; devices: {', '.join(devices)}")]
+    return [result("net.infiniband", PASS, f"{RDMA_LIBRARY} loads; devices: {', '.join(devices)}")]

@@ -10,11 +10,11 @@ import tempfile
 import time
 
 from vlmgrpo.inventory import installed_version
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("train.tiny_grpo",)
-ORDER = 90
-NEEDS = ()
+PHASE = "train"
+NEEDS = ("train",)
 TRAIN_TIMEOUT_S = 900
 
 
@@ -57,6 +57,4 @@ def tiny_train_check() -> dict[str, str]:
 
 
 def run(context: Context) -> list[dict[str, str]]:
-    if context.skip_train:
-        return [result(NAMES[0], SKIP, "--skip-train")]
     return [tiny_train_check()]

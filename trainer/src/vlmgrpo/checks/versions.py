@@ -14,7 +14,7 @@ from vlmgrpo.inventory import LIBRARY_KEYS, component_versions, version_matches
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
 
 NAMES = ("version",)
-ORDER = 10
+PHASE = "versions"
 NEEDS = ()
 
 

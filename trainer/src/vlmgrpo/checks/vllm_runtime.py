@@ -14,19 +14,18 @@ says none, or no file and none installed). Needs no GPU.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from importlib import metadata
-from typing import Callable, Mapping, Optional
+from typing import Mapping, Optional
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.checks._needs import find_nvcc
 from vlmgrpo.inventory import version_matches
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
-ORDER = 57
+PHASE = "components"
 NEEDS = ("vllm",)
-DEFAULT_CUDA_HOME = "/usr/local/cuda"
 NVCC_TIMEOUT_S = 30
 COMPILE_TIMEOUT_S = 120  # one small kernel: about 3 s here
 PROBE_KERNEL = "__global__ void imagegen_probe(float *x) { x[threadIdx.x] *= 2.0f; }\n"
@@ -63,18 +62,6 @@ def torch_check(requires: list[str], torch_version: Optional[str]) -> tuple[str,
     return (PASS if fits else FAIL), f"vllm requires torch{pin}, the image has torch {torch_version}"
 
 
-def find_nvcc(env: Mapping[str, str], which: Callable[[str], Optional[str]] = shutil.which,
-              exists: Callable[[str], bool] = os.path.exists) -> tuple[Optional[str], str]:
-    """nvcc where torch's cpp_extension (and so FlashInfer's JIT) looks: CUDA_HOME/CUDA_PATH, PATH, /usr/local/cuda."""
-    for variable in ("CUDA_HOME", "CUDA_PATH"):
-        if env.get(variable):
-            path = os.path.join(env[variable], "bin", "nvcc")
-            return (path if exists(path) else None), f"{variable}={env[variable]}"
-    on_path = which("nvcc")
-    if on_path:
-        return on_path, "PATH"
-    path = os.path.join(DEFAULT_CUDA_HOME, "bin", "nvcc")
-    return (path if exists(path) else None), f"no CUDA_HOME, no nvcc on PATH, {DEFAULT_CUDA_HOME}"
 
 
 def nvcc_check(env: Mapping[str, str] = os.environ) -> tuple[str, str]:

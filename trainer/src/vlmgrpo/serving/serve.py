@@ -22,12 +22,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from vlmgrpo.errors import ConfigError, LaunchError
+from vlmgrpo.processes import free_port, stop_process, wait_for_health
 from vlmgrpo.run.rollouts import VLLM_IMAGES
 from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
 from vlmgrpo.serving.requests import API_KEY_VARIABLE, Limits
@@ -111,10 +111,6 @@ def engine_model_id(settings: ServeSettings, engine: str) -> str:
     return settings.served_name if engine == "vllm" else settings.model
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def check_model(model: str) -> None:
@@ -156,22 +152,8 @@ def check_port(host: str, port: int) -> None:
                               "port, or stop what holds it") from None
 
 
-def answers_health(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
 
 
-def wait_for_health(url: str, timeout_s: float, still_running: Callable[[], bool]) -> bool:
-    """Poll a /health URL until it answers 200 (True), or the server is gone or the time is up (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and still_running():
-        if answers_health(url):
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None:
@@ -359,18 +341,6 @@ def _exit_on_signal(number, frame) -> None:
     sys.exit(128 + number)
 
 
-def stop_process(process: subprocess.Popen, timeout_s: float = 30) -> bool:
-    """SIGTERM, then SIGKILL after timeout_s: a server that shuts down cleanly when asked, or one that does not.
-    True when it had to be killed."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            return True
-    return False
 
 
 def _gpu() -> bool:
