@@ -2,7 +2,7 @@
 a tag cannot lie and one tag means one set of inputs.
 
 Version tag (immutable once pushed):
-    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-<key><version>...][-runtime | -<os>]
+    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-<key><version>...][-runtime][-<os>]
     -<inputs digest>, where each -<key><version> is a component of the table marked in_name that the image has
     (-vllm0.31.0)
     e.g. 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b; an image on the runtime flavour of its CUDA base
