@@ -61,7 +61,7 @@ def matrix(selection, output_format, driver, workspace):
     if driver is not None and (driver_reports.problem(driver) or output_format != "table"):
         raise UsageError(driver_reports.problem(driver) or "--driver prints a table: leave out --format")
     plan = workspace.load()
-    rows = listing.listed(plan, choose(plan.images, selection))
+    rows = listing.listed(plan, choose(plan.images, selection, plan.matrix.components))
     if driver is not None:
         click.echo(driver_reports.report(rows, driver, plan.matrix.drivers.branches))
         return
@@ -119,7 +119,7 @@ def lock(selection, workspace):
     plan = workspace.load()
     loaded = plan.matrix
     failed = 0
-    names = dict.fromkeys(p.name for p in choose(plan.images, selection))
+    names = dict.fromkeys(p.name for p in choose(plan.images, selection, plan.matrix.components))
     chosen = [p for p in plan.images if p.name in names]  # a lock file holds every platform of its image
     for name in names:
         try:

@@ -169,7 +169,7 @@ def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
     the distribution it is read from, and the distribution-name prefix the lock pins it by, so that the image's
     own checks follow the component table. Only the components the image names: one added to other images leaves
     this file, and so the image's inputs digest and tag, as they were."""
-    named = plan.named_components
+    named = plan.components
     return {
         "versions": dict(versions),
         "distributions": named.distributions,

@@ -83,7 +83,7 @@ def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
 
 def description(plan: PlannedImage, versions: Versions, toolkit: str | None = None) -> str:
     """The OCI description: torch and its CUDA, Python, then each column component the image sets itself."""
-    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.named_components
+    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.components
              if c.column and c.source == "image" and c.key not in ("python", "torch")]
     return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} "
             f"({_cuda_carried(plan, versions, toolkit)}), "
@@ -110,7 +110,7 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
     components = {
         "image": plan.name,
         "trainer": plan.trainer_version,
-        **{c.label: versions.get(c.key) or "none" for c in plan.named_components},  # `none` where it says so
+        **{c.label: versions.get(c.key) or "none" for c in plan.components},  # `none` where it says so
         # The CUDA the image carries: its base's toolkit, or the one torch's wheels bring; cuda.toolkit: the base's.
         "cuda": plan.cuda or versions.get("torch_cuda") or "none",
         "cuda.toolkit": (toolkit if plan.cuda_source == "wheels" else plan.cuda) or "none",
