@@ -97,7 +97,7 @@ def test_the_cpu_image_says_the_cuda_its_torch_wheels_carry_and_the_driver_they_
         assert labels["io.imagegen.cuda"] == labels["io.imagegen.torch.cuda"] == "13.0"
         assert labels["io.imagegen.cuda.toolkit"] == "none" and labels["io.imagegen.min-driver"] == "580"
         assert labels["io.imagegen.driver.datacenter-branches"] == "none"  # no cuda-compat in torch's wheels
-        assert image.expected()["driver"]["min_driver"] == "580"
+        assert image.expected().driver.min_driver == "580"
         assert labels["org.opencontainers.image.description"].startswith(
             "GRPO trainer for vision-language models: torch 2.14.1 (CUDA 13.0 libraries from torch's wheels, no CUDA "
             "toolkit; a GPU needs NVIDIA driver 580 or newer), Python 3.11, ")
@@ -121,7 +121,7 @@ def test_source_builds_compile_for_ampere_and_newer_only():
 
 def test_expected_versions_match_the_labels_and_name_each_distribution():
     image = locked_named("cu128-torch2.8")
-    expected = image.expected()
+    expected = image.expected().model_dump()
     for component in image.plan.components:
         assert (expected["versions"][component.key] or "none") == image.labels[f"io.imagegen.{component.label}"]
     assert expected["distributions"]["flash_attn"] == "flash-attn"
