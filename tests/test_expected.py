@@ -43,3 +43,14 @@ def test_a_file_of_an_image_rendered_before_the_format_was_written_is_format_1(t
     assert expected.Expected.model_validate(older).format == 1
     (tmp_path / "expected.json").write_text(json.dumps(older))
     assert inventory.read_expected(str(tmp_path / "expected.json")) == (older, None)
+
+
+def test_a_file_of_another_shape_fails_the_check_that_reads_it_with_where():
+    from imagegen.stages.checks import inside_versions
+    from imagegen.stages.checks.context import Context
+
+    facts = {"platform": "linux/amd64", "labels": {"io.imagegen.torch": "2.14.1"}}
+    found = {"versions": {}, "compared": {}, "expected": {"versions": {}, "labels": ["torch"]}}
+    context = Context("repo:tag", None, facts, None, False, False, "", False, False, "", _inventory=found)
+    (check,) = inside_versions.run(context)
+    assert check.status == "fail" and "labels: Input should be a valid dictionary" in check.detail

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from imagegen.matrix.plan import PlannedImage
 
@@ -65,7 +65,17 @@ def of_plan(plan: PlannedImage, versions: dict) -> Expected:
                     driver=DriverEntry(**plan.driver.as_dict()) if plan.driver else None)
 
 
+class UnreadableExpected(ValueError):
+    """An image's expected.json is not of this FORMAT's shape."""
+
+
 def of_inventory(found: dict) -> Expected | None:
-    """The expected file an image's inventory read inside it ("expected"), None where it read none."""
+    """The expected file an image's inventory read inside it ("expected"), None where it read none;
+    UnreadableExpected where it is not of this shape."""
     content = found.get("expected")
-    return Expected.model_validate(content) if content else None
+    try:
+        return Expected.model_validate(content) if content else None
+    except ValidationError as error:
+        where = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in error.errors())
+        raise UnreadableExpected(f"the image's {PATH} is not imagegen's expected file, format {FORMAT} ({where}): "
+                                 "was it built by another imagegen?") from None
