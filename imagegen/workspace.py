@@ -2,7 +2,7 @@
 plan they make: every planned image, the locked ones rendered once with their tags and labels, and why
 each other one is not locked.
 
-It reads the filesystem and may import every package below it (core, engine, matrix, locking, render);
+It reads the filesystem and may import every package below it (core, engine, matrix, locking, facts, render);
 the stages and the command line read the plan from here.
 """
 

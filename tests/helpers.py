@@ -3,7 +3,7 @@ the workspaces made of it.
 
 Tests build on the fixture, a frozen copy of the real matrix with its locks and a trainer pyproject.toml
 of its own, so that adding an image or a trainer dependency to the real ones changes no test. The tests
-that read the real matrix.yaml say so (test_real_matrix.py, the render snapshots, the image builds).
+that read the real matrix.yaml say so (test_real_matrix.py, test_real_images.py, the image builds).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from imagegen.locking import facts_bases, index
+from imagegen.facts import bases as facts_bases
+from imagegen.locking import index
 from imagegen.matrix import model
 
 from tests.helpers import FIXTURE_MATRIX, fixture_data, image_named, write_matrix

@@ -215,7 +215,7 @@ def test_versions_are_compared_by_the_component_tables_labels():
 
 def test_an_image_without_a_matrix_entry_is_read_by_the_labels_its_expected_file_names():
     context = SimpleNamespace(image=None)
-    expected = {"labels": {"flash_attn": "flash-attn", "torch_cuda": "torch.cuda"}}
+    expected = {"versions": {}, "labels": {"flash_attn": "flash-attn", "torch_cuda": "torch.cuda"}}
     assert inside_versions.keys_of_labels(context, {"expected": expected}) == {
         "flash-attn": "flash_attn", "torch.cuda": "torch_cuda", "trainer": "vlmgrpo"}
     image = locked_named("cpu")

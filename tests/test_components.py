@@ -72,7 +72,7 @@ def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):
     # judged as the image's inventory judges it: what imagegen wrote in expected.json against what it read inside
     from vlmgrpo.inventory import compared
 
-    inventory = {"versions": inside, "compared": compared(image.expected(), inside)}
+    inventory = {"versions": inside, "compared": compared(image.expected().model_dump(), inside)}
     checks = {c.name: c for c in inside_versions.versions_match_labels(inventory, labels, keys)}
     assert checks["inside.liger_kernel"].status == "fail"
     assert checks["inside.liger_kernel"].detail == "inside 0.8.4, label 0.8.5"

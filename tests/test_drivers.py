@@ -74,7 +74,7 @@ def test_every_real_image_says_what_its_facts_admit():
     assert said_driver(labels) == ("570", ("470", "535", "550", "560", "565"))
     wheels = next(image for image in plan.locked.values() if image.name == "debian12-cu128-torch2.8")
     assert said_driver(wheels.labels) == ("525.60.13", ())
-    assert wheels.expected()["driver"] == {"format": 1, "cuda": "12.8", "min_driver": "525.60.13",
+    assert wheels.expected().model_dump()["driver"] == {"format": 1, "cuda": "12.8", "min_driver": "525.60.13",
                                            "datacenter_branches": [], "compat_package": False}
 
 

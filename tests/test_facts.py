@@ -239,7 +239,7 @@ def release_server(monkeypatch):
     import http.server
     import threading
 
-    from imagegen.locking import facts
+    from imagegen.facts import check as facts
 
     class Release(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

@@ -79,7 +79,7 @@ def test_two_updates_at_once_both_land(matrix_copy, fake_index):
     import threading
     import time
 
-    from imagegen.locking import facts_update
+    from imagegen.facts import update as facts_update
 
     fake_index["during_fetch"] = lambda: time.sleep(0.3)
     said, threads = [], [threading.Thread(target=lambda spec=spec: said.extend(facts_update.update(matrix_copy, (spec,))))

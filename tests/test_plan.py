@@ -10,7 +10,10 @@ from imagegen.core.errors import UserError
 from imagegen.locking import inputs
 from imagegen.matrix.select import Selection, choose, version_matches
 
-from tests.helpers import FIXTURE_MATRIX, fixture_workspace, loaded, locked_named, planned, planned_named
+from tests.helpers import (FIXTURE_MATRIX, edited, fixture_workspace, loaded, locked_named, parsed, planned, planned_from,
+                           planned_named)
+
+TABLE = loaded().matrix.components  # the fixture's component table, which --with names
 
 
 def test_torch_comes_from_pypi_when_pypi_serves_that_very_build():
@@ -94,10 +97,22 @@ def test_the_cpu_image_says_the_cuda_its_torch_wheels_carry_and_the_driver_they_
         assert labels["io.imagegen.cuda"] == labels["io.imagegen.torch.cuda"] == "13.0"
         assert labels["io.imagegen.cuda.toolkit"] == "none" and labels["io.imagegen.min-driver"] == "580"
         assert labels["io.imagegen.driver.datacenter-branches"] == "none"  # no cuda-compat in torch's wheels
-        assert image.expected()["driver"]["min_driver"] == "580"
+        assert image.expected().driver.min_driver == "580"
         assert labels["org.opencontainers.image.description"].startswith(
             "GRPO trainer for vision-language models: torch 2.14.1 (CUDA 13.0 libraries from torch's wheels, no CUDA "
             "toolkit; a GPU needs NVIDIA driver 580 or newer), Python 3.11, ")
+
+
+def test_a_planned_image_carries_only_the_components_it_names():
+    """Its rows of the table, in the table's order: one it never names is not among them (the table is the
+    matrix's)."""
+    from tests.test_components import add_liger
+
+    data = edited(add_liger)  # a component the cpu image alone names
+    table = parsed(data).components
+    for plan in planned_from(data):
+        assert plan.components.keys == tuple(key for key in table.keys if key in plan.versions)
+        assert ("liger_kernel" in plan.components) == (plan.name == "cpu"), plan.key
 
 
 def test_source_builds_compile_for_ampere_and_newer_only():
@@ -106,7 +121,7 @@ def test_source_builds_compile_for_ampere_and_newer_only():
 
 def test_expected_versions_match_the_labels_and_name_each_distribution():
     image = locked_named("cu128-torch2.8")
-    expected = image.expected()
+    expected = image.expected().model_dump()
     for component in image.plan.components:
         assert (expected["versions"][component.key] or "none") == image.labels[f"io.imagegen.{component.label}"]
     assert expected["distributions"]["flash_attn"] == "flash-attn"
@@ -132,31 +147,31 @@ def test_version_prefix_matching(wanted, actual, matches):
 
 
 def test_selection_combines_with_and():
-    chosen = choose(planned(), Selection(cuda="12.8", torch="2.8"))
+    chosen = choose(planned(), Selection(cuda="12.8", torch="2.8"), TABLE)
     assert [p.name for p in chosen] == ["cu128-torch2.8"]
-    assert len({p.name for p in choose(planned(), Selection(python="3.12"))}) == 4
+    assert len({p.name for p in choose(planned(), Selection(python="3.12"), TABLE)}) == 4
 
 
 def test_with_a_component_picks_the_images_that_have_it():
     """`imagegen matrix --with vllm` lists the images with vLLM: a component's version is set, not none."""
     names = {p.name for p in planned()}
-    with_deepspeed = {p.name for p in choose(planned(), Selection(components=("deepspeed",)))}
+    with_deepspeed = {p.name for p in choose(planned(), Selection(components=("deepspeed",)), TABLE)}
     assert with_deepspeed == {p.name for p in planned() if p.version("deepspeed")} and "cpu" in names - with_deepspeed
     with pytest.raises(UserError) as caught:
-        choose(planned(), Selection(components=("vlm",)))
+        choose(planned(), Selection(components=("vlm",)), TABLE)
     assert str(caught.value).startswith("--with vlm: not a component; components: python, torch, ")
 
 
 def test_no_match_lists_what_exists():
     with pytest.raises(UserError) as caught:
-        choose(planned(), Selection(cuda="9.9"))
+        choose(planned(), Selection(cuda="9.9"), TABLE)
     assert str(caught.value) == ("no image matches --cuda 9.9; CUDA versions: "
                                  "11.8, 12.1, 12.4, 12.6, 12.8, 13.0")
 
 
 def test_unknown_image_name_lists_each_name_once():
     with pytest.raises(UserError) as caught:
-        choose(planned(), Selection(images=("nope",)))
+        choose(planned(), Selection(images=("nope",)), TABLE)
     assert str(caught.value) == ("no image named nope; images: cu118-torch2.6, cu121-torch2.5, cu124-torch2.6, "
                                  "cu126-torch2.7, cu128-torch2.7, cu128-torch2.8, cu130-torch2.11, cpu")
 
@@ -200,7 +215,8 @@ def test_the_trainers_qlora_extra_is_what_cuda_images_add(tmp_path):
 
 def test_an_image_of_two_platforms_is_one_locked_image_per_platform_under_one_version_tag():
     plan = loaded()
-    amd64, arm64 = plan.require_locked(choose(plan.images, Selection(images=("cu130-torch2.11",))))
+    amd64, arm64 = plan.require_locked(choose(plan.images, Selection(images=("cu130-torch2.11",)),
+                                                              plan.matrix.components))
     assert (amd64.platform, arm64.platform) == ("linux/amd64", "linux/arm64")
     assert (amd64.key, arm64.key) == ("cu130-torch2.11", "cu130-torch2.11-arm64")
     assert amd64.version_tag == arm64.version_tag and amd64.labels == arm64.labels
@@ -243,10 +259,10 @@ def test_an_image_is_locked_only_when_every_platform_is(tmp_path):
 
 
 def test_platform_selection_narrows_the_others():
-    (plan,) = choose(planned(), Selection(images=("cpu",), platform="linux/arm64"))
+    (plan,) = choose(planned(), Selection(images=("cpu",), platform="linux/arm64"), TABLE)
     assert plan.key == "cpu-arm64"
     with pytest.raises(UserError, match="no image matches --image cu124-torch2.6 --platform linux/arm64"):
-        choose(planned(), Selection(images=("cu124-torch2.6",), platform="linux/arm64"))
+        choose(planned(), Selection(images=("cu124-torch2.6",), platform="linux/arm64"), TABLE)
 
 
 def test_the_workspace_renders_each_image_once_with_the_runs_options(monkeypatch):

@@ -10,9 +10,12 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import REPO, locked_matrix
+from imagegen.workspace import Workspace
+
+from tests.helpers import FIXTURE_TRAINER, REPO, locked_matrix
 from tests.test_cli import imagegen, on
 from tests.test_components import add_liger
+from tests.test_real_images import holds_every_invariant
 
 RECIPES = (REPO / "docs" / "architecture.md").read_text()
 
@@ -54,6 +57,11 @@ def test_recipe_add_a_cuda_version(tmp_path):
     assert rendered.returncode == 0, rendered.stderr
     base = (tmp_path / "out" / "cu126-torch2.7" / "base" / "Dockerfile").read_text()
     assert "FROM nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04" in base
+    # 6: it holds what every locked image of the real matrix is checked for
+    added = [i for i in Workspace(path, trainer=FIXTURE_TRAINER).load().locked.values() if i.name == "cu126-torch2.7"]
+    assert added
+    for image in added:
+        holds_every_invariant(image, yaml.safe_load(path.read_text()))
 
 
 @pytest.mark.network

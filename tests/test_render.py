@@ -34,7 +34,7 @@ def with_contexts(images: list[LockedImage], **kwargs) -> list[LockedImage]:
 
 
 def real_locked_images() -> list[LockedImage]:
-    """The real matrix's locked images: what the snapshots record."""
+    """The real matrix's locked images: hadolint reads them all (tests/test_real_images.py checks their invariants)."""
     return list(Workspace().load().locked.values())
 
 
@@ -42,18 +42,32 @@ def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("context", contexts_for(real_locked_images()), ids=lambda c: f"{c.image}/{c.layer}")
-def test_rendered_dockerfile_matches_snapshot(context):
-    """The real matrix's images as rendered. Set UPDATE_SNAPSHOTS=1 to accept a deliberate template or lock change,
-    then read the diff."""
-    snapshot = SNAPSHOTS / context.image / f"{context.layer}.Dockerfile"
+def matches_snapshot(name: str, rendered: str) -> None:
+    """`rendered` is tests/snapshots/NAME as recorded; UPDATE_SNAPSHOTS=1 records it instead."""
+    snapshot = SNAPSHOTS / name
     if os.environ.get("UPDATE_SNAPSHOTS") == "1":
         snapshot.parent.mkdir(parents=True, exist_ok=True)
-        snapshot.write_text(context.dockerfile)
+        snapshot.write_text(rendered)
     if not snapshot.is_file():
-        pytest.fail(f"no snapshot {snapshot.relative_to(SNAPSHOTS.parent.parent)} for the new image {context.image}: make "
-                    "it with UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest tests/test_render.py -k snapshot, then read it")
-    assert context.dockerfile == snapshot.read_text()
+        pytest.fail(f"no snapshot {snapshot.relative_to(SNAPSHOTS.parent.parent)}: make it with UPDATE_SNAPSHOTS=1 "
+                    ".venv/bin/python -m pytest tests/test_render.py -k snapshot, then read it")
+    assert rendered == snapshot.read_text()
+
+
+# The snapshots render the tests' fixture matrix (tests/fixture, with its locks), not the real one: a template change
+# shows in them, a change to matrix.yaml or its locks does not (the real matrix is checked by invariants).
+@pytest.mark.parametrize("context", contexts_for(locked_images()), ids=lambda c: f"{c.image}/{c.layer}")
+def test_rendered_dockerfile_matches_snapshot(context):
+    """The fixture's images as rendered. Set UPDATE_SNAPSHOTS=1 to accept a deliberate template change, then read
+    the diff."""
+    matches_snapshot(f"{context.image}/{context.layer}.Dockerfile", context.dockerfile)
+
+
+@pytest.mark.parametrize("image", locked_images(), ids=lambda image: image.key)
+def test_rendered_expected_json_matches_snapshot(image):
+    """What the image is checked against inside (expected.json), as rendered for the fixture's images."""
+    framework = next(c for c in contexts_for([image]) if c.layer == "framework")
+    matches_snapshot(f"{image.key}/expected.json", framework.files["expected.json"].decode())
 
 
 def test_cu124_renders_from_its_nvidia_base_and_installs_torch_from_its_lock():

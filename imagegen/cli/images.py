@@ -61,7 +61,7 @@ def matrix(selection, output_format, driver, workspace):
     if driver is not None and (driver_reports.problem(driver) or output_format != "table"):
         raise UsageError(driver_reports.problem(driver) or "--driver prints a table: leave out --format")
     plan = workspace.load()
-    rows = listing.listed(plan, choose(plan.images, selection))
+    rows = listing.listed(plan, choose(plan.images, selection, plan.matrix.components))
     if driver is not None:
         click.echo(driver_reports.report(rows, driver, plan.matrix.drivers.branches))
         return
@@ -119,7 +119,7 @@ def lock(selection, workspace):
     plan = workspace.load()
     loaded = plan.matrix
     failed = 0
-    names = dict.fromkeys(p.name for p in choose(plan.images, selection))
+    names = dict.fromkeys(p.name for p in choose(plan.images, selection, plan.matrix.components))
     chosen = [p for p in plan.images if p.name in names]  # a lock file holds every platform of its image
     for name in names:
         try:
@@ -161,7 +161,7 @@ def facts_update(workspace, releases):
       imagegen facts update torch==2.15.0
       imagegen facts update transformers==5.24.0 trl==1.16.0
     """
-    from imagegen.locking import facts_update as updater
+    from imagegen.facts import update as updater
 
     for line in updater.update(workspace.matrix, releases):
         click.echo(f"{workspace.matrix}: {line}")
@@ -189,7 +189,7 @@ def facts_check(workspace, strict, base_registry):
     1 when the matrix or a lock disagrees with the index or a registry (with --strict, also while
     a fact is not checked), 0 otherwise.
     """
-    from imagegen.locking import facts as facts_module
+    from imagegen.facts import check as facts_module
     from imagegen.matrix import model as matrix_module
 
     matrix = matrix_module.read(workspace.matrix)

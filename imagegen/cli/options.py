@@ -65,7 +65,7 @@ def load_selected(workspace: Workspace, selection: Selection,
     """The selected platforms of images, each locked (rendered with `options`); else one line per image that
     is not."""
     plan = workspace.load(options)
-    return plan.require_locked(choose(plan.images, selection))
+    return plan.require_locked(choose(plan.images, selection, plan.matrix.components))
 
 
 def given(parameter: str) -> bool:

@@ -13,7 +13,7 @@ schema refuses a table without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterator
 
 # Rows the code reads by key: the matrix must keep them.
 CORE_KEYS = ("python", "torch", "torch_cuda", "cudnn", "nccl", "torchvision", "flash_attn", "deepspeed",
@@ -108,18 +108,6 @@ class Components:
     def of_distribution(self, name: str) -> Component | None:
         return next((c for c in self.rows if c.distribution and _canonical(c.distribution) == _canonical(name)),
                     None)
-
-
-def table(rows: Mapping[str, Mapping]) -> Components:
-    """The table from matrix.yaml's `components` mapping (already shape-checked)."""
-    return Components(tuple(Component(key=key, title=row["title"], label=row.get("label", key),
-                                      distribution=row.get("distribution"), source=row.get("from", IMAGE),
-                                      image_key=row.get("image_key", row.get("from", IMAGE) == IMAGE),
-                                      lock_family=row.get("lock_family"), required=row.get("required", False),
-                                      artifact=row.get("artifact", False), column=row.get("column", True),
-                                      in_name=row.get("in_name", False), trainer_extra=row.get("trainer_extra"),
-                                      cuda_extras=tuple(sorted((row.get("cuda_extras") or {}).items())))
-                            for key, row in rows.items()))
 
 
 def _canonical(name: str) -> str:

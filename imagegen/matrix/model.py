@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
 from imagegen.matrix.components import IMAGE, Components
-from imagegen.matrix.components import table as components_table
 from imagegen.core.errors import MatrixError, Problem, UserError
 from imagegen.matrix import schema, yamlsource
 from imagegen.matrix.schema import (DEFAULT_PLATFORMS, CudaFacts, DriverFacts, FlashAttnRelease, OsFacts,
@@ -105,9 +104,7 @@ def parse(text: str, file: str) -> Matrix:
 
 
 def _build(located: yamlsource.Located, valid) -> Matrix:
-    data = located.data
-    defaults = data.get("defaults", {})
-    table = components_table(data["components"])
+    table = schema.component_table(valid.components)
     return Matrix(
         located=located,
         repository=valid.repository,
@@ -118,12 +115,22 @@ def _build(located: yamlsource.Located, valid) -> Matrix:
         torch=schema.keyed(valid.torch),
         flash_attn=schema.keyed(valid.flash_attn),
         packages={name: dict(releases) for name, releases in (valid.packages or {}).items()},
-        known_bad=[KnownBad({key: k[key] for key in table.keys if key in k}, k.get("with"), k["reason"], i,
-                            k.get("warn", False), tuple(k.get("issues", ())))
-                   for i, k in enumerate(data.get("known_bad", []))],
+        known_bad=[_known_bad(i, k, table) for i, k in enumerate(valid.known_bad or ())],
         components=table,
-        images=[_image(i, {**defaults, **entry}, table) for i, entry in enumerate(data["images"])],
+        images=[_image(i, {**_set(valid.defaults), **_set(entry)}, table) for i, entry in enumerate(valid.images)],
     )
+
+
+def _set(model) -> dict:
+    """The keys a validated entry (an image, the defaults) sets, with their validated values; {} for no entry. An
+    optional key it leaves out is None in the model, and None is no value it may set."""
+    return {key: getattr(model, key) for key in model.model_fields_set} if model is not None else {}
+
+
+def _known_bad(index: int, entry, table: Components) -> KnownBad:
+    """A validated known-bad entry: its range of each component it names (an unnamed one is None in the model)."""
+    ranges = {key: getattr(entry, key) for key in table.keys if getattr(entry, key) is not None}
+    return KnownBad(ranges, entry.with_, entry.reason, index, bool(entry.warn), tuple(entry.issues or ()))
 
 
 def _image(index: int, e: dict, table: Components) -> ImageEntry:
@@ -136,10 +143,10 @@ def _image(index: int, e: dict, table: Components) -> ImageEntry:
         if component.key not in e:
             continue
         value = e[component.key]
-        if isinstance(value, dict):  # {version: ..., build: source|wheel}
-            if value["build"] == "source":
+        if isinstance(value, schema.SourceBuild):  # {version: ..., build: source|wheel}
+            if value.build == "source":
                 source_builds.add(component.key)
-            value = value["version"]
+            value = value.version
         versions[component.key] = None if value == NONE else value
     return ImageEntry(
         index=index,

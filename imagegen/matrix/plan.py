@@ -60,6 +60,9 @@ class PlannedImage:
     platforms: tuple[str, ...]  # every platform of the image, this one among them
     # every component the image names (its own, the defaults, torch's) by key, in the table's order; None: `none`
     versions: Mapping[str, str | None]
+    # The rows of the component table the image names (the keys of `versions`): what its labels, description and
+    # expected.json hold. One it never names is left out, so adding it to other images changes nothing here; the
+    # whole table is the matrix's (Matrix.components).
     components: Components
     flavor: str
     base_image: str
@@ -97,12 +100,6 @@ class PlannedImage:
         return self.versions.get(key)
 
     @property
-    def named_components(self) -> Components:
-        """The rows of the component table the image names: what its labels, description and expected.json hold
-        (one it never names is left out, so adding it to other images changes nothing here)."""
-        return self.components.only(self.versions)
-
-    @property
     def key(self) -> str:
         """The image and platform, as names of files and report rows: cpu, cpu-arm64."""
         return platforms.key(self.name, self.platform)
@@ -134,7 +131,7 @@ class PlannedImage:
                                                 ("vLLM's FlashInfer", bool(self.version("vllm")))) if present)
 
     def as_dict(self) -> dict:
-        """The plan as plain data (the component table left out: it is the matrix's)."""
+        """The plan as plain data (its component rows left out: they are the matrix's table's)."""
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "components"}
         return {**fields, "versions": dict(self.versions), "source_builds": sorted(self.source_builds),
                 "driver": self.driver.as_dict() if self.driver else None}
@@ -166,12 +163,13 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
     archs = torch_archs.claimed(matrix, image, torch.builds.get(torch_cuda), platform)
     flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
     extras = _extras_of(matrix.components, image.versions)
+    versions = image_versions(matrix, image)
     return PlannedImage(
         name=image.name,
         platform=platform,
         platforms=image.platforms,
-        versions=image_versions(matrix, image),
-        components=matrix.components,
+        versions=versions,
+        components=matrix.components.only(versions),
         flavor=image.flavor if cuda else "custom",
         base_image=base_of(matrix, image)[0],
         os=os_name,

@@ -67,6 +67,21 @@ class ComponentRow(Strict):
     trainer_extra: STR = None
     cuda_extras: dict[KEY, STR] = None  # CUDA major -> the extra of its distribution taken on that CUDA
 
+    def component(self, key: str) -> components.Component:
+        """The row as the table holds it, the defaults of what it leaves out (None here) applied."""
+        source = self.from_ or components.IMAGE
+        return components.Component(
+            key=key, title=self.title, label=self.label or key, distribution=self.distribution, source=source,
+            image_key=source == components.IMAGE if self.image_key is None else self.image_key,
+            lock_family=self.lock_family, required=bool(self.required), artifact=bool(self.artifact),
+            column=self.column is not False, in_name=bool(self.in_name), trainer_extra=self.trainer_extra,
+            cuda_extras=tuple(sorted((self.cuda_extras or {}).items())))
+
+
+def component_table(rows: dict[str, ComponentRow]) -> components.Components:
+    """The component table from matrix.yaml's `components` rows as validated, in their order."""
+    return components.Components(tuple(row.component(key) for key, row in rows.items()))
+
 
 class SourceBuild(Strict):
     version: VERSION
@@ -341,13 +356,13 @@ def check(located: Located) -> list[Problem]:
 def validated(located: Located) -> tuple[Any, list[Problem]]:
     """(the matrix as the model validated it, None where it has problems; every shape problem in the file)."""
     data = located.data
-    _, found = _validate(TABLE, {"components": data.get("components")} if "components" in data else {}, located)
+    rows, found = _validate(TABLE, {"components": data.get("components")} if "components" in data else {}, located)
     found += [located.problem(("components", key), f"{key!r} cannot be a component key: use lowercase letters, "
                               "digits and _, starting with a letter", "name")
               for key in _mapping(data.get("components")) if isinstance(key, str) and not COMPONENT_KEY.fullmatch(key)]
     if found:
         return None, found
-    table = components.table(data["components"])
+    table = component_table(rows.components)
     missing = [key for key in components.CORE_KEYS if key not in table]
     if missing:
         return None, [located.problem(("components",), "missing the rows imagegen reads by key: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from imagegen.core.errors import UserError
+from imagegen.matrix.components import Components
 from imagegen.matrix.plan import PlannedImage
 from imagegen.matrix.schema import PLATFORMS
 
@@ -50,13 +51,14 @@ def version_matches(wanted: str, actual: str | None) -> bool:
     return actual.split(".")[: len(wanted.split("."))] == wanted.split(".")
 
 
-def choose(plans: list[PlannedImage], selection: Selection) -> list[PlannedImage]:
-    """The platforms of images the selection names, in matrix order; UserError when none match."""
+def choose(plans: list[PlannedImage], selection: Selection, table: Components) -> list[PlannedImage]:
+    """The platforms of images the selection names, in matrix order; UserError when none match. table: the matrix's
+    components, which `--with` names."""
     names = list(dict.fromkeys(plan.name for plan in plans))  # an image of two platforms is one name
     unknown = [name for name in selection.images if name not in names]
     if unknown:
         raise UserError(f"no image named {', '.join(unknown)}; images: {', '.join(names)}")
-    keys = plans[0].components.keys if plans else ()
+    keys = table.keys
     strange = [key for key in selection.components if key not in keys]
     if strange:
         raise UserError(f"--with {', '.join(strange)}: not a component; components: {', '.join(keys)}")

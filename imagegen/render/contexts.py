@@ -6,7 +6,6 @@ that touches the output directory, and it swaps a finished render into place ato
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -18,14 +17,13 @@ from imagegen.core.errors import UserError
 from imagegen.locking.lockfile import InstallStep, Lock, LockedPackage, install_steps
 from imagegen.matrix import cuda_wheels
 from imagegen.matrix.plan import PlannedImage
+from imagegen.render import expected
 
 LAYER_REPOSITORY = "imagegen-layer"
 RENDER_MARKER = ".imagegen-render"
 WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty in a render
 EXECUTABLES = {"entrypoint.sh"}
 COMPILE_PROBE = "compile-probe.sh"  # run before a source build: one file of torch's headers with the build's -std
-# What `vlmgrpo selftest` and `imagegen test` check the image against; the image's IMAGEGEN_EXPECTED names it.
-EXPECTED_PATH = "/etc/imagegen/expected.json"
 WHEEL_NVCC = "nvidia-cuda-nvcc"  # CUDA 13's compiler as a wheel (CUDA 12's is nvidia-cuda-nvcc-cu12)
 TRAINER_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy_cache"}
 
@@ -104,7 +102,7 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
                  trainer_files: dict[str, bytes], options: RenderOptions = RenderOptions()) -> list[LayerContext]:
     """The image's layers, base first, each FROM the one before."""
     base_image = options.base_image(plan.platform) or lock.base.pinned_ref
-    shared = {"image": plan, "versions": versions, "expected_path": EXPECTED_PATH}
+    shared = {"image": plan, "versions": versions, "expected_path": expected.PATH}
     nvcc = lock.package(WHEEL_NVCC)
     cuda_home = wheel_cuda_home(plan, nvcc)
     has_nvcc = plan.has_toolkit or cuda_home is not None
@@ -164,25 +162,6 @@ def _layer(plan: PlannedImage, layer: str, parent: str, env: jinja2.Environment,
 LOCK_HEADER = "# {image}: every Python distribution imagegen installed, as locks/{image}.json pins them.\n"
 
 
-def expected(plan: PlannedImage, versions: dict) -> dict[str, object]:
-    """What `vlmgrpo selftest` and `imagegen test` must find inside (expected.json): each component's version,
-    the distribution it is read from, and the distribution-name prefix the lock pins it by, so that the image's
-    own checks follow the component table. Only the components the image names: one added to other images leaves
-    this file, and so the image's inputs digest and tag, as they were."""
-    named = plan.named_components
-    return {
-        "versions": dict(versions),
-        "distributions": named.distributions,
-        "families": named.families,
-        "labels": {c.key: c.label for c in named},  # io.imagegen.<label> says each key's version
-        "in_name": list(named.in_name),  # the components its version tag names (tags.version_prefix)
-        "gpu_count": None,
-        "cuda_archs": list(plan.cuda_archs),
-        # What driver the image needs (imagegen.matrix.drivers): the trainer refuses an older host driver at start.
-        "driver": plan.driver.as_dict() if plan.driver else None,
-    }
-
-
 def required_cuda(dockerfile: str) -> str | None:
     """The NVIDIA_REQUIRE_CUDA a rendered base layer sets, as written; None where it sets none."""
     match = re.search(r'\bNVIDIA_REQUIRE_CUDA="([^"]*)"', dockerfile)
@@ -195,7 +174,7 @@ def _framework_files(plan: PlannedImage, versions: dict, steps: list[InstallStep
     every_line = [line for step in steps for lines in step.files().values() for line in lines]
     header = LOCK_HEADER.format(image=plan.name)
     files["requirements.lock"] = (header + "".join(f"{line}\n" for line in every_line)).encode()
-    files["expected.json"] = (json.dumps(expected(plan, versions), indent=2, sort_keys=True) + "\n").encode()
+    files["expected.json"] = expected.of_plan(plan, versions).text().encode()
     return files
 
 

@@ -19,7 +19,8 @@ from imagegen.matrix import cuda_wheels, drivers
 from imagegen.matrix.model import Matrix
 from imagegen.matrix.plan import PlannedImage
 from imagegen.render import tags
-from imagegen.render.contexts import LayerContext, Renderer, expected, required_cuda
+from imagegen.render.contexts import LayerContext, Renderer, required_cuda
+from imagegen.render.expected import Expected, of_plan
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,9 @@ class LockedImage:
         """This platform's image, locally: cpu's linux/arm64 image is REPOSITORY:TAG-arm64."""
         return f"{self.plan.repository}:{tag or self.version_tag}{platforms.suffix(self.plan.platform)}"
 
-    def expected(self) -> dict:
-        return expected(self.plan, dict(self.versions))
+    def expected(self) -> Expected:
+        """What its expected.json holds."""
+        return of_plan(self.plan, dict(self.versions))
 
     def as_dict(self) -> dict:
         """The image as plain data: its plan, versions, tags and labels (the lock lives in its own file)."""

@@ -2,7 +2,7 @@
 a tag cannot lie and one tag means one set of inputs.
 
 Version tag (immutable once pushed):
-    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-<key><version>...][-runtime | -<os>]
+    <trainer>-torch<torch>-cu<torch's CUDA, no dot>-cudnn<major>-py<python>[-<key><version>...][-runtime][-<os>]
     -<inputs digest>, where each -<key><version> is a component of the table marked in_name that the image has
     (-vllm0.31.0)
     e.g. 0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b; an image on the runtime flavour of its CUDA base
@@ -83,7 +83,7 @@ def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
 
 def description(plan: PlannedImage, versions: Versions, toolkit: str | None = None) -> str:
     """The OCI description: torch and its CUDA, Python, then each column component the image sets itself."""
-    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.named_components
+    named = [f"{c.label} {versions.get(c.key) or 'none'}" for c in plan.components
              if c.column and c.source == "image" and c.key not in ("python", "torch")]
     return (f"GRPO trainer for vision-language models: torch {versions.get('torch')} "
             f"({_cuda_carried(plan, versions, toolkit)}), "
@@ -110,7 +110,7 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
     components = {
         "image": plan.name,
         "trainer": plan.trainer_version,
-        **{c.label: versions.get(c.key) or "none" for c in plan.named_components},  # `none` where it says so
+        **{c.label: versions.get(c.key) or "none" for c in plan.components},  # `none` where it says so
         # The CUDA the image carries: its base's toolkit, or the one torch's wheels bring; cuda.toolkit: the base's.
         "cuda": plan.cuda or versions.get("torch_cuda") or "none",
         "cuda.toolkit": (toolkit if plan.cuda_source == "wheels" else plan.cuda) or "none",

@@ -22,6 +22,7 @@ class Listed:
     plan: PlannedImage
     locked: LockedImage | None
     state: str  # "locked", "no lock", "needs the PyTorch index"
+    table: Components  # the matrix's components: the columns of a listing
 
     @property
     def versions(self) -> Mapping[str, str | None]:
@@ -33,7 +34,7 @@ class Listed:
 
 
 def listed(plan: Plan, chosen: list[PlannedImage]) -> list[Listed]:
-    return [Listed(p, plan.locked.get(p.key), plan.state(p)) for p in chosen]
+    return [Listed(p, plan.locked.get(p.key), plan.state(p), plan.matrix.components) for p in chosen]
 
 
 # How a component's cell reads where the bare version would hide something users check.
@@ -66,7 +67,7 @@ def columns(table: Components) -> list[tuple[str, Callable[[Listed], str]]]:
 
 
 def table(rows: list[Listed]) -> str:
-    chosen = columns(rows[0].plan.components)
+    chosen = columns(rows[0].table)
     cells = [[name for name, _ in chosen]] + [[cell(row) for _, cell in chosen] for row in rows]
     return "\n".join(aligned(cells))
 

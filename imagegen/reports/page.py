@@ -176,7 +176,7 @@ class Row:
 
     @property
     def versions(self) -> list[str]:
-        return [value(self.image) for _, value in version_columns(self.image.plan.components)]
+        return [value(self.image) for _, value in version_columns(self.image.table)]
 
 
 def rows(images: list[Listed], reports_read: Reports, out: Path) -> list[Row]:

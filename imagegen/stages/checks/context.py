@@ -8,6 +8,7 @@ from typing import Callable
 
 from imagegen.core import platforms
 from imagegen.engine import containers
+from imagegen.render.expected import UnreadableExpected
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import LABEL_PREFIX
 from imagegen.stages import inventory
@@ -68,9 +69,15 @@ class Context:
                                        client=self.client)
 
     def with_inventory(self, name: str, use: Callable[[dict], list[Check]]) -> list[Check]:
-        """use(the image's inventory), or a skip when it could not be read (the inside.inventory check says why)."""
+        """use(the image's inventory), or a skip when it could not be read (the inside.inventory check says why), or a
+        failure when the expected file it read is not of imagegen's shape."""
         found = self.inventory()
-        return use(found) if found is not None else [Check(name, SKIP, "no inventory (inside.inventory says why)")]
+        if found is None:
+            return [Check(name, SKIP, "no inventory (inside.inventory says why)")]
+        try:
+            return use(found)
+        except UnreadableExpected as error:
+            return [Check(name, FAIL, str(error))]
 
     def component_version(self, key: str) -> str | None:
         """The version the image's label gives a component (its label named by the matrix entry's table, else by

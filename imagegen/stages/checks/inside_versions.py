@@ -2,6 +2,7 @@
 the versions without importing torch and compares them with the image's expected.json by the one rule the image's own
 checks use (vlmgrpo.inventory.version_matches); here each label must be the version that comparison was against."""
 
+from imagegen.render.expected import of_inventory
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
@@ -16,7 +17,8 @@ def keys_of_labels(context: Context, found: dict) -> dict[str, str]:
     if context.image is not None:
         table = {c.label: c.key for c in context.image.plan.components}
     else:
-        table = {label: key for key, label in ((found.get("expected") or {}).get("labels") or {}).items()}
+        expected = of_inventory(found)
+        table = {label: key for key, label in (expected.labels if expected else {}).items()}
     return {**table, "trainer": TRAINER_KEY}
 
 

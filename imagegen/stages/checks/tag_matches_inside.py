@@ -5,6 +5,7 @@ import re
 from typing import Iterable
 
 from imagegen.core import platforms
+from imagegen.render.expected import of_inventory
 from imagegen.render.tags import DIGEST_CHARS, INPUTS_LABEL, version_prefix
 from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
@@ -37,5 +38,7 @@ def tag_matches_inside(facts: dict, versions: dict, in_name: Iterable[str] = ())
 
 
 def run(context: Context) -> list[Check]:
-    return context.with_inventory(NAME, lambda found: [tag_matches_inside(
-        context.facts, found["versions"], (found.get("expected") or {}).get("in_name", []))])
+    def judged(found: dict) -> list[Check]:
+        expected = of_inventory(found)
+        return [tag_matches_inside(context.facts, found["versions"], expected.in_name if expected else [])]
+    return context.with_inventory(NAME, judged)

@@ -41,16 +41,6 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/torch.txt
 
-# What the trainer extras of this image's components need: jupyterlab, ipywidgets, jupyter-server-proxy, matplotlib.
-# A layer below the stack's, so that a change to one stack package sends the stack's layer again, not this one.
-RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
-    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    --mount=type=bind,source=requirements/extras.txt,target=/tmp/requirements/extras.txt \
-    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
-    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/extras.txt
-
 # The rest of the stack and the trainer's dependencies.
 RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \

@@ -1,7 +1,7 @@
 # imagegen base layer for linux/amd64: ubuntu22.04 with Python 3.11 (deadsnakes),
 # a virtual environment in /opt/venv and the non-root user that runs training.
 # Rendered from templates/base.Dockerfile.j2: edit the template, not this file.
-FROM nvidia/cuda:12.4.1-devel-ubuntu22.04
+FROM nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 

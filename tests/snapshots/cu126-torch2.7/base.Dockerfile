@@ -1,7 +1,7 @@
 # imagegen base layer for linux/amd64: ubuntu24.04 with Python 3.12 (system),
 # a virtual environment in /opt/venv and the non-root user that runs training.
 # Rendered from templates/base.Dockerfile.j2: edit the template, not this file.
-FROM nvidia/cuda:12.6.3-devel-ubuntu24.04
+FROM nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.7.1 built for CUDA 12.6 with the ML stack,
 # installed from the image's lock (locks/cu126-torch2.7.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:9a791b2a6180a708
+FROM imagegen-layer/base:59fab580ec93e4a5
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042
@@ -73,16 +73,6 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/deepspeed.txt \
     && DS_BUILD_OPS=0 uv pip install --link-mode=copy --no-deps --no-build-isolation --require-hashes -r /tmp/requirements/deepspeed-sources.txt
-
-# What the trainer extras of this image's components need: jupyterlab, ipywidgets, jupyter-server-proxy, matplotlib.
-# A layer below the stack's, so that a change to one stack package sends the stack's layer again, not this one.
-RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle.crt \
-    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    --mount=type=bind,source=requirements/extras.txt,target=/tmp/requirements/extras.txt \
-    if [ -f /run/secrets/ca-bundle.crt ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle.crt; fi \
-    && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/extras.txt
 
 # The rest of the stack and the trainer's dependencies.
 RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \

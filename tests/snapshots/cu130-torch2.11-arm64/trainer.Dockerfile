@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu130-torch2.11: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:65500b32af4f2b08
+FROM imagegen-layer/framework:564944ea315e7cc7
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

@@ -7,9 +7,10 @@ It imports nothing outside the standard library (not torch, not packaging), so i
 also under QEMU emulation where importing torch crashes: imagegen runs this file's text inside images for
 `imagegen test` and `imagegen sbom`, and `vlmgrpo info` and `vlmgrpo selftest` read their versions from it.
 
-EXPECTED is imagegen's expected-versions file, JSON: {"versions": {key: version | null}, "distributions": {key:
-distribution}, "families": {key: distribution-name prefix}, "gpu_count": ..., "cuda_archs": [...], "driver": {...}};
-its path is the argument, else $IMAGEGEN_EXPECTED, else there is none (imagegen owns where the file lies).
+EXPECTED is imagegen's expected-versions file (imagegen.render.expected defines it), JSON: {"format": 1, "versions":
+{key: version | null}, "distributions": {key: distribution}, "families": {key: distribution-name prefix}, "gpu_count":
+..., "cuda_archs": [...], "driver": {...}}, a file without "format" being format 1; its path is the argument, else
+$IMAGEGEN_EXPECTED, else there is none (imagegen owns where the file lies).
 
 The object's keys:
   "python":           the interpreter's full version (platform.python_version(), e.g. "3.11.7" or "3.13.0rc1").
@@ -43,6 +44,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+# The shape of the expected-versions file this program reads (imagegen.render.expected.FORMAT): another is refused.
+EXPECTED_FORMAT = 1
 LICENSE_CHARS = 300
 OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
 _SHARED_LIBRARY = re.compile(r"\.so(\.\d+)*$")
@@ -261,6 +264,9 @@ def read_expected(path):
         return {}, "cannot read %s: %s" % (path, exc)
     if not isinstance(expected, dict) or not isinstance(expected.get("versions"), dict):
         return {}, "%s does not hold imagegen's {\"versions\": {...}, \"distributions\": {...}}" % path
+    if expected.get("format", EXPECTED_FORMAT) != EXPECTED_FORMAT:
+        return {}, "%s is format %s of imagegen's expected-versions file; this trainer reads format %d" % (
+            path, expected.get("format"), EXPECTED_FORMAT)
     return expected, None
 
 

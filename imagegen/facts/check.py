@@ -1,12 +1,12 @@
 """`imagegen facts check`: compare the matrix's typed facts with what the index says.
 
 For every torch release and CUDA build the matrix lists: the Pythons its Linux x86_64 wheels
-exist for (`manylinux*` and the PyTorch index's older bare `linux_x86_64` ones, see `wheelnames`),
+exist for (`manylinux*` and the PyTorch index's older bare `linux_x86_64` ones, see `imagegen.locking.wheelnames`),
 the cuDNN, NCCL and CUDA runtime its wheel metadata pins, its C++ ABI (PyTorch builds
 manylinux_2_28 wheels with the C++11 ABI and the older manylinux1/2014 and linux wheels without it),
 and the torch its torchvision requires. For every package release under `packages`: Requires-Python
 and the torch it requires. For flash-attn releases: the wheels on its GitHub release. For every
-image and lock: `facts_images`; for every base tag: `facts_bases`. An index that does not answer is
+image and lock: `images`; for every base tag: `bases`. An index that does not answer is
 reported once as not checked, with the source the matrix gives for what it could not confirm; nothing is guessed.
 """
 
@@ -24,8 +24,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from imagegen.core.platforms import MACHINE
-from imagegen.locking import facts_bases, facts_images, index, wheelnames
-from imagegen.locking.factcheck import Checker, Report
+from imagegen.facts import bases, images
+from imagegen.facts.checker import Checker, Report
+from imagegen.locking import index, wheelnames
 from imagegen.matrix import torch_archs
 from imagegen.matrix.components import Components
 from imagegen.matrix.model import Matrix
@@ -56,8 +57,8 @@ def check(matrix: Matrix, locks: dict[str, str] | None = None, base_registry: st
     for release in matrix.flash_attn.values():
         _check_flash_attn(checker, release)
     _check_cuda_updates(checker)
-    facts_images.check(checker, locks or {})
-    facts_bases.check(checker, base_registry)
+    images.check(checker, locks or {})
+    bases.check(checker, base_registry)
     return checker.report
 
 

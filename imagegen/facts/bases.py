@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from imagegen.engine.registry.http import ImageReference, RegistryClient, RegistryError, credentials_for
-from imagegen.locking.factcheck import Checker
+from imagegen.facts.checker import Checker
 from imagegen.matrix.model import Matrix
 from imagegen.matrix.plan import base_of
 

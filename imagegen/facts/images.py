@@ -16,8 +16,8 @@ from packaging.version import Version
 
 from imagegen.core.errors import Problem
 from imagegen.core.platforms import MACHINE
+from imagegen.facts.checker import Checker
 from imagegen.locking import index, lockfile, wheelnames
-from imagegen.locking.factcheck import Checker
 from imagegen.matrix.model import ImageEntry
 from imagegen.matrix.plan import PYPI
 

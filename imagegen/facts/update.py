@@ -23,7 +23,8 @@ from packaging.version import InvalidVersion, Version
 from imagegen.core import atomic
 from imagegen.core.errors import UserError
 from imagegen.core.platforms import MACHINE
-from imagegen.locking import facts, facts_images, index, wheelnames
+from imagegen.facts import check, images
+from imagegen.locking import index, wheelnames
 from imagegen.matrix import model, schema, torch_archs, yamlsource
 from imagegen.matrix.components import Components
 from imagegen.matrix.plan import PYPI
@@ -119,9 +120,9 @@ def torch_release(version: str, table: Components) -> dict:
         raise UserError(f"torch {version}: PyPI has no Linux x86_64 wheel of it")
     wheel = linux["linux/amd64"][-1]
     requirements = index.requirements(index.wheel_metadata(wheel))
-    pins = {canonicalize_name(r.name): facts.pinned(r) for r in requirements}
-    env = facts_images.environment(wheelnames.python_of(wheel.filename) or "3.12")
-    cuda = facts_images.cuda_of(requirements, env)
+    pins = {canonicalize_name(r.name): check.pinned(r) for r in requirements}
+    env = images.environment(wheelnames.python_of(wheel.filename) or "3.12")
+    cuda = images.cuda_of(requirements, env)
     if cuda is None:
         raise UserError(f"torch {version}: PyPI's build pins no CUDA runtime (a CPU build); the matrix lists CUDA "
                         "builds")
@@ -136,7 +137,7 @@ def torch_release(version: str, table: Components) -> dict:
         "builds": {cuda: build},
         "pypi_build": cuda,
         "python": f">={pythons[0]},<3.{int(pythons[-1].split('.')[1]) + 1}",
-        **{key: facts.family_pin(pins, family) for key, family in table.torch_families.items()},
+        **{key: check.family_pin(pins, family) for key, family in table.torch_families.items()},
         "torchvision": _torchvision_for(version),
         "cxx11_abi": wheelnames.cxx11_abi(wheel.filename),
         "cxx_standard": index.torch_cxx_standard(wheel),
@@ -145,8 +146,8 @@ def torch_release(version: str, table: Components) -> dict:
 
 def _carries_cuda(wheel: index.IndexFile, platform: str) -> bool:
     requirements = index.requirements(index.wheel_metadata(wheel))
-    env = facts_images.environment(wheelnames.python_of(wheel.filename) or "3.12", MACHINE[platform])
-    return facts_images.cuda_of(requirements, env) is not None
+    env = images.environment(wheelnames.python_of(wheel.filename) or "3.12", MACHINE[platform])
+    return images.cuda_of(requirements, env) is not None
 
 
 def _torchvision_for(version: str) -> str:
@@ -174,7 +175,7 @@ def package_release(name: str, version: str) -> dict:
     if declared:
         entry["python"] = _specifier(name, version, "Requires-Python", declared)
     wheel = next((f for f in files if f.is_wheel), None)
-    torch = facts.torch_requirement(index.requirements(index.wheel_metadata(wheel))) if wheel else None
+    torch = check.torch_requirement(index.requirements(index.wheel_metadata(wheel))) if wheel else None
     if torch:
         entry["torch"] = _specifier(name, version, "torch requirement", torch)
     return entry
