@@ -129,12 +129,14 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        data = recipe.validate(config)
+        from vlmgrpo.run.prepared import prepare
+
+        prepared = prepare(config)
         if dry_run:
             from vlmgrpo.data.datasets import decode_images
 
-            decode_images(data)
-            click.echo(data.summary())
+            decode_images(prepared.data)
+            click.echo(prepared.data.summary())
             click.echo(not_checked(config))
             return
         removed = clear_earlier_run(config)
@@ -146,7 +148,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         if needs_launch(config.run):
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
-        sys.exit(recipe.run(config, data))
+        sys.exit(recipe.run(prepared))
     except UserError as error:
         fail(error)
 
