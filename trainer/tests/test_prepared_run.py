@@ -1,12 +1,13 @@
 """A run resolves what it needs once (run/prepared.py): the checks before any weights load resolve the resume point,
 the DeepSpeed config and the reward functions, and the run uses what they resolved instead of resolving again."""
 
+import json
 import sys
 from collections import Counter
 
 import pytest
 
-from conftest import in_process, sft_args, train_args
+from conftest import TESTS, in_process, sft_args, train_args
 
 # The functions that resolve each piece, by the module that defines them.
 RESOLVERS = {"vlmgrpo.run.checkpoint": ("resolve_resume",), "vlmgrpo.run.launch": ("resolve_deepspeed",),
@@ -49,3 +50,15 @@ def test_an_sft_run_resolves_each_piece_once(tiny_text, tmp_path, monkeypatch):
     calls = count_calls(monkeypatch)
     in_process(*sft_args(tiny_text, tmp_path / "out", "--max-steps", "1", "--resume", "auto"), check=True)
     assert calls == {"resolve_resume": 1, "resolve_deepspeed": 1}
+
+
+def test_score_imports_each_custom_reward_once(tiny, tmp_path, monkeypatch):
+    calls = count_calls(monkeypatch)
+    completions = tmp_path / "c.jsonl"
+    first = json.loads(open(tiny["data"]).readline())
+    completions.write_text(json.dumps({"id": first["id"], "completion": "<answer>[1, 2, 3, 4]</answer>"}) + "\n")
+    result = in_process("score", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                        "--set", f"reward_funcs=[iou, {TESTS / 'shaping.py'}:token_sum]", "--completions", completions,
+                        check=True)
+    assert set(json.loads(result.stdout)["rewards"]) == {"iou", "token_sum"}
+    assert calls == {"check_reward_names": 1, "load_custom": 1}

@@ -218,13 +218,14 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
     """Score completions with the configured rewards, without training: one JSON line per completion,
     {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.preflight import check_model_source, load_checked_data
+    from vlmgrpo.run.preflight import check_model_source, check_rewards, load_scored_rows
     from vlmgrpo.evaluation.score import score_completions
 
     try:
         config = load_config(config_path, collect_overrides(options), RECIPES["train"])
         check_model_source(config)
-        for line in score_completions(config, load_checked_data(config), completions_path):
+        custom = check_rewards(config)  # the custom reward functions, imported once
+        for line in score_completions(config, load_scored_rows(config), completions_path, custom):
             click.echo(json.dumps(line))
     except UserError as error:
         fail(error)
