@@ -29,10 +29,6 @@ class PreparedRun:
     identity: dict[str, Any]  # whose checkpoints this run writes and may resume (checkpoint.run_identity)
     vision: bool  # the model kind: a vision-language model, else a text-only causal LM
 
-    @property
-    def recipe(self):
-        return self.config.command
-
 
 def prepare(config: TrainConfig) -> PreparedRun:
     """Every check of the config's command that needs no weights, and what they resolved."""

@@ -143,7 +143,8 @@ def write_run_config(config: TrainConfig, output: Path) -> None:
 
 def run_training(prepared: PreparedRun) -> int:
     """Train to the end or to a signal with the recipe's trainer, metrics and final save; the process exit code."""
-    config, recipe, resume = prepared.config, prepared.recipe, prepared.resume
+    config, resume = prepared.config, prepared.resume
+    recipe = config.command
     trl_config = build_trl_config(config, prepared.deepspeed)
     output = Path(trl_config.output_dir)
     if trl_config.process_index == 0:
@@ -180,7 +181,7 @@ def train_and_save(prepared: PreparedRun, trl_config, monitor) -> int:
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code
-    prepared.recipe.save(trainer, prepared.config)
+    prepared.config.command.save(trainer, prepared.config)
     leave_process_group()
     return 0
 
@@ -188,8 +189,8 @@ def train_and_save(prepared: PreparedRun, trl_config, monitor) -> int:
 def build_trainer(prepared: PreparedRun, trl_config, monitor):
     """The recipe's trainer with our callbacks: metrics, the monitor, the profiler; rank 0 says what it trains."""
     config, output = prepared.config, Path(trl_config.output_dir)
-    trainer = prepared.recipe.build_trainer(prepared, trl_config)
-    attach_metrics(trainer, output, prepared.recipe.metrics)
+    trainer = config.command.build_trainer(prepared, trl_config)
+    attach_metrics(trainer, output, config.command.metrics)
     trainer.add_callback(CheckpointRecord(prepared.identity))
     if monitor is not None:
         trainer.add_callback(MonitorCallback(monitor))
