@@ -96,12 +96,14 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        data = recipe.validate(config)
+        from vlmgrpo.run.prepared import prepare
+
+        prepared = prepare(config)
         if dry_run:
             from vlmgrpo.data.datasets import decode_images
 
-            decode_images(data)
-            click.echo(data.summary())
+            decode_images(prepared.data)
+            click.echo(prepared.data.summary())
             click.echo(not_checked(config))
             return
         removed = clear_earlier_run(config)
@@ -113,7 +115,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         if needs_launch(config.run):
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
-        sys.exit(recipe.run(config, data))
+        sys.exit(recipe.run(prepared))
     except UserError as error:
         fail(error)
 
@@ -181,13 +183,14 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
     """Score completions with the configured rewards, without training: one JSON line per completion,
     {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.preflight import check_model_source, load_checked_data
+    from vlmgrpo.run.preflight import check_model_source, check_rewards, load_scored_rows
     from vlmgrpo.evaluation.score import score_completions
 
     try:
         config = load_config(config_path, collect_overrides(options), RECIPES["train"])
         check_model_source(config)
-        for line in score_completions(config, load_checked_data(config), completions_path):
+        custom = check_rewards(config)  # the custom reward functions, imported once
+        for line in score_completions(config, load_scored_rows(config), completions_path, custom):
             click.echo(json.dumps(line))
     except UserError as error:
         fail(error)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.data.datasets import LoadedData, read_records
@@ -58,7 +58,9 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
     return found
 
 
-def score_completions(config: TrainConfig, data: LoadedData, completions_path: str) -> Iterator[dict]:
+def score_completions(config: TrainConfig, data: LoadedData, completions_path: str,
+                      custom: dict[str, Callable[..., list]]) -> Iterator[dict]:
+    """custom: the custom reward functions by name, as preflight.check_rewards resolved them."""
     from vlmgrpo.models.loading import answer_space_and_resize, load_processor
     from vlmgrpo.rewards.judge import Judge
     from vlmgrpo.rewards import build_rewards
@@ -69,7 +71,7 @@ def score_completions(config: TrainConfig, data: LoadedData, completions_path: s
     space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path, processor)
     judge = Judge.from_config(config.reward, config.where("judge_url"))
     rewards = build_rewards(config.reward.reward_funcs, space, resize, config.reward.iou_threshold, judge,
-                            getattr(processor, "tokenizer", processor))
+                            getattr(processor, "tokenizer", processor), custom)
     dataset = to_hf_dataset(samples, config.data.question_template)
     rows = [dataset[index] for _, _, index in scored]
     columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}

@@ -168,8 +168,9 @@ def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
 
 
 def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float],
-                  judge=None, tokenizer=None):
-    """judge: the llm method's (judge.Judge), for jsonl_accuracy; tokenizer: the model's, for length."""
+                  judge=None, tokenizer=None, custom: Optional[dict[str, RewardFunc]] = None):
+    """judge: the llm method's (judge.Judge), for jsonl_accuracy; tokenizer: the model's, for length; custom: the
+    custom functions check_reward_names resolved (a prepared run's), else resolved here."""
     factories = {
         IOU: lambda: make_iou_reward(answer_space, resize, threshold),
         IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),
@@ -180,5 +181,6 @@ def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFu
         REPETITION: lambda: repetition_reward,
     }
     factories.update({name: (lambda function=function: function) for name, function in ANSWER_REWARD_FUNCS.items()})
-    custom = check_reward_names(names, "config")
+    if custom is None:
+        custom = check_reward_names(names, "config")
     return [factories[name]() if name in factories else custom[name] for name in names]

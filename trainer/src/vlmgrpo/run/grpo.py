@@ -13,7 +13,7 @@ from vlmgrpo.run.recipe import Option, Recipe
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
-    from vlmgrpo.data.datasets import LoadedData
+    from vlmgrpo.run.prepared import PreparedRun
 
 log = logging.getLogger("vlmgrpo")
 
@@ -135,33 +135,36 @@ class GrpoRecipe(Recipe):
 
         return (ModelConfig, RecDataConfig, RewardConfig, RunConfig)
 
-    def validate(self, config: TrainConfig) -> LoadedData:
+    def validate(self, config: TrainConfig) -> PreparedRun:
         """Config values, paths, the model kind, batch shape, every row: all before any weights load."""
         from vlmgrpo.errors import ConfigError
         from vlmgrpo.run.launch import check_batch, check_enough_rows, world_size
         from vlmgrpo.models.loading import cuda_available, is_vision_language
-        from vlmgrpo.run.preflight import check_model_kind, check_run, load_checked_data
+        from vlmgrpo.run.prepared import PreparedRun
+        from vlmgrpo.run.preflight import check_model_kind, check_rewards, check_run, load_scored_rows
         from vlmgrpo.run.rollouts import check_vllm
 
         check_vllm(config, cuda_available)  # first: an image without vLLM cannot run this config at all
-        check_run(config)
+        resolved = check_run(config)
         check_batch(config, world_size(config.run))
-        data = load_checked_data(config)
+        rewards = check_rewards(config)
+        data = load_scored_rows(config)
         check_enough_rows(config, world_size(config.run), len(data.samples))
         if not is_vision_language(config.model.model_name_or_path):  # reads config.json, which a hub id downloads
             raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': "
                               f"{config.model.model_name_or_path} is a text-only causal LM; `train` (GRPO on grounding "
                               "data) needs a vision-language model such as Qwen2.5-VL (`vlmgrpo sft` trains both kinds)")
         check_model_kind(config, vision=True)
-        return data
+        return PreparedRun(config, data, rewards, *resolved, vision=True)
 
-    def build_trainer(self, config: TrainConfig, data: LoadedData, trl_config):
+    def build_trainer(self, prepared: PreparedRun, trl_config):
         from vlmgrpo.run.callbacks import ZeroRewardWatchdog
         from vlmgrpo.models.loading import answer_box_space, load_model, load_processor, peft_config, resize_function
         from vlmgrpo.data.rec import to_hf_dataset
         from vlmgrpo.rewards.judge import Judge
         from vlmgrpo.rewards import BOX_REWARDS, build_rewards
 
+        config, data = prepared.config, prepared.data
         processor = load_processor(config.model)
         model = load_model(config.model)
         space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
@@ -169,7 +172,8 @@ class GrpoRecipe(Recipe):
         template = config.data.question_template
         judge = Judge.from_config(config.reward, config.where("judge_url"))
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
-                                config.reward.iou_threshold, judge, getattr(processor, "tokenizer", processor))
+                                config.reward.iou_threshold, judge, getattr(processor, "tokenizer", processor),
+                                prepared.rewards)
         if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(

@@ -32,6 +32,11 @@ def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
 
 
+def restart_count() -> int:
+    """How many times torchrun has restarted the workers (--max-restarts); 0 on the first attempt."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 def world_size(run: RunConfig) -> int:
     if under_torchrun():
         return int(os.environ.get("WORLD_SIZE", "1"))

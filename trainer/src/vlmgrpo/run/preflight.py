@@ -21,10 +21,10 @@ from vlmgrpo.run.checkpoint import checkpoint_dirs, resolve_resume, run_identity
 from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.data.datasets import LoadedData, RowValidator, load_data
 from vlmgrpo.errors import ConfigError, LaunchError
-from vlmgrpo.run.launch import resolve_deepspeed, under_torchrun
+from vlmgrpo.run.launch import resolve_deepspeed, restart_count, under_torchrun
 from vlmgrpo.data.rec import validate_row
 from vlmgrpo.rewards.accuracy import DEFAULT_METHOD, LLM
-from vlmgrpo.rewards import BOX_REWARDS, JSONL_ACCURACY, check_reward_names
+from vlmgrpo.rewards import BOX_REWARDS, JSONL_ACCURACY, RewardFunc, check_reward_names
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -35,6 +35,14 @@ RUN_LOGS = ("metrics.jsonl", "completions.jsonl")
 def _offline() -> bool:
     return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in
                ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+class Resolved(NamedTuple):
+    """What check_run resolves, kept for the run (prepared.PreparedRun)."""
+
+    deepspeed: Optional[str]  # the DeepSpeed JSON's path; None without DeepSpeed
+    resume: Optional[str]  # the checkpoint to continue from; None: from step 0
+    identity: dict  # checkpoint.run_identity
 
 
 class Source(NamedTuple):
@@ -188,9 +196,9 @@ def check_output_apart(where: str, output: str, sources: dict[str, Optional[str]
                               "it is read from; choose an --output outside it")
 
 
-def check_output(config: TrainConfig) -> None:
+def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
     """The output directory is writable, apart from the model, and holds no earlier run unless told to resume it or
-    start over."""
+    start over; the checkpoint to resume from: --resume's, or after a restart the newest one (None: from step 0)."""
     output = config.trl["output_dir"]
     where = config.where("output_dir")
     check_output_apart(f"{where}: key 'output_dir'", output, {
@@ -199,19 +207,20 @@ def check_output(config: TrainConfig) -> None:
     problem = unwritable_directory(output)
     if problem:
         raise ConfigError(f"{where}: key 'output_dir': {problem}")
-    if config.run.resume:  # a --resume PATH that is no checkpoint, or another run's, fails here, before any weights
-        resolve_resume(config.run.resume, output, run_identity(config.command.name, config.model.model_name_or_path))
+    # A --resume PATH that is no checkpoint, or another run's, fails here, before any weights.
+    resume = resolve_resume(config.run.resume or ("auto" if restart_count() else None), output, identity)
     if config.run.resume and config.run.overwrite_output:
         raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output starts over and --resume "
                           f"{config.run.resume} continues: give one of them")
     if under_torchrun() or config.run.resume or config.run.overwrite_output:
-        return  # under torchrun the launching process has checked (and cleared) it already
+        return resume  # under torchrun the launching process has checked (and cleared) it already
     found = earlier_run(output)
     if found:
         shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise ConfigError(f"{where}: key 'output_dir': {output} already holds an earlier run ({shown}); continue it "
                           "with --resume auto, start over with --overwrite-output (removes its checkpoints and "
                           "logs), or choose another --output")
+    return resume
 
 
 def clear_earlier_run(config: TrainConfig) -> list[str]:
@@ -251,13 +260,25 @@ def load_rows(config: TrainConfig, validate_row: RowValidator) -> LoadedData:
 
 
 def load_checked_data(config: TrainConfig) -> LoadedData:
-    """What `score` needs too: the rewards, every data row, the validation split."""
+    """What `score` and `eval` need too: the rewards checked, every data row, the validation split."""
+    check_rewards(config)
+    return load_scored_rows(config)
+
+
+def check_rewards(config: TrainConfig) -> dict[str, RewardFunc]:
+    """Every reward name known or importable, one weight for each; the custom functions by name, imported."""
     names = config.reward.reward_funcs
-    check_reward_names(names, config.where("reward_funcs"))
+    custom = check_reward_names(names, config.where("reward_funcs"))
     weights = config.trl.get("reward_weights")
     if weights is not None and len(weights) != len(names):
         raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
                           f"{len(names)} reward_funcs {names}")
+    return custom
+
+
+def load_scored_rows(config: TrainConfig) -> LoadedData:
+    """Every row, checked for what its rewards need (a box, a method, a judge that answers)."""
+    names = config.reward.reward_funcs
     data = load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names),
                                                check_method=JSONL_ACCURACY in names))
     if JSONL_ACCURACY in names and any(row.reward_method == LLM for row in data.samples + data.validation):
@@ -299,15 +320,17 @@ def check_evaluation(config: TrainConfig) -> None:
                           "on; set val_split_ratio (e.g. 0.05) to hold some out, or eval_data")
 
 
-def check_run(config: TrainConfig) -> None:
-    """The checks `train` and `sft` share: model and adapter, output, evaluation, reporters, QLoRA, DeepSpeed."""
+def check_run(config: TrainConfig) -> Resolved:
+    """The checks `train` and `sft` share: model and adapter, output, evaluation, reporters, QLoRA, DeepSpeed; what
+    they resolved."""
     check_model_source(config)
-    check_output(config)
+    identity = run_identity(config.command.name, config.model.model_name_or_path)
+    resume = check_output(config, identity)
     check_evaluation(config)
     check_reporting(config)
     check_quantization(config)
-    if config.trl.get("deepspeed"):
-        resolve_deepspeed(config.trl["deepspeed"])  # a missing or broken JSON fails here, before any model
-        if importlib.util.find_spec("deepspeed") is None:
-            raise LaunchError(f"deepspeed {config.trl['deepspeed']} requested but the deepspeed package is not "
-                              "installed; use an image with DeepSpeed or drop --deepspeed")
+    deepspeed = resolve_deepspeed(config.trl.get("deepspeed"))  # a missing or broken JSON fails here, before any model
+    if deepspeed and importlib.util.find_spec("deepspeed") is None:
+        raise LaunchError(f"deepspeed {config.trl['deepspeed']} requested but the deepspeed package is not "
+                          "installed; use an image with DeepSpeed or drop --deepspeed")
+    return Resolved(deepspeed, resume, identity)

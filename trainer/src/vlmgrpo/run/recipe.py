@@ -1,8 +1,8 @@
 """A training command (`vlmgrpo train`, `vlmgrpo sft`) as one object: its configuration (TRL config class, sections,
 defaults), its command-line options, and the same four parts for every command:
 
-  validate(config) -> LoadedData     every check that needs no weights, returning the loaded rows;
-  build_trainer(config, data, trl)   the TRL trainer, its model and data;
+  validate(config) -> PreparedRun    every check that needs no weights, keeping what they resolved (prepared.py);
+  build_trainer(prepared, trl)       the TRL trainer, its model and data;
   save(trainer, config)              the final model: one layout for every command (below);
   metrics                            the MetricsView: what metrics.jsonl holds and the stdout line shows.
 
@@ -20,7 +20,7 @@ from vlmgrpo.run.metrics import MetricsView
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
-    from vlmgrpo.data.datasets import LoadedData
+    from vlmgrpo.run.prepared import PreparedRun
 
 # The final model of every command: full fine-tuning saves it in OUTPUT itself; LoRA saves the adapter (with the
 # processor or tokenizer) in OUTPUT/adapter and, with merge_lora, the adapter merged into its base in OUTPUT/merged.
@@ -55,10 +55,10 @@ class Recipe:
 
         return getattr(trl, self.trl_class)
 
-    def validate(self, config: TrainConfig) -> LoadedData:
+    def validate(self, config: TrainConfig) -> PreparedRun:
         raise NotImplementedError
 
-    def build_trainer(self, config: TrainConfig, data: LoadedData, trl_config):
+    def build_trainer(self, prepared: PreparedRun, trl_config):
         raise NotImplementedError
 
     def save(self, trainer, config: TrainConfig) -> None:
@@ -74,11 +74,11 @@ class Recipe:
         if config.model.merge_lora and trainer.accelerator.is_main_process:
             merge_adapter(adapter, config.model.model_name_or_path, os.path.join(output, MERGED_DIR))
 
-    def run(self, config: TrainConfig, data: LoadedData) -> int:
+    def run(self, prepared: PreparedRun) -> int:
         """Train here (one process, or one worker under torchrun); the exit code."""
         from vlmgrpo.run.runner import run_training
 
-        return run_training(config, data, self)
+        return run_training(prepared)
 
     def __repr__(self) -> str:
         return f"<recipe {self.name}: trl.{self.trl_class}>"

@@ -9,15 +9,15 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
-from vlmgrpo.run.checkpoint import checkpoint_step, latest_checkpoint, resolve_resume, run_identity
+from vlmgrpo.run.checkpoint import checkpoint_step, latest_checkpoint
 from vlmgrpo.config.load import TrainConfig, dump_config, trl_field_types
-from vlmgrpo.data.datasets import LoadedData
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.launch import resolve_deepspeed, write_stop_marker
+from vlmgrpo.run.launch import resolve_deepspeed, restart_count, write_stop_marker
 from vlmgrpo.run.metrics import MetricsView, drop_steps_after
+from vlmgrpo.run.prepared import PreparedRun
 from vlmgrpo.run.preflight import RUN_LOGS
 from vlmgrpo.run.storage import checkpoint_bytes, disk_full, is_out_of_space, warn_if_few_checkpoints_fit
 
@@ -49,7 +49,8 @@ def under_current_names(kwargs: dict[str, Any], known: Iterable[str],
     return renamed
 
 
-def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
+def resolve_trl_kwargs(config: TrainConfig, deepspeed: Optional[str]) -> dict[str, Any]:
+    """The TRL config's keyword arguments; deepspeed: the DeepSpeed JSON as prepared (PreparedRun.deepspeed)."""
     from vlmgrpo.models.loading import cuda_available
 
     defaults = {f.name: f.default for f in dataclasses.fields(config.command.trl_config_class())
@@ -59,7 +60,7 @@ def resolve_trl_kwargs(config: TrainConfig) -> dict[str, Any]:
         # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
         kwargs["eval_strategy"] = "steps"
         kwargs.setdefault("eval_steps", kwargs["save_steps"])
-    kwargs["deepspeed"] = resolve_deepspeed(kwargs.get("deepspeed"))
+    kwargs["deepspeed"] = deepspeed
     if kwargs.get("bf16") == "auto":
         import torch
 
@@ -98,10 +99,16 @@ def wandb_offline_without_key() -> None:
                 "later with `wandb sync`; set WANDB_MODE=online with a key to report live)", os.environ["WANDB_DIR"])
 
 
-def build_trl_config(config: TrainConfig):
-    """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`."""
+# build_trl_config's deepspeed when not given: resolved from the config (a config that was not prepared).
+FROM_CONFIG: Any = object()
+
+
+def build_trl_config(config: TrainConfig, deepspeed: Optional[str] = FROM_CONFIG):
+    """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`; deepspeed: the DeepSpeed JSON as prepared."""
+    if deepspeed is FROM_CONFIG:
+        deepspeed = resolve_deepspeed(config.trl.get("deepspeed"))
     try:
-        return config.command.trl_config_class()(**resolve_trl_kwargs(config))
+        return config.command.trl_config_class()(**resolve_trl_kwargs(config, deepspeed))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{config.source}: invalid {config.command.trl_class} settings: {exc}") from None
 
@@ -134,11 +141,12 @@ def write_run_config(config: TrainConfig, output: Path) -> None:
     (output / "vlmgrpo_config.yaml").write_text(dump_config(config))
 
 
-def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
+def run_training(prepared: PreparedRun) -> int:
     """Train to the end or to a signal with the recipe's trainer, metrics and final save; the process exit code."""
-    trl_config = build_trl_config(config)
+    config, resume = prepared.config, prepared.resume
+    recipe = config.command
+    trl_config = build_trl_config(config, prepared.deepspeed)
     output = Path(trl_config.output_dir)
-    resume = resume_point(config, str(output))
     if trl_config.process_index == 0:
         write_run_config(config, output)
         for name in RUN_LOGS:
@@ -146,21 +154,21 @@ def run_training(config: TrainConfig, data: LoadedData, recipe) -> int:
         log_restart(output, resume, config.run.max_restarts)
     monitor = start_monitor(config, trl_config, recipe, output)  # before the model loads: /health answers now
     try:
-        return train_and_save(config, data, recipe, trl_config, resume, monitor)
+        return train_and_save(prepared, trl_config, monitor)
     finally:
         if monitor is not None:
             monitor.stop()
 
 
-def train_and_save(config: TrainConfig, data: LoadedData, recipe, trl_config, resume, monitor) -> int:
+def train_and_save(prepared: PreparedRun, trl_config, monitor) -> int:
     output = Path(trl_config.output_dir)
-    trainer = build_trainer(config, data, recipe, trl_config, monitor)
+    trainer = build_trainer(prepared, trl_config, monitor)
     stop = GracefulStop()
     trainer.add_callback(stop)
     stop.install()
     need = checkpoint_bytes(trainer.model, str(output))
     try:
-        trainer.train(resume_from_checkpoint=resume)
+        trainer.train(resume_from_checkpoint=prepared.resume)
     except Exception as error:
         if not is_out_of_space(error, str(output), need):
             raise
@@ -173,17 +181,17 @@ def train_and_save(config: TrainConfig, data: LoadedData, recipe, trl_config, re
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code
-    recipe.save(trainer, config)
+    prepared.config.command.save(trainer, prepared.config)
     leave_process_group()
     return 0
 
 
-def build_trainer(config: TrainConfig, data: LoadedData, recipe, trl_config, monitor):
+def build_trainer(prepared: PreparedRun, trl_config, monitor):
     """The recipe's trainer with our callbacks: metrics, the monitor, the profiler; rank 0 says what it trains."""
-    output = Path(trl_config.output_dir)
-    trainer = recipe.build_trainer(config, data, trl_config)
-    attach_metrics(trainer, output, recipe.metrics)
-    trainer.add_callback(CheckpointRecord(run_identity(config.command.name, config.model.model_name_or_path)))
+    config, output = prepared.config, Path(trl_config.output_dir)
+    trainer = config.command.build_trainer(prepared, trl_config)
+    attach_metrics(trainer, output, config.command.metrics)
+    trainer.add_callback(CheckpointRecord(prepared.identity))
     if monitor is not None:
         trainer.add_callback(MonitorCallback(monitor))
     if config.run.profile_steps:
@@ -212,17 +220,6 @@ def start_monitor(config: TrainConfig, trl_config, recipe, output: Path):
     if newest is not None:
         monitor.metrics.set("checkpoint_step", checkpoint_step(newest))
     return monitor
-
-
-def restart_count() -> int:
-    """How many times torchrun has restarted the workers (--max-restarts); 0 on the first attempt."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-
-
-def resume_point(config: TrainConfig, output: str):
-    """The checkpoint to continue from: --resume's, or after a restart the newest one (None: from step 0)."""
-    return resolve_resume(config.run.resume or ("auto" if restart_count() else None), output,
-                          run_identity(config.command.name, config.model.model_name_or_path))
 
 
 def log_restart(output: Path, resume, budget: int) -> None:

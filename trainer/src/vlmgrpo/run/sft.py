@@ -16,6 +16,7 @@ from vlmgrpo.run.recipe import Recipe
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
+    from vlmgrpo.run.prepared import PreparedRun
 
 log = logging.getLogger("vlmgrpo")
 
@@ -131,25 +132,26 @@ class SftRecipe(Recipe):
 
         return (ModelConfig, DataConfig, RunConfig)
 
-    def validate(self, config: TrainConfig) -> LoadedData:
+    def validate(self, config: TrainConfig) -> PreparedRun:
         """Every check that needs no weights: the shared ones, the chat template, every row."""
         from vlmgrpo.data.chat import validate_chat_row
         from vlmgrpo.models.loading import is_vision_language, load_processing_class
+        from vlmgrpo.run.prepared import PreparedRun
         from vlmgrpo.run.preflight import check_model_kind, check_run, load_rows
 
-        check_run(config)
+        resolved = check_run(config)
         vision = is_vision_language(config.model.model_name_or_path)
         check_model_kind(config, vision)
         check_chat_template(config, load_processing_class(config.model, vision), vision)
         data = load_rows(config, validate_chat_row)
         check_images_fit(data, vision, config.model.model_name_or_path)
-        return data
+        return PreparedRun(config, data, {}, *resolved, vision=vision)
 
-    def build_trainer(self, config: TrainConfig, data: LoadedData, trl_config):
+    def build_trainer(self, prepared: PreparedRun, trl_config):
         from vlmgrpo.data.chat import to_sft_dataset
-        from vlmgrpo.models.loading import is_vision_language, load_model, load_processing_class, peft_config
+        from vlmgrpo.models.loading import load_model, load_processing_class, peft_config
 
-        vision = is_vision_language(config.model.model_name_or_path)
+        config, data, vision = prepared.config, prepared.data, prepared.vision
         processing_class = load_processing_class(config.model, vision)
         return trainer_class()(
             model=load_model(config.model, vision),
