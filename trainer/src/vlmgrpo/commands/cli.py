@@ -25,6 +25,20 @@ from vlmgrpo.models.tiny import FAMILIES
 log = logging.getLogger("vlmgrpo")
 
 
+class CurrentStderr(logging.StreamHandler):
+    """A handler that writes to sys.stderr as it is when a message comes, not as it was when the handler was made:
+    whatever swaps sys.stderr after the first command (click's test runner running commands in one process, a
+    notebook cell) still gets the log lines."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:  # logging.StreamHandler.__init__ and setStream assign it: sys.stderr stays
+        pass
+
+
 def setup_logging() -> None:
     if log.handlers:
         return
@@ -33,7 +47,7 @@ def setup_logging() -> None:
     if worker and os.environ.get("RANK", "0") != "0":
         log.setLevel(logging.ERROR)
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderr()
     handler.setFormatter(logging.Formatter("vlmgrpo: %(levelname)s: %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
