@@ -31,7 +31,7 @@ def test_recipe_defaults_follow_vlm_r1():
     assert config.trl["num_generations"] == 8 and config.trl["beta"] == 0.04
     assert config.trl["learning_rate"] == 1e-6 and config.trl["gradient_checkpointing"] is True
     assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
-    printed = yaml.safe_load(invoke("--print-config").output)
+    printed = yaml.safe_load(invoke("--print-config").stdout)
     # run_grpo_rec.sh: 2048 tokens; its trainer: per-sequence mean loss, GenerationConfig's sampling defaults.
     assert printed["max_completion_length"] == 2048 and printed["loss_type"] == "grpo"
     assert (printed["temperature"], printed["top_k"], printed["top_p"], printed["repetition_penalty"]) == (
@@ -44,7 +44,7 @@ def test_vlm_r1_spellings(tmp_path):
     path.write_text("use_peft: true\nfreeze_vision_modules: true\nreward_funcs: [accuracy, format]\n"
                     "question_template: '{Question} Answer in JSON.'\ndata_file_paths: a.jsonl:b.jsonl\n"
                     "image_folders: ra:rb\n")
-    printed = yaml.safe_load(invoke("--config", str(path), "--print-config").output)
+    printed = yaml.safe_load(invoke("--config", str(path), "--print-config").stdout)
     assert printed["use_peft"] is True and printed["freeze_vision_tower"] is True
     assert printed["reward_funcs"] == ["jsonl_accuracy", "format"]  # accuracy: per row, as VLM-R1's default
     assert printed["data"] == ["a.jsonl:b.jsonl"] and printed["image_root"] == "ra:rb"
@@ -61,7 +61,7 @@ def test_file_then_flags_then_set(tmp_path):
     result = invoke("--config", str(path), "--max-steps", "7", "--set", "warmup_steps=3", "--set", "top_p=0.9",
                     "--print-config")
     assert result.exit_code == 0, result.output
-    printed = yaml.safe_load(result.output)
+    printed = yaml.safe_load(result.stdout)
     assert printed["max_steps"] == 7 and printed["beta"] == 0.1 and printed["warmup_steps"] == 3
     assert printed["lr_scheduler_type"] == "cosine" and printed["top_p"] == 0.9
     assert set(trl_field_types(GRPO)) <= set(printed)  # every GRPOConfig field is listed and settable
@@ -268,7 +268,7 @@ def test_earlier_key_names_are_aliases_of_the_canonical_ones(command, tmp_path):
     path.write_text("use_lora: true\ntorch_dtype: bfloat16\nbnb_4bit_use_double_quant: false\n")
     config = load_config(str(path), {}, command)
     assert (config.model.use_peft, config.model.dtype, config.model.use_bnb_nested_quant) == (True, "bfloat16", False)
-    printed = yaml.safe_load(CliRunner().invoke(main, [command.name, "--config", str(path), "--print-config"]).output)
+    printed = yaml.safe_load(CliRunner().invoke(main, [command.name, "--config", str(path), "--print-config"]).stdout)
     assert printed["use_peft"] is True and printed["dtype"] == "bfloat16" and printed["use_bnb_nested_quant"] is False
     assert not {"use_lora", "torch_dtype", "bnb_4bit_use_double_quant"} & set(printed)
 

@@ -49,7 +49,7 @@ def test_score_with_lenient_and_custom_rewards_from_a_config(tiny, table_data, t
                                        f"reward_funcs=[iou_lenient, format_lenient, {tmp_path}/shaping.py:token_sum]",
                                        "--completions", str(completions)])
     assert result.exit_code == 0, result.output
-    (line,) = [json.loads(text) for text in result.output.splitlines()]
+    (line,) = [json.loads(text) for text in result.stdout.splitlines()]
     assert line["rewards"]["iou_lenient"] == pytest.approx(0.9882, abs=1e-3)  # a bare box counts when lenient
     assert line["rewards"]["format_lenient"] == 0.0 and line["rewards"]["token_sum"] > 0
 
@@ -78,5 +78,5 @@ def test_the_right_answer_for_each_tiny_row_scores_one(tiny, tmp_path):
     result = CliRunner().invoke(main, ["score", "--model", tiny["model"], "--data", tiny["data"],
                                        "--image-root", tiny["image_root"], "--completions", str(completions)])
     assert result.exit_code == 0, result.output
-    assert [json.loads(line) for line in result.output.splitlines()] == [
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
         {"id": row["id"], "rewards": {"iou": 1.0, "format": 1.0}} for row in rows]
