@@ -31,7 +31,7 @@ from pathlib import Path
 from .common import VLMGRPO, goal, run, table
 
 NORMAL, TOKENS = 50, 16
-ROUNDS = int(os.environ.get("BENCH_SERVE_ROUNDS", "3"))  # the first answers' times vary by 5x from round to round
+ROUNDS = int(os.environ.get("BENCH_SERVE_ROUNDS", "3"))  # first answers vary between rounds: RESULTS.md, section 17
 GOAL_RATIO = 3.0
 MODEL = "rec-tiny"
 HANG_UP_S, LONG_TOKENS = 1.0, 3000
