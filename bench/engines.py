@@ -29,6 +29,7 @@ from .cold_engine import fresh_engine, loopback_registry
 from .cold_start import first_step, inputs
 from .common import DOCKER, gb, goal, run, section_main, table
 from .cpu_image import build_image
+from . import pull_parts
 from .pulls import push, remove_local
 
 IMAGES = ("cpu", "debian12-cu130-torch2.14")  # the goal is the CUDA 13 wheels line's pull + first step <= 60 s
@@ -91,8 +92,10 @@ def measure_image(image: str, data: Path, work: Path) -> dict:
                 found.setdefault((engine, compression), []).append(figures)
                 print(json.dumps({"image": image, "engine": engine, "compression": compression, **figures}),
                       file=sys.stderr, flush=True)  # each pull as it ends: a later failure keeps it
+        parts = {compression: pull_parts.measure(pushed[compression], compression, registry / "storage",
+                                                 work / "unpack-scratch") for compression in pushed}
     shutil.rmtree(registry, ignore_errors=True)
-    return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": found}
+    return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": found, "parts": parts}
 
 
 def mean(values: list[float]) -> float:
@@ -153,6 +156,13 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
               [row for image in images for row in rows(image, found[image])]),
         "",
         *(verdict(image, found[image]) for image in images),
+        "",
+        "### Where a pull's time goes",
+        "",
+        pull_parts.__doc__.replace("\n", " ").strip(),
+        "",
+        table(pull_parts.HEADER, [row for image in images
+                                  for row in pull_parts.rows(image, found[image]["parts"], found[image]["pushed"])]),
     ])
 
 
