@@ -1,6 +1,7 @@
-"""Every option of `vlmgrpo train`, `sft`, `score`, `eval`, `serve` and `imagegen build`, `push`, `test` is made
-from a field of a settings dataclass: its flag and its help are the field's (the help in the field's metadata, then
-what only the command line adds). An option written by hand, with help of its own, has no such field and fails here."""
+"""Every option of every command of both CLIs, `vlmgrpo` and `imagegen`, found by walking their click groups, is made
+from a field of a settings dataclass (commands/fields.py, cli/fields.py): its flag and its help are the field's (the
+help in the field's metadata, then what only the command line adds). An option written by hand, with help of its own,
+has no field and fails here."""
 
 from __future__ import annotations
 
@@ -10,29 +11,23 @@ import click
 import pytest
 
 from imagegen.cli.main import main as imagegen
-from imagegen.cli import settings as image_settings
-from imagegen.cli.settings import BuildSettings, PushSettings, WorkspaceFlags
-from imagegen.matrix.select import Selection
+from vlmgrpo.commands import fields as trainer_fields
 from vlmgrpo.commands.cli import main as vlmgrpo, recipe_flags
-from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags
-from vlmgrpo.commands.trained import EvalInputs
+from vlmgrpo.commands.run_flags import RunFlags, TrainingFlags
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.commands.trl_help import HELP as TRL_HELP
 from vlmgrpo.config.sections import DataConfig, RunConfig, field_help
-from vlmgrpo.evaluation.settings import EvalSettings
-from vlmgrpo.serving.requests import Limits
 from vlmgrpo.serving.serve import ServeSettings
 
-SETTINGS = {
-    (vlmgrpo, "train"): (RunFlags, recipe_flags(RECIPES["train"]), TrainingFlags),
-    (vlmgrpo, "sft"): (RunFlags, recipe_flags(RECIPES["sft"]), TrainingFlags),
-    (vlmgrpo, "score"): (RunFlags, recipe_flags(RECIPES["train"]), ScoreFlags),
-    (vlmgrpo, "eval"): (EvalInputs, EvalSettings),
-    (vlmgrpo, "serve"): (ServeSettings, Limits),
-    (imagegen, "build"): (Selection, BuildSettings, WorkspaceFlags),
-    (imagegen, "push"): (Selection, PushSettings, WorkspaceFlags),
-    (imagegen, "test"): (Selection, image_settings.TestSettings, WorkspaceFlags),
-}
+
+def walk(command: click.Command, path: tuple[str, ...]):
+    """(the words that run it, the command) for a command and, for a group, every command under it."""
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from walk(sub, path + (name,))
+
+
+COMMANDS = dict(walk(vlmgrpo, ("vlmgrpo",))) | dict(walk(imagegen, ("imagegen",)))
 
 
 def expected(found: dataclasses.Field) -> tuple[str, str]:
@@ -41,35 +36,45 @@ def expected(found: dataclasses.Field) -> tuple[str, str]:
     return flag, " ".join(filter(None, (found.metadata["help"], found.metadata.get("more"))))
 
 
-def options_not_from_fields(command: click.Command, settings: tuple[type, ...]) -> list[str]:
-    """The options of `command` whose flag or help is not that of a field of `settings` with help metadata."""
-    fields = {found.name: found for each in settings for found in dataclasses.fields(each) if "help" in found.metadata}
+def options_not_from_fields(command: click.Command) -> list[str]:
+    """The options of `command` not made from a field (the fields machinery hands each its field), or whose flag or
+    help is not that field's. click's own --help and --version are click's."""
     wrong = []
     for param in command.params:
-        if not isinstance(param, click.Option) or param.name == "help":  # click's own --help
+        if not isinstance(param, click.Option) or param.name in ("help", "version"):
             continue
-        found = fields.get(param.name) or next((f for f in fields.values() if expected(f)[0] in param.opts), None)
-        if found is None or (param.opts[0], param.help) != expected(found):
+        found = getattr(param, "field", None)
+        spelled = "/".join(param.opts + param.secondary_opts)  # --example/--no-example
+        if found is None or (spelled, param.help) != expected(found):
             wrong.append(param.opts[0])
     return wrong
 
 
-@pytest.mark.parametrize("group, name", list(SETTINGS), ids=[f"{g.name}-{n}" for g, n in SETTINGS])
-def test_every_option_s_flag_and_help_are_a_field_s(group, name):
-    command = group.commands[name]
-    assert options_not_from_fields(command, SETTINGS[group, name]) == []
-    assert sum(isinstance(param, click.Option) for param in command.params) > 5
+def test_the_walk_finds_every_command_of_both_clis():
+    """Commands nested in a group (imagegen facts check) and those added from other modules (vlmgrpo lab) too."""
+    assert {("imagegen", "facts", "check"), ("imagegen", "report"), ("vlmgrpo", "lab"), ("vlmgrpo", "merge"),
+            ("vlmgrpo", "alert-rules"), ("vlmgrpo", "train")} <= set(COMMANDS)
+    options = sum(isinstance(param, click.Option) for command in COMMANDS.values() for param in command.params)
+    assert options > 150
+
+
+@pytest.mark.parametrize("path", list(COMMANDS), ids=[" ".join(path) for path in COMMANDS])
+def test_every_option_s_flag_and_help_are_a_field_s(path):
+    assert options_not_from_fields(COMMANDS[path]) == []
 
 
 def test_an_option_with_help_of_its_own_is_found():
+    dtype = ServeSettings.__dataclass_fields__["dtype"]
+
     @click.command()
     @click.option("--port", type=int, default=8000, help="Written here, not in a field.")
-    @click.option("--dtype", help=ServeSettings.__dataclass_fields__["dtype"].metadata["help"])
+    @click.option("--dtype", help=dtype.metadata["help"])  # a field's help, copied by hand
+    @trainer_fields.option(ServeSettings.__dataclass_fields__["engine"], str)
     @click.option("--own", help="No field at all.")
-    def command(port, dtype, own):
+    def command(port, dtype, engine, own):
         """A command written by hand."""
 
-    assert options_not_from_fields(command, (ServeSettings,)) == ["--port", "--own"]
+    assert options_not_from_fields(command) == ["--port", "--dtype", "--own"]
 
 
 def test_an_option_for_a_config_key_has_that_key_s_help():

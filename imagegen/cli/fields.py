@@ -1,7 +1,8 @@
 """Options made from the fields of a settings dataclass, which the command then receives whole: a field's `metadata`
 holds its option's help and what else the command line needs (flag, metavar, choices, callback, required); the
-option's type and default are the field's. One place for each option's help: tests/test_option_fields.py checks
-every option of build and push against a field."""
+option's type and default are the field's (`type` in the metadata: a click type of its own, such as a folder that
+must exist). One place for each option's help: tests/test_option_fields.py checks every option of every command
+against the field it was made from."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from typing import Any
 import click
 
 # The metadata keys handed to click.option as they are.
-PASSED = ("metavar", "callback", "required")
+PASSED = ("metavar", "callback", "required", "type")
+
+
+class FieldOption(click.Option):
+    """A click option that knows the field it was made from, so that a test can tell it from one written by hand."""
+
+    def __init__(self, *args, field: dataclasses.Field, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.field = field
 
 
 def flag(found: dataclasses.Field) -> str:
@@ -39,9 +48,11 @@ def _click_type(annotation, found: dataclasses.Field) -> dict[str, Any]:
 def field_option(found: dataclasses.Field, annotation):
     """The click option of one field: its help the field's, its default the field's (shown unless it is empty)."""
     settings = _click_type(annotation, found) | {key: found.metadata[key] for key in PASSED if key in found.metadata}
-    if found.default not in (dataclasses.MISSING, None, False, ()):
+    # By identity, as 0 == False: a default of 0 is shown.
+    if not any(found.default is empty for empty in (dataclasses.MISSING, None, False)) and found.default != ():
         settings.update(default=found.default, show_default=True)
-    return click.option(flag(found), found.name, help=found.metadata["help"], **settings)
+    return click.option(flag(found), found.name, cls=FieldOption, field=found, help=found.metadata["help"],
+                        **settings)
 
 
 def settings_options(settings: type, *names: str, into: str):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from imagegen.cli.warnings import lines as warning_lines
 from imagegen.cli.options import reports_user_errors, selection_options, workspace_options, load_selected
-from imagegen.cli.settings import base_images_option
+from imagegen.cli.fields import settings_options
+from imagegen.cli.settings import FactsCheckSettings, MatrixSettings, RenderSettings
 from imagegen.core.errors import MatrixError, UsageError, UserError
 from imagegen.matrix import plan as plan_module
 from imagegen.matrix.select import choose
@@ -43,14 +43,10 @@ def validate(workspace):
 
 @click.command()
 @selection_options
-@click.option("--format", "output_format", type=click.Choice(sorted(listing.FORMATS)), default="table",
-              show_default=True, help="github prints a strategy.matrix include list for fromJSON.")
-@click.option("--driver", metavar="VERSION", help="Instead: which images start on this NVIDIA driver (nvidia-smi's "
-              "Driver Version, e.g. 550.54.15), on datacenter GPUs and on others, and which through forward "
-              "compatibility (the cuda-compat of nvidia/cuda bases).")
+@settings_options(MatrixSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def matrix(selection, output_format, driver, workspace):
+def matrix(selection, settings: MatrixSettings, workspace):
     """List the images of the matrix with every component version and tag.
 
     An image without a current lock has no version tag yet (its tag carries the digest of its
@@ -58,33 +54,30 @@ def matrix(selection, output_format, driver, workspace):
     images the NVIDIA container toolkit starts on that driver, read from each image's
     NVIDIA_REQUIRE_CUDA as the toolkit reads it.
     """
-    if driver is not None and (driver_reports.problem(driver) or output_format != "table"):
+    driver = settings.driver
+    if driver is not None and (driver_reports.problem(driver) or settings.output_format != "table"):
         raise UsageError(driver_reports.problem(driver) or "--driver prints a table: leave out --format")
     plan = workspace.load()
     rows = listing.listed(plan, choose(plan.images, selection, plan.matrix.components))
     if driver is not None:
         click.echo(driver_reports.report(rows, driver, plan.matrix.drivers.branches))
         return
-    click.echo(listing.FORMATS[output_format](rows))
+    click.echo(listing.FORMATS[settings.output_format](rows))
 
 
 @click.command()
 @selection_options
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory for the build contexts.")
-@click.option("--base-image", "base_images", metavar="[PLATFORM=]REF", multiple=True, callback=base_images_option,
-              help="Build FROM this image instead of the matrix's base (a mirror, a digest, a locally made image); "
-              "PLATFORM=REF for one platform (repeatable).")
-@click.option("--apt-mirror", metavar="URL", help="Fetch OS packages from this mirror.")
+@settings_options(RenderSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def render(selection, out, base_images, apt_mirror, workspace):
+def render(selection, settings: RenderSettings, workspace):
     """Write one build context per image and layer: OUT/IMAGE/LAYER/Dockerfile and its files.
 
     Each image needs a current lock: its framework layer installs exactly what the lock pins.
     Rendering the same inputs twice gives byte-identical output; a failed render leaves the
     previous output untouched.
     """
-    options = RenderOptions(base_images, apt_mirror)
+    options, out = RenderOptions(settings.base_images, settings.apt_mirror), settings.out
     images = load_selected(workspace, selection, options)
     output.write(out, images)
     for image in images:
@@ -168,13 +161,10 @@ def facts_update(workspace, releases):
 
 
 @facts.command("check")
-@click.option("--strict", is_flag=True, help="Exit 1 also while any fact is not checked (an index that does not "
-              "answer): what the scheduled locks workflow runs, where every index answers.")
-@click.option("--base-registry", metavar="HOST[:PORT]", help="Ask this registry (a mirror) whether each base tag "
-              "exists, as HOST/REPOSITORY:TAG, instead of the registry the base's name points to (Docker Hub).")
+@settings_options(FactsCheckSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def facts_check(workspace, strict, base_registry):
+def facts_check(workspace, settings: FactsCheckSettings):
     """Compare every fact of the matrix with what the index says, and print each disagreement.
 
     Reads the wheel metadata of every torch release and CUDA build the matrix lists (cuDNN and
@@ -195,7 +185,7 @@ def facts_check(workspace, strict, base_registry):
     matrix = matrix_module.read(workspace.matrix)
     paths = [workspace.lock_path(image.name) for image in matrix.images]
     locks = {str(path): path.read_text(encoding="utf-8") for path in paths if path.is_file()}
-    report = facts_module.check(matrix, locks, base_registry)
+    report = facts_module.check(matrix, locks, settings.base_registry)
     for problem in report.disagreements:
         click.echo(f"error: {problem}", err=True)
     for problem in report.newer:
@@ -205,5 +195,5 @@ def facts_check(workspace, strict, base_registry):
     click.echo(f"{workspace.matrix}: {report.checked} facts checked against the indexes and registries, "
                f"{len(report.disagreements)} disagree, {len(report.not_checked)} not checked"
                f" ({len(report.unsourced)} of them without a source)"
-               + (": --strict fails while any is not checked" if strict and report.not_checked else ""))
-    sys.exit(0 if report.complete or (not strict and not report.disagreements) else 1)
+               + (": --strict fails while any is not checked" if settings.strict and report.not_checked else ""))
+    sys.exit(0 if report.complete or (not settings.strict and not report.disagreements) else 1)

@@ -1,6 +1,6 @@
-"""What the commands on images are asked, as dataclasses whose fields make their options (cli/fields.py): each
-field's metadata holds its option's help, so each help is written once; build and push share theirs through the
-field makers below. And the checks click runs on an option's value before any work."""
+"""What each command is asked, as dataclasses whose fields make its options (cli/fields.py): each field's metadata
+holds its option's help, so each help is written once; commands that ask the same share it through the field makers
+below. And the checks click runs on an option's value before any work."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from imagegen.engine.registry import COMPRESSIONS, registry_problem
 from imagegen.matrix.schema import PLATFORMS
+from imagegen.reports.listing import FORMATS
 from imagegen.workspace import MATRIX_FILE, REPOSITORY_VARIABLE
 
 
@@ -50,6 +51,11 @@ def report_field(kind: str):
     return field(default=Path(f"reports/{kind}.json"), metadata={
         "help": f"Write the {kind} results here as JSON (a new file, or an earlier {kind} report).",
         "flag": "--report", "callback": replaceable})
+
+
+def apt_mirror_field():
+    """--apt-mirror of `build` and `render`."""
+    return field(default=None, metadata={"metavar": "URL", "help": "Fetch OS packages from this mirror."})
 
 
 def force_field():
@@ -116,8 +122,7 @@ class BuildSettings:
             "Build FROM this image instead of the matrix's base: a mirror, a digest (nvidia/cuda@sha256:...) or a "
             "locally made image; PLATFORM=REF for one platform (--base-image linux/arm64=local/debian:bookworm-arm64), "
             "repeatable.")})
-    apt_mirror: str | None = field(default=None, metadata={"metavar": "URL", "help": "Fetch OS packages from this "
-                                                           "mirror."})
+    apt_mirror: str | None = apt_mirror_field()
     ca_bundle: Path | None = field(default=None, metadata={"help": (
         "PEM bundle pip and uv trust inside the build, for TLS-intercepting proxies; mounted as a secret, never in a "
         "layer. Default: the file named by SSL_CERT_FILE, REQUESTS_CA_BUNDLE or PIP_CERT.")})
@@ -173,3 +178,61 @@ class PushSettings:
     registry_user: str | None = registry_user_field()
     registry_password_stdin: bool = registry_password_stdin_field()
     report_path: Path = report_field("push")
+
+
+@dataclass(frozen=True)
+class MatrixSettings:
+    """What `imagegen matrix` is asked, beyond which images and where the workspace is."""
+    output_format: str = field(default="table", metadata={
+        "flag": "--format", "choices": sorted(FORMATS), "help": "github prints a strategy.matrix include list for "
+                                                                "fromJSON."})
+    driver: str | None = field(default=None, metadata={"metavar": "VERSION", "help": (
+        "Instead: which images start on this NVIDIA driver (nvidia-smi's Driver Version, e.g. 550.54.15), on "
+        "datacenter GPUs and on others, and which through forward compatibility (the cuda-compat of nvidia/cuda "
+        "bases).")})
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """What `imagegen render` is asked, beyond which images and where the workspace is."""
+    out: Path = field(metadata={"required": True, "help": "Directory for the build contexts."})
+    base_images: tuple[tuple[str, str], ...] = field(default=(), metadata={
+        "flag": "--base-image", "metavar": "[PLATFORM=]REF", "callback": base_images_option, "help": (
+            "Build FROM this image instead of the matrix's base (a mirror, a digest, a locally made image); "
+            "PLATFORM=REF for one platform (repeatable).")})
+    apt_mirror: str | None = apt_mirror_field()
+
+
+@dataclass(frozen=True)
+class FactsCheckSettings:
+    """What `imagegen facts check` is asked, beyond where the workspace is."""
+    strict: bool = field(default=False, metadata={"help": (
+        "Exit 1 also while any fact is not checked (an index that does not answer): what the scheduled locks workflow "
+        "runs, where every index answers.")})
+    base_registry: str | None = field(default=None, metadata={"metavar": "HOST[:PORT]", "help": (
+        "Ask this registry (a mirror) whether each base tag exists, as HOST/REPOSITORY:TAG, instead of the registry "
+        "the base's name points to (Docker Hub).")})
+
+
+@dataclass(frozen=True)
+class SbomSettings:
+    """What `imagegen sbom` is asked, beyond the image and where the workspace is."""
+    out: Path | None = field(default=None, metadata={"help": "Write it to this file instead of stdout."})
+
+
+def stage_report_field(stage: str):
+    """--build, --test and --push of `imagegen report`: where that stage's report is read."""
+    return field(default=Path(f"reports/{stage}.json"), metadata={"flag": f"--{stage}", "help": (
+        f"{stage.title()} report; missing: the {stage} cells say \"not run\".")})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSettings:
+    """What `imagegen report` is asked, beyond where the workspace is."""
+    build_report: Path = stage_report_field("build")
+    test_report: Path = stage_report_field("test")
+    push_report: Path = stage_report_field("push")
+    reports_dir: Path | None = field(default=None, metadata={
+        "flag": "--from", "type": click.Path(path_type=Path, exists=True, file_okay=False),
+        "help": "Read every build.json, test.json and push.json under this directory instead."})
+    out: Path = field(metadata={"required": True, "help": "Directory for index.md and index.html."})

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from imagegen.cli.fields import settings_options
 from imagegen.cli.options import (given, load_selected, registry_credentials, reports_user_errors, selection_options,
                                   workspace_options)
-from imagegen.cli.settings import BuildSettings, PushSettings, TestSettings
+from imagegen.cli.settings import BuildSettings, PushSettings, ReportSettings, SbomSettings, TestSettings
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
@@ -129,10 +128,10 @@ def push(selection, settings: PushSettings, workspace):
 
 @click.command("sbom")
 @click.argument("image_ref", metavar="IMAGE")
-@click.option("--out", type=click.Path(path_type=Path), help="Write it to this file instead of stdout.")
+@settings_options(SbomSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def sbom_command(image_ref, out, workspace):
+def sbom_command(image_ref, settings: SbomSettings, workspace):
     """Print the CycloneDX SBOM of a local image: every Python distribution and OS package in it.
 
     The image lists its own packages (its Python and its package manager answer); `imagegen
@@ -141,7 +140,7 @@ def sbom_command(image_ref, out, workspace):
     """
     from imagegen.stages import sbom
 
-    made = sbom.of_image(image_ref, program(workspace))
+    made, out = sbom.of_image(image_ref, program(workspace)), settings.out
     if out:
         sbom.write(out, made)
         click.echo(f"{out}: {made.python_components} Python distributions, {made.os_components} OS packages",
@@ -151,19 +150,10 @@ def sbom_command(image_ref, out, workspace):
 
 
 @click.command("report")
-@click.option("--build", "build_report", type=click.Path(path_type=Path), default=Path("reports/build.json"),
-              show_default=True, help="Build report; missing: the build cells say \"not run\".")
-@click.option("--test", "test_report", type=click.Path(path_type=Path), default=Path("reports/test.json"),
-              show_default=True, help="Test report; missing: the test cells say \"not run\".")
-@click.option("--push", "push_report", type=click.Path(path_type=Path), default=Path("reports/push.json"),
-              show_default=True, help="Push report; missing: the push cells say \"not run\".")
-@click.option("--from", "reports_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Read every build.json, test.json and push.json under this directory instead.")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Directory for index.md and index.html.")
+@settings_options(ReportSettings, into="settings")
 @workspace_options
 @reports_user_errors
-def report(build_report, test_report, push_report, reports_dir, out, workspace):
+def report(settings: ReportSettings, workspace):
     """Write OUT/index.md and OUT/index.html: a row per image, its versions, build, tests and push.
 
     Reads whichever reports exist; a stage without a report shows "not run". --from DIR
@@ -174,7 +164,9 @@ def report(build_report, test_report, push_report, reports_dir, out, workspace):
     plan = workspace.load()
     from imagegen.reports import page as report_page
 
-    found = report_page.read_reports(report_page.report_files(reports_dir, build_report, test_report, push_report))
+    found = report_page.read_reports(report_page.report_files(settings.reports_dir, settings.build_report,
+                                                              settings.test_report, settings.push_report))
+    out = settings.out
     report_page.write_pages(out, workspace.templates, workspace.matrix, plan.matrix.repository,
                             listing.listed(plan, plan.images), found, plan.matrix.components)
     click.echo(f"{out / 'index.html'}: {len(plan.images)} image x platform rows")

@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass, field
 
 import click
 
+from vlmgrpo.commands.fields import options, take, with_options
 from vlmgrpo.commands.options import fail
 from vlmgrpo.errors import UserError
 from vlmgrpo.run.alerts import AlertSettings, prometheus_rule, rules_file
 
 
-def _options(command):
-    """One option per AlertSettings field, its help and default from the field."""
-    for setting in reversed(dataclasses.fields(AlertSettings)):
-        command = click.option(f"--{setting.name.replace('_', '-')}", setting.name, type=type(setting.default),
-                               default=setting.default, show_default=True, help=setting.metadata["help"])(command)
-    return command
+@dataclass
+class RulesFormat:
+    """The form the rules are printed in (the thresholds are AlertSettings')."""
+    form: str = field(default="prometheus", metadata={
+        "flag": "--format", "choices": ["prometheus", "operator"],
+        "help": "prometheus: a rules file (rule_files:); operator: a PrometheusRule for the Prometheus Operator."})
 
 
 @click.command("alert-rules")
-@click.option("--format", "form", type=click.Choice(["prometheus", "operator"]), default="prometheus",
-              show_default=True, help="prometheus: a rules file (rule_files:); operator: a PrometheusRule for the "
-              "Prometheus Operator.")
-@_options
-def alert_rules_command(form: str, **settings) -> None:
+@with_options(options(RulesFormat), options(AlertSettings))
+def alert_rules_command(**given) -> None:
     """Print alert rules for training runs scraped by Prometheus: unhealthy, no progress, loss or reward not finite,
     rewards with zero spread, GPU memory near full, restarts, a target gone."""
     import yaml
 
+    form = RulesFormat(**take(RulesFormat, given)).form
     try:
-        chosen = AlertSettings(**settings)
+        chosen = AlertSettings(**take(AlertSettings, given))
     except UserError as error:
         fail(error)
     document = rules_file(chosen) if form == "prometheus" else prometheus_rule(chosen)

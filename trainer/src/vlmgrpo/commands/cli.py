@@ -11,16 +11,16 @@ from typing import Any, Optional
 
 import click
 
-from vlmgrpo.commands.fields import options, with_options
+from vlmgrpo.commands.fields import options, take, with_options
 from vlmgrpo.commands.options import collect_overrides, fail, trl_help
 from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags, help_all_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
+from vlmgrpo.commands.settings import MERGE_OPTIONS, MergeSettings, SelftestSettings, TinySettings
 from vlmgrpo.commands.trained import eval_command, serve_command
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import UserError
 from vlmgrpo.run.recipe import Recipe
-from vlmgrpo.models.tiny import FAMILIES
 
 log = logging.getLogger("vlmgrpo")
 
@@ -211,11 +211,8 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
 
 
 @main.command()
-@click.option("--adapter", required=True, help="The PEFT adapter directory (a LoRA run's OUTPUT/adapter).")
-@click.option("--model", help="Its base model (default: the one its adapter_config.json names).")
-@click.option("--output", required=True, help="Directory for the merged model.")
-@click.option("--overwrite-output", is_flag=True, help="Replace an existing --output.")
-def merge(adapter: str, model: Optional[str], output: str, overwrite_output: bool) -> None:
+@with_options(options(MergeSettings, *MERGE_OPTIONS))
+def merge(**given) -> None:
     """Merge a LoRA adapter into its base model and save the result (safetensors, with the processor or tokenizer)."""
     from vlmgrpo.config.load import build_config
     from vlmgrpo.errors import ConfigError
@@ -223,8 +220,11 @@ def merge(adapter: str, model: Optional[str], output: str, overwrite_output: boo
     from vlmgrpo.access import unwritable_directory
     from vlmgrpo.run.preflight import check_model_source, check_output_apart
 
+    settings = MergeSettings(**take(MergeSettings, given))
+    adapter, output = settings.adapter, settings.output
     try:
-        config = build_config({}, "command line", {"adapter_name_or_path": adapter, "model_name_or_path": model,
+        config = build_config({}, "command line", {"adapter_name_or_path": adapter,
+                                                   "model_name_or_path": settings.model,
                                                    "output_dir": output}, RECIPES["sft"])
         check_model_source(config)
         check_output_apart("--output", output, {"the base model": config.model.model_name_or_path,
@@ -232,7 +232,7 @@ def merge(adapter: str, model: Optional[str], output: str, overwrite_output: boo
         problem = unwritable_directory(output)
         if problem:
             raise ConfigError(f"--output: {problem}")
-        if os.path.exists(output) and os.listdir(output) and not overwrite_output:
+        if os.path.exists(output) and os.listdir(output) and not settings.overwrite_output:
             raise ConfigError(f"--output: {output} exists and is not empty; choose another --output, or replace it "
                               "with --overwrite-output")
         merge_adapter(adapter, config.model.model_name_or_path, output)
@@ -249,31 +249,27 @@ def info() -> None:
 
 
 @main.command()
-@click.option("--expected", type=str, default=None, help="Expected versions JSON (default $IMAGEGEN_EXPECTED, which "
-              "the image sets).")
-@click.option("--require-gpu", is_flag=True, help="GPU checks fail instead of skip when no GPU is visible.")
-@click.option("--skip-train", is_flag=True, help="Skip the tiny two-step GRPO run.")
-def selftest(expected: Optional[str], require_gpu: bool, skip_train: bool) -> None:
+@with_options(options(SelftestSettings))
+def selftest(**given) -> None:
     """In-image checks as JSON; exit 0 when nothing failed, 1 otherwise."""
     from vlmgrpo.image.selftest import run_selftest
 
+    settings = SelftestSettings(**take(SelftestSettings, given))
     check_driver()
-    report = run_selftest(expected, require_gpu=require_gpu, skip_train=skip_train)
+    report = run_selftest(settings.expected, require_gpu=settings.require_gpu, skip_train=settings.skip_train)
     click.echo(json.dumps(report, indent=2))
     sys.exit(1 if report["failed"] else 0)
 
 
 @main.command("make-tiny")
-@click.option("--out", required=True, help="Directory for model/ and data/.")
-@click.option("--rows", type=int, default=16, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--family", type=click.Choice(FAMILIES), default=FAMILIES[0], show_default=True)
-def make_tiny_command(out: str, rows: int, seed: int, family: str) -> None:
+@with_options(options(TinySettings))
+def make_tiny_command(**given) -> None:
     """A tiny random model made locally, with data: a vision-language model (Qwen2.5-VL, Qwen2-VL, InternVL) and a
     rectangle-grounding dataset, or a text-only causal LM (Qwen2, Llama) and chat rows in the SFT formats."""
     from vlmgrpo.models.tiny import make_tiny
 
-    click.echo(json.dumps(make_tiny(out, rows=rows, seed=seed, family=family)))
+    settings = TinySettings(**take(TinySettings, given))
+    click.echo(json.dumps(make_tiny(settings.out, rows=settings.rows, seed=settings.seed, family=settings.family)))
 
 
 @main.command("vllm-serve", add_help_option=False,

@@ -2,11 +2,11 @@
 from its configs: a field's `metadata` holds its help (and, where the command line needs them, its flag, its least
 value, its environment variable, its choices, its metavar and `more`: what only the command line adds). The flag's
 type and default are the field's. One place for each option's help: the field; tests/test_option_fields.py checks
-every option of train, sft, eval and serve against one.
+every option of every command against the field it was made from.
 
-Keys of `metadata`: help; flag (default: --the-name); more; min (an IntRange/FloatRange's least value); envvar;
-choices; metavar; default (the option's, where it differs from the field's: unset on the command line, settled
-later); required.
+Keys of `metadata`: help; flag (default: --the-name; --on/--off for a bool that has both); more; min (an
+IntRange/FloatRange's least value); envvar; choices; metavar; default (the option's, where it differs from the field's:
+unset on the command line, settled later); required.
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ import typing
 from typing import Any
 
 import click
+
+
+class FieldOption(click.Option):
+    """A click option that knows the field it was made from, so that a test can tell it from one written by hand."""
+
+    def __init__(self, *args, field: dataclasses.Field, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.field = field
 
 
 def help_text(found: dataclasses.Field) -> str:
@@ -62,14 +70,16 @@ def option(found: dataclasses.Field, annotation, **more: Any):
     """The click option of one field (`more`: what click alone needs, such as an eager callback)."""
     meta, default = found.metadata, _default(found)
     settings = _kind(_bare(annotation), found)
-    if default not in (None, (), False) and not meta.get("required"):
+    # Shown unless empty or off; by identity, as 0 == False and a default of 0 is shown (make-tiny --seed).
+    if not any(default is empty for empty in (None, False)) and default != () and not meta.get("required"):
         settings.update(default=default, show_default=True)
     elif settings.get("is_flag") and default is None:  # unset unless given, so the config file's value stands
         settings["default"] = None
     for key in ("envvar", "metavar", "required"):
         if key in meta:
             settings[key] = meta[key]
-    return click.option(flag(found), found.name, help=help_text(found), **settings | more)
+    return click.option(flag(found), found.name, cls=FieldOption, field=found, help=help_text(found),
+                        **settings | more)
 
 
 def option_fields(settings: type, *names: str) -> list[dataclasses.Field]:
