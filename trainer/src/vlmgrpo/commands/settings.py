@@ -36,9 +36,11 @@ class SelftestSettings:
 
 @dataclass
 class TinySettings:
-    """The tiny model and data `make-tiny` writes. --rows and --seed have had no help text of their own: an empty
-    help keeps `make-tiny --help` as it was."""
+    """The tiny model and data `make-tiny` writes."""
     out: str = field(metadata={"help": "Directory for model/ and data/.", "required": True})
-    rows: int = field(default=16, metadata={"help": ""})
-    seed: int = field(default=0, metadata={"help": ""})
-    family: str = field(default=FAMILIES[0], metadata={"help": "", "choices": FAMILIES})
+    rows: int = field(default=16, metadata={"help": "Data rows to write (one image each for a vision family)."})
+    seed: int = field(default=0, metadata={
+        "help": "Seed of the random weights and rows: the same seed writes the same model and data."})
+    family: str = field(default=FAMILIES[0], metadata={
+        "help": "Model family: a vision-language one writes REC rows with images, a text-only one chat rows.",
+        "choices": FAMILIES})
