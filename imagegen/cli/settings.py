@@ -53,6 +53,15 @@ def report_field(kind: str):
         "flag": "--report", "callback": replaceable})
 
 
+def base_images_field():
+    """--base-image of `build` and `render`."""
+    return field(default=(), metadata={
+        "flag": "--base-image", "metavar": "[PLATFORM=]REF", "callback": base_images_option, "help": (
+            "Build FROM this image instead of the matrix's base: a mirror, a digest (nvidia/cuda@sha256:...) or a "
+            "locally made image; PLATFORM=REF for one platform (--base-image linux/arm64=local/debian:bookworm-arm64), "
+            "repeatable.")})
+
+
 def apt_mirror_field():
     """--apt-mirror of `build` and `render`."""
     return field(default=None, metadata={"metavar": "URL", "help": "Fetch OS packages from this mirror."})
@@ -117,11 +126,7 @@ class TestSettings:
 @dataclass(frozen=True)
 class BuildSettings:
     """What `imagegen build` is asked, beyond which images and where the workspace is."""
-    base_images: tuple[tuple[str, str], ...] = field(default=(), metadata={
-        "flag": "--base-image", "metavar": "[PLATFORM=]REF", "callback": base_images_option, "help": (
-            "Build FROM this image instead of the matrix's base: a mirror, a digest (nvidia/cuda@sha256:...) or a "
-            "locally made image; PLATFORM=REF for one platform (--base-image linux/arm64=local/debian:bookworm-arm64), "
-            "repeatable.")})
+    base_images: tuple[tuple[str, str], ...] = base_images_field()
     apt_mirror: str | None = apt_mirror_field()
     ca_bundle: Path | None = field(default=None, metadata={"help": (
         "PEM bundle pip and uv trust inside the build, for TLS-intercepting proxies; mounted as a secret, never in a "
@@ -196,10 +201,7 @@ class MatrixSettings:
 class RenderSettings:
     """What `imagegen render` is asked, beyond which images and where the workspace is."""
     out: Path = field(metadata={"required": True, "help": "Directory for the build contexts."})
-    base_images: tuple[tuple[str, str], ...] = field(default=(), metadata={
-        "flag": "--base-image", "metavar": "[PLATFORM=]REF", "callback": base_images_option, "help": (
-            "Build FROM this image instead of the matrix's base (a mirror, a digest, a locally made image); "
-            "PLATFORM=REF for one platform (repeatable).")})
+    base_images: tuple[tuple[str, str], ...] = base_images_field()
     apt_mirror: str | None = apt_mirror_field()
 
 
