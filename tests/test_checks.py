@@ -176,6 +176,9 @@ def test_a_check_runs_only_where_what_it_needs_is_there():
     assert checks.unmet_need(needing("deepspeed", "gpu"), host_context(labels={"deepspeed": "none"},
                                                                        require_gpu=True)) == \
         ("skip", "no deepspeed in this image (its labels name no version of it)")  # not applicable beats no GPU
+    unread = host_context()
+    unread._inventory_error = "the image has no python"  # the inventory program could not run: asked once, not again
+    assert checks.unmet_need(needing("inventory"), unread) == ("skip", "no inventory (inside.inventory says why)")
 
 
 def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeypatch):

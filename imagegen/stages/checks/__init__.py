@@ -6,8 +6,8 @@ image's own checks do (vlmgrpo.checks, whose report the `selftest` check brings 
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  what it applies to: "native" (the image runs natively: under QEMU user emulation, an arm64 image
          on an x86_64 host, importing torch hangs or crashes), "matrix" (a matrix entry to compare with),
-         "gpu" (the engine gives containers GPUs), or a component key (the image's label for it names a
-         version). run_checks skips a module whose need is unmet, with the reason, without running it;
+         "gpu" (the engine gives containers GPUs), "inventory" (the inventory program ran in the image: the
+         inside.inventory check says why not), or a component key (the image's label for it names a version). run_checks skips a module whose need is unmet, with the reason, without running it;
   run(context) -> list[Check].
 """
 
@@ -23,7 +23,7 @@ from imagegen.render.locked import LockedImage
 from imagegen.stages.checks.context import Context, native_only
 from imagegen.stages.results import FAIL, SKIP, Check, TestResult
 
-NATIVE, MATRIX, GPU = "native", "matrix", "gpu"  # the needs that are not component keys
+NATIVE, MATRIX, GPU, INVENTORY = "native", "matrix", "gpu", "inventory"  # the needs that are not component keys
 # The report's sections, in order: the image's own facts (labels, USER), its commands, its inventory and what is
 # judged by it (ELF machines, versions, the tag), the engine's GPU runtime, then the image's own selftest.
 PHASES = ("image", "commands", "inventory", "inside", "gpu", "selftest")
@@ -57,7 +57,9 @@ def unmet_need(module: ModuleType, context: Context) -> tuple[str, str] | None:
             return SKIP, native_only(context.platform)
         if need == MATRIX and context.image is None:
             return SKIP, "no matrix entry given; the image's own labels are the reference"
-        if need not in (NATIVE, MATRIX, GPU) and context.component_version(need) is None:
+        if need == INVENTORY and context.inventory() is None:
+            return SKIP, "no inventory (inside.inventory says why)"
+        if need not in (NATIVE, MATRIX, GPU, INVENTORY) and context.component_version(need) is None:
             return SKIP, f"no {need} in this image (its labels name no version of it)"
     if GPU in module.NEEDS and not context.gpu:
         return (FAIL if context.require_gpu else SKIP), context.gpu_reason

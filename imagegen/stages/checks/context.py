@@ -12,7 +12,7 @@ from imagegen.render.expected import UnreadableExpected
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import LABEL_PREFIX
 from imagegen.stages import inventory
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import FAIL, PASS, Check
 
 
 @dataclass
@@ -69,11 +69,9 @@ class Context:
                                        client=self.client)
 
     def with_inventory(self, name: str, use: Callable[[dict], list[Check]]) -> list[Check]:
-        """use(the image's inventory), or a skip when it could not be read (the inside.inventory check says why), or a
-        failure when the expected file it read is not of imagegen's shape."""
+        """use(the image's inventory), read (the runner skips a check without it: NEEDS "inventory"), or a failure
+        when the expected file it read is not of imagegen's shape."""
         found = self.inventory()
-        if found is None:
-            return [Check(name, SKIP, "no inventory (inside.inventory says why)")]
         try:
             return use(found)
         except UnreadableExpected as error:

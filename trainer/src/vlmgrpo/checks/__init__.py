@@ -6,9 +6,12 @@ Each check module defines (the contract of imagegen's host checks too, imagegen/
   NAMES  tuple of the check names it reports (each is reported when it fails with an exception or a need is unmet);
          a name may stand for a family: "version" covers version.<key> (reported_outside says which names fit);
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
-  NEEDS  tuple of what it applies to: "gpu" (a visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
+  NEEDS  tuple of what it applies to: "expected" (an expected-versions file: a skip without one, with why), "gpu" (a
+         visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
          cpp_extension finds it), "train" (not --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
-         the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), or a component key
+         the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), "compiled_code" (a package of
+         the stack ships compiled files), "base_cuda" (the base image holds CUDA libraries), "cuda_torch" (torch is a
+         CUDA build), "fa4_arch" (GPU 0 is in flash-attention 4's range: asked after "gpu"), or a component key
          ("vllm", "flash_attn", "deepspeed", "jupyterlab"): an image whose expected.json names a version of it (with
          no file, what is installed).
          run_checks skips a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu),
@@ -28,12 +31,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from vlmgrpo.checks._needs import rdma_device, toolkit_nvcc
+from vlmgrpo.checks._needs import base_cuda, compiled_code, cuda_torch, fa4_arch, rdma_device, toolkit_nvcc
 from vlmgrpo.inventory import installed_version
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 NO_GPU = "no GPU visible"
-GPU, TOOLKIT, TRAIN, CUDA_ARCHS, RDMA = "gpu", "toolkit", "train", "cuda_archs", "rdma"  # not component keys
+# The needs that are not component keys.
+GPU, TOOLKIT, TRAIN, CUDA_ARCHS, RDMA, EXPECTED = "gpu", "toolkit", "train", "cuda_archs", "rdma", "expected"
+# Needs this machine answers by looking (vlmgrpo.checks._needs); ON_GPU ones look at the GPU, so are asked after "gpu".
+PROBED = {"compiled_code": compiled_code, "base_cuda": base_cuda, "cuda_torch": cuda_torch, "fa4_arch": fa4_arch}
+ON_GPU = ("fa4_arch",)
 # The report's sections, in order: what was installed, the libraries as built, the CUDA toolkit, each component's
 # own checks, the driver, work on the GPU, then the two-step training run (the slowest, last).
 PHASES = ("versions", "libraries", "toolkit", "components", "driver", "gpu", "train")
@@ -103,6 +110,8 @@ def has_component(expected: Optional[dict], key: str) -> tuple[bool, str]:
 
 def has(need: str, context: Context) -> tuple[bool, str]:
     """Whether a need other than a GPU is met here, and why not."""
+    if need == EXPECTED:
+        return context.expected is not None, context.expected_problem or "no expected-versions file"
     if need == TRAIN:
         return not context.skip_train, "--skip-train"
     if need == CUDA_ARCHS:
@@ -112,15 +121,17 @@ def has(need: str, context: Context) -> tuple[bool, str]:
         return nvcc is not None, why
     if need == RDMA:
         return rdma_device()
+    if need in PROBED:
+        return PROBED[need]()
     return has_component(context.expected, need)
 
 
 def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) -> Optional[tuple[str, str]]:
     """(status, why) when the module does not apply here: a component, the toolkit or the training run it needs is
-    absent (a skip), else no GPU is visible and it needs one (a skip, a failure with --require-gpu). None when it
-    applies."""
+    absent (a skip), else no GPU is visible and it needs one (a skip, a failure with --require-gpu), else the GPU is
+    not one it runs on (a skip). None when it applies."""
     for need in module.NEEDS:
-        if need != GPU:
+        if need != GPU and need not in ON_GPU:
             met, why = has(need, context)
             if not met:
                 return SKIP, why
@@ -128,6 +139,11 @@ def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) ->
         visible, why = gpu()
         if not visible:
             return (FAIL if context.require_gpu else SKIP), why
+    for need in module.NEEDS:
+        if need in ON_GPU:
+            met, why = has(need, context)
+            if not met:
+                return SKIP, why
     return None
 
 
