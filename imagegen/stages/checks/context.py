@@ -4,6 +4,7 @@ the engine runs it (natively, under emulation, with a GPU or not), and its inven
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Callable
 
 from imagegen.core import platforms
@@ -27,18 +28,19 @@ class Context:
     require_gpu: bool
     skip_train: bool
     inventory_program: str
+    runner: ModuleType  # stages.inventory.runner: the trainer's check runner, which runs these checks too
     _inventory: dict | None = field(default=None, repr=False)
     _inventory_error: str = ""
 
     @classmethod
     def of(cls, ref: str, image: LockedImage | None, require_gpu: bool, skip_train: bool, program: str,
-           client=None) -> "Context":
+           runner: ModuleType, client=None) -> "Context":
         client = client or containers.docker_client()
         facts = containers.image_facts(ref, client=client)
         engine = platforms.PLATFORM_OF_MACHINE.get(client.info().get("Architecture", ""), "")
         emulated = facts["platform"] != engine
         gpu, reason = (False, native_only(facts["platform"])) if emulated else containers.gpu_runtime_available(client)
-        return cls(ref, image, facts, client, emulated, gpu, reason, require_gpu, skip_train, program)
+        return cls(ref, image, facts, client, emulated, gpu, reason, require_gpu, skip_train, program, runner)
 
     @property
     def platform(self) -> str:

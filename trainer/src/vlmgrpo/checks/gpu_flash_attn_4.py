@@ -1,5 +1,6 @@
 """gpu.flash_attn_4: flash-attention 4's kernels agree with torch's SDPA on a causal bf16 attention, forward and
-backward (the gradients of q, k and v), on a GPU it runs on (the runner skips it on another: NEEDS "fa4_arch"); in an image with flash-attn-4."""
+backward (the gradients of q, k and v), on a GPU it runs on (the runner skips it on another: NEEDS "fa4_arch"); in an
+image with flash-attn-4."""
 
 from __future__ import annotations
 
