@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -287,6 +288,12 @@ def test_every_check_module_reports_only_the_names_it_declares():
     for module in checks.discovered(RUNNER):
         found = module.run(context)
         assert found and checks.reported_outside(RUNNER, module, found) == [], module.__name__
+
+
+def test_no_host_check_module_decides_for_itself_whether_it_applies():
+    """A skip is the runner's (NEEDS), never a module's own: no check module here can say "skip"."""
+    for module in checks.discovered(RUNNER):
+        assert "SKIP" not in vars(module) and '"skip"' not in Path(module.__file__).read_text(), module.__name__
 
 
 def test_a_name_a_module_does_not_declare_is_found():
