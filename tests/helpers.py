@@ -24,6 +24,15 @@ MATRIX_PATH = REPO / "matrix.yaml"  # the real one
 FIXTURE = Path(__file__).resolve().parent / "fixture"
 FIXTURE_MATRIX = FIXTURE / "matrix.yaml"
 FIXTURE_TRAINER = FIXTURE / "trainer"
+
+def check_runner():
+    """The check runner `imagegen test` runs the host's checks by: the trainer's, loaded from this checkout as the
+    CLI loads it from --trainer."""
+    from imagegen.stages import inventory
+
+    return inventory.runner(REPO / "trainer", ("src",))
+
+
 # The real matrix's jupyterlab row names the trainer's `lab` extra, which a trainer must have to plan it.
 TRAINER = plan.Trainer("0.1.0", extras={"lab": ()})
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,12 +14,13 @@ from imagegen.core import platforms
 from imagegen.stages import checks
 from imagegen.stages.checks import inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot
 
-from tests.helpers import REPO, locked_named
+from tests.helpers import REPO, check_runner, locked_named
 
 INSIDE = {"vlmgrpo": "0.1.0", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "cudnn": "9.1.0",
           "python": "3.11.9", "nccl": "2.21.5"}
 INPUTS = "sha256:3f2a9c1d4e5b" + "0" * 52
 TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b"
+RUNNER = check_runner()
 
 
 def judged(inside, expected, matches):
@@ -143,9 +145,9 @@ def test_an_alias_that_holds_torch_in_its_name_is_not_read_as_a_version_tag():
 
 
 def test_every_check_is_a_module_found_by_discovery_in_order():
-    names = [name for module in checks.discovered() for name in module.NAMES]
+    names = [name for module in checks.discovered(RUNNER) for name in module.NAMES]
     assert names[:3] == ["labels.match_matrix", "user.nonroot", "command.info"] and names[-1] == "selftest"
-    for module in checks.discovered():
+    for module in checks.discovered(RUNNER):
         assert callable(module.run) and module.PHASE in checks.PHASES and isinstance(module.NAMES, tuple)
         assert isinstance(module.NEEDS, tuple) and all(isinstance(need, str) for need in module.NEEDS)
 
@@ -155,7 +157,8 @@ def host_context(emulated=False, gpu=False, require_gpu=False, labels=None):
 
     facts = {"platform": "linux/arm64" if emulated else "linux/amd64", "labels": {
         f"io.imagegen.{label}": version for label, version in (labels or {}).items()}}
-    return Context("repo:tag", None, facts, None, emulated, gpu, "the engine has no GPU runtime", require_gpu, False, "")
+    return Context("repo:tag", None, facts, None, emulated, gpu, "the engine has no GPU runtime", require_gpu, False, "",
+                   RUNNER)
 
 
 def test_a_check_runs_only_where_what_it_needs_is_there():
@@ -176,12 +179,15 @@ def test_a_check_runs_only_where_what_it_needs_is_there():
     assert checks.unmet_need(needing("deepspeed", "gpu"), host_context(labels={"deepspeed": "none"},
                                                                        require_gpu=True)) == \
         ("skip", "no deepspeed in this image (its labels name no version of it)")  # not applicable beats no GPU
+    unread = host_context()
+    unread._inventory_error = "the image has no python"  # the inventory program could not run: asked once, not again
+    assert checks.unmet_need(needing("inventory"), unread) == ("skip", "no inventory (inside.inventory says why)")
 
 
 def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeypatch):
     never = SimpleNamespace(NAMES=("never.a", "never.b"), PHASE="image", NEEDS=("native",),
                             run=lambda context: pytest.fail("ran under emulation"))
-    monkeypatch.setattr(checks, "discovered", lambda: [never])
+    monkeypatch.setattr(checks, "discovered", lambda runner: [never])
     found = checks.run_checks(host_context(emulated=True))
     assert [(c.name, c.status) for c in found] == [("never.a", "skip"), ("never.b", "skip")]
 
@@ -195,9 +201,9 @@ def test_a_check_dropped_into_the_package_is_run(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "imagegen.stages.checks.zz_added_for_a_test", raising=False)
     try:
-        (added,) = [module for module in checks.discovered() if module.NAMES == ("added.by_test",)]
+        (added,) = [module for module in checks.discovered(RUNNER) if module.NAMES == ("added.by_test",)]
         assert [c.name for c in added.run(SimpleNamespace(ref="r"))] == ["added.by_test"]
-        assert checks.discovered()[-1] is added  # in the selftest's phase, after it by name
+        assert checks.discovered(RUNNER)[-1] is added  # in the selftest's phase, after it by name
     finally:
         sys.modules.pop("imagegen.stages.checks.zz_added_for_a_test", None)
 
@@ -278,13 +284,19 @@ def test_every_check_module_reports_only_the_names_it_declares():
     facts = {"platform": image.platform, "labels": image.labels, "tags": [f"repo:{image.plan.name}"], "user": "1000",
              "id": "sha256:0"}
     context = HostAsImage("repo:tag", image, facts, None, False, False, "the engine has no GPU runtime", False, True,
-                          program)
-    for module in checks.discovered():
+                          program, RUNNER)
+    for module in checks.discovered(RUNNER):
         found = module.run(context)
-        assert found and checks.reported_outside(module, found) == [], module.__name__
+        assert found and checks.reported_outside(RUNNER, module, found) == [], module.__name__
+
+
+def test_no_host_check_module_decides_for_itself_whether_it_applies():
+    """A skip is the runner's (NEEDS), never a module's own: no check module here can say "skip"."""
+    for module in checks.discovered(RUNNER):
+        assert "SKIP" not in vars(module) and '"skip"' not in Path(module.__file__).read_text(), module.__name__
 
 
 def test_a_name_a_module_does_not_declare_is_found():
     module = SimpleNamespace(NAMES=("inside", "user.nonroot"))
     found = [checks.Check(name, "pass", "") for name in ("inside.torch", "user.nonroot", "user.nonroot.x", "insider")]
-    assert checks.reported_outside(module, found) == ["insider"]
+    assert checks.reported_outside(RUNNER, module, found) == ["insider"]

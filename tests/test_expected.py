@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from imagegen.render import expected
 from vlmgrpo import inventory
 
-from tests.helpers import locked_images
+from tests.helpers import check_runner, locked_images
 
 
 def test_the_trainer_reads_the_format_imagegen_writes():
@@ -51,6 +51,7 @@ def test_a_file_of_another_shape_fails_the_check_that_reads_it_with_where():
 
     facts = {"platform": "linux/amd64", "labels": {"io.imagegen.torch": "2.14.1"}}
     found = {"versions": {}, "compared": {}, "expected": {"versions": {}, "labels": ["torch"]}}
-    context = Context("repo:tag", None, facts, None, False, False, "", False, False, "", _inventory=found)
+    context = Context("repo:tag", None, facts, None, False, False, "", False, False, "", check_runner(),
+                      _inventory=found)
     (check,) = inside_versions.run(context)
     assert check.status == "fail" and "labels: Input should be a valid dictionary" in check.detail

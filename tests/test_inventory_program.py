@@ -30,6 +30,21 @@ def test_the_repositorys_trainer_gives_its_own_inventory_module():
     assert program(REPO / "trainer") == (REPO / "trainer/src/vlmgrpo/inventory.py").read_text()
 
 
+def test_the_check_runner_is_loaded_from_the_trainer_source_and_holds_only_the_standard_library():
+    """The host's checks run by the trainer's runner, loaded from its file as the inventory program is read: it must
+    import nothing imagegen's environment may lack (not vlmgrpo, which imagegen does not install)."""
+    import ast
+    import sys
+
+    loaded = inventory.runner(REPO / "trainer", read_trainer(REPO / "trainer").package_folders)
+    assert loaded.__file__ == str(REPO / "trainer/src/vlmgrpo/checkrunner.py") and loaded.__name__.startswith("imagegen_")
+    tree = ast.parse((REPO / "trainer/src/vlmgrpo/checkrunner.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
 @pytest.mark.parametrize("where, named", [("src", None), (".", None), ("python", "python")])
 def test_the_module_is_found_wherever_the_trainer_keeps_its_packages(tmp_path, where, named):
     assert program(trainer_tree(tmp_path, where, named)) == PROGRAM

@@ -119,10 +119,10 @@ def test_no_import_cycle(root, package):
 
 # The trainer's subpackages in the order of its flow, lowest first: a module may import its own subpackage and the
 # ones before it. The top-level modules (errors, atomic, boxes, access, records, processes) are the leaves below them
-# all; the programs the image and imagegen call by module name (driver, environment, inventory, checks) sit with
-# `image`.
+# all; the programs the image and imagegen call by module name (driver, environment, inventory, checks, and the
+# check runner both sides run their checks by) sit with `image`.
 TRAINER_LAYERS = ("rewards", "config", "data", "models", "run", "evaluation", "serving", "image", "commands")
-IMAGE_PROGRAMS = ("driver", "environment", "inventory", "checks")
+IMAGE_PROGRAMS = ("driver", "environment", "inventory", "checks", "checkrunner")
 
 
 def trainer_layer(module: str) -> int:

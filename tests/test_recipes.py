@@ -12,7 +12,7 @@ import yaml
 
 from imagegen.workspace import Workspace
 
-from tests.helpers import FIXTURE_TRAINER, REPO, locked_matrix
+from tests.helpers import FIXTURE_TRAINER, REPO, check_runner, locked_matrix
 from tests.test_cli import imagegen, on
 from tests.test_components import add_liger
 from tests.test_real_images import holds_every_invariant
@@ -159,7 +159,7 @@ def test_recipe_add_an_in_image_check(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path / "host")])
     monkeypatch.delitem(sys.modules, "imagegen.stages.checks.recipe_host_check", raising=False)
     try:
-        (module,) = [m for m in checks.discovered() if m.NAMES == ("recipe.host_check",)]
+        (module,) = [m for m in checks.discovered(check_runner()) if m.NAMES == ("recipe.host_check",)]
         assert [c.detail for c in module.run(SimpleNamespace(ref="an-image"))] == ["checked an-image"]
     finally:
         sys.modules.pop("imagegen.stages.checks.recipe_host_check", None)

@@ -71,7 +71,7 @@ def build_run(tmp_path, compression: str) -> pipeline.Run:
     (cpu,) = [image for image in locked_images() if image.key == "cpu"]
     return pipeline.Run(images=[cpu], render_options=RenderOptions(), source_dir=tmp_path, pip=None,
                         docker_binary=None, builder=None, context_dir=tmp_path / "contexts", no_cache=False,
-                        keep_going=False, test=True, checking=pipeline.Checking(""), registry="127.0.0.1:9",
+                        keep_going=False, test=True, checking=pipeline.Checking("", None), registry="127.0.0.1:9",
                         force=False, report_path=tmp_path / "build.json", compression=compression)
 
 

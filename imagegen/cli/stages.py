@@ -26,6 +26,21 @@ def program(workspace) -> str:
     return inventory.program(workspace.trainer, read_trainer(workspace.trainer).package_folders)
 
 
+def runner(workspace):
+    """The check runner the host's checks run by, as the image's own do: the trainer's."""
+    from imagegen.stages import inventory
+    from imagegen.workspace import read_trainer
+
+    return inventory.runner(workspace.trainer, read_trainer(workspace.trainer).package_folders)
+
+
+def checking(workspace, require_gpu: bool, skip_train: bool):
+    """How images are checked: by the trainer's inventory program and its check runner."""
+    from imagegen.stages import pipeline
+
+    return pipeline.Checking(program(workspace), runner(workspace), require_gpu, skip_train)
+
+
 @click.command()
 @selection_options
 @settings_options(BuildSettings, into="settings")
@@ -68,7 +83,7 @@ def _build_run(selection, settings: BuildSettings, workspace) -> int:
                                   settings.wheelhouse),
         docker_binary=settings.docker_binary, builder=settings.builder, context_dir=settings.context_dir,
         no_cache=settings.no_cache, keep_going=settings.keep_going, test=settings.test or settings.push,
-        checking=pipeline.Checking(program(workspace), settings.require_gpu, settings.skip_train),
+        checking=checking(workspace, settings.require_gpu, settings.skip_train),
         registry=settings.registry if settings.push else None, force=settings.force,
         report_path=settings.report_path, credentials=credentials, progress=settings.progress,
         compression=settings.compression, allow_unhashed=settings.allow_unhashed)
@@ -92,9 +107,8 @@ def test_command(image_ref, selection, flags: TestSettings, workspace):
     images = [] if image_ref else load_selected(workspace, selection)
     from imagegen.stages import pipeline
 
-    checking = pipeline.Checking(program(workspace), flags.require_gpu, flags.skip_train)
-    sys.exit(pipeline.test_images(image_ref, images, checking, flags.report_path,
-                                  echo=lambda line: click.echo(line, err=True)))
+    sys.exit(pipeline.test_images(image_ref, images, checking(workspace, flags.require_gpu, flags.skip_train),
+                                  flags.report_path, echo=lambda line: click.echo(line, err=True)))
 
 
 @click.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 from imagegen.engine import containers, progress
@@ -28,6 +29,7 @@ class Checking:
     """How images are checked from the inside."""
 
     inventory_program: str  # stages.inventory.program: what the checks and the SBOM read each image with
+    runner: ModuleType | None  # stages.inventory.runner: the trainer's check runner; None where nothing is tested
     require_gpu: bool = False
     skip_train: bool = False
 
@@ -182,7 +184,8 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
 
 def _test_one(ref: str, image: LockedImage | None, checking: Checking, echo: Echo) -> TestResult:
     echo(f"testing {ref}")
-    result = checks.test_image(ref, image, checking.require_gpu, checking.skip_train, checking.inventory_program)
+    result = checks.test_image(ref, image, checking.require_gpu, checking.skip_train, checking.inventory_program,
+                               checking.runner)
     for check in result.checks:
         echo(f"  {check.status:4}  {check.name}: {check.detail}")
     return result

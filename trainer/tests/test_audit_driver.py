@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vlmgrpo import driver
-from vlmgrpo.checks import Context, abi_extensions, cuda_archs, cuda_duplicates, result, run_checks
+from vlmgrpo.checks import Context, _needs, abi_extensions, cuda_archs, cuda_duplicates, result, run_checks
 from vlmgrpo.image.selftest import run_selftest
 
 # The subprocesses run the vlmgrpo these tests import, wherever another one is installed.
@@ -36,8 +36,10 @@ def test_archs_check_names_what_torch_lacks(monkeypatch):
     assert cuda_archs.archs_check({"cuda_archs": ["8.0", "8.6", "9.0"]})[0] == "pass"
     status, detail = cuda_archs.archs_check({"cuda_archs": ["7.0", "8.0", "10.0"]})
     assert status == "fail" and detail == "torch is built for sm_80 sm_90, which does not run on 7.0, 10.0"
-    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: None)
-    assert cuda_archs.archs_check({"cuda_archs": ["8.0"]})[0] == "skip"  # a CPU-only torch
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: None)  # a CPU-only torch: the runner skips the check
+    cpu_torch = run_checks(Context(expected={"cuda_archs": ["8.0"]}), modules=[cuda_archs])
+    assert cpu_torch == [result("cuda.archs", "skip", f"torch {torch.__version__} is a CPU-only build; the CUDA "
+                                                      "architectures do not apply")]
     cpu_image = run_checks(Context(expected={"cuda_archs": []}), modules=[cuda_archs])  # the runner decides, by NEEDS
     assert cpu_image == [result("cuda.archs", "skip", "the matrix lists no CUDA architectures for this image")]
 
@@ -65,7 +67,11 @@ def test_cuda_libraries_twice_are_listed_with_their_bytes(tmp_path, monkeypatch)
     assert status == "pass"
     assert detail == "1 CUDA libraries twice, at least 2 MB duplicated: libcublas 3 MB in the base + 2 MB in a wheel"
     assert cuda_duplicates.library_bytes([str(base)]) == {"libcublas": 3_000_000}
-    assert cuda_duplicates.duplicates_check([str(tmp_path / "none")])[0] == "skip"
+    monkeypatch.setattr(_needs, "BASE_CUDA_DIRS", (str(tmp_path / "none"),))  # a base without CUDA: the runner skips
+    monkeypatch.setattr(_needs, "wheel_library_dirs", lambda: [str(wheel)])
+    assert run_checks(Context(expected=None), modules=[cuda_duplicates]) == [result(
+        "audit.cuda_duplicates", "skip", f"no CUDA library in the base image ({tmp_path / 'none'}); torch's nvidia-* "
+        "wheels hold 2 MB")]
 
 
 def test_cudnn_in_the_base_beside_torchs_wheel_fails_saying_which_base_to_use(tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ def test_skipped_with_the_reason_in_an_image_without_flash_attn_4():
 
 def test_attached_to_the_component_and_the_gpu():
     assert flash_attn_4.NEEDS == ("flash_attn_4",)
-    assert gpu_flash_attn_4.NEEDS == ("flash_attn_4", "gpu")
+    assert gpu_flash_attn_4.NEEDS == ("flash_attn_4", "gpu", "fa4_arch")
     assert (flash_attn_4.PHASE, gpu_flash_attn_4.PHASE) == ("components", "gpu")  # the import before the GPU work
 
 
@@ -54,5 +54,8 @@ def test_the_gpu_check_skips_a_gpu_outside_flash_attention_4s_range(monkeypatch)
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (7, 0))
-    status, detail = gpu_flash_attn_4.flash_attn_4_check()
-    assert status == SKIP and detail.startswith("GPU 0 is sm70; flash-attention 4 runs on sm")
+    with_fa4 = {"versions": {"flash_attn_4": "4.0.0b4"}}
+    visible = checks.unmet_need(gpu_flash_attn_4, Context(expected=with_fa4), gpu=lambda: (True, ""))
+    assert visible[0] == SKIP and visible[1].startswith("GPU 0 is sm70; flash-attention 4 runs on sm")  # the runner's
+    hidden = checks.unmet_need(gpu_flash_attn_4, Context(expected=with_fa4, require_gpu=True), gpu=lambda: (False, "x"))
+    assert hidden == (FAIL, "x")  # asked only once a GPU is visible

@@ -145,6 +145,18 @@ def test_every_check_module_reports_only_the_names_it_declares():
         assert found and checks.reported_outside(module, found) == [], module.__name__
 
 
+# The modules whose own results may say "skip": one result of a family or a key, the module itself applying (version:
+# cudnn/nccl torch cannot query without a driver; vllm.torch: a vLLM whose metadata pins no torch). Whether a module
+# applies at all is the runner's, by NEEDS.
+SKIPS_A_RESULT = ("vlmgrpo.checks.versions", "vlmgrpo.checks.vllm_runtime")
+
+
+def test_no_check_module_decides_for_itself_whether_it_applies():
+    for module in checks.discover():
+        says_skip = "SKIP" in vars(module) or '"skip"' in open(module.__file__).read()
+        assert says_skip == (module.__name__ in SKIPS_A_RESULT), module.__name__
+
+
 def test_a_name_a_module_does_not_declare_is_found():
     module = SimpleNamespace(NAMES=("custom.declared", "version"))
     found = [checks.result(name, "pass", "") for name in ("custom.declared", "version.torch", "custom.stray",

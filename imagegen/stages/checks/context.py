@@ -4,6 +4,7 @@ the engine runs it (natively, under emulation, with a GPU or not), and its inven
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Callable
 
 from imagegen.core import platforms
@@ -12,7 +13,7 @@ from imagegen.render.expected import UnreadableExpected
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import LABEL_PREFIX
 from imagegen.stages import inventory
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import FAIL, PASS, Check
 
 
 @dataclass
@@ -27,18 +28,19 @@ class Context:
     require_gpu: bool
     skip_train: bool
     inventory_program: str
+    runner: ModuleType  # stages.inventory.runner: the trainer's check runner, which runs these checks too
     _inventory: dict | None = field(default=None, repr=False)
     _inventory_error: str = ""
 
     @classmethod
     def of(cls, ref: str, image: LockedImage | None, require_gpu: bool, skip_train: bool, program: str,
-           client=None) -> "Context":
+           runner: ModuleType, client=None) -> "Context":
         client = client or containers.docker_client()
         facts = containers.image_facts(ref, client=client)
         engine = platforms.PLATFORM_OF_MACHINE.get(client.info().get("Architecture", ""), "")
         emulated = facts["platform"] != engine
         gpu, reason = (False, native_only(facts["platform"])) if emulated else containers.gpu_runtime_available(client)
-        return cls(ref, image, facts, client, emulated, gpu, reason, require_gpu, skip_train, program)
+        return cls(ref, image, facts, client, emulated, gpu, reason, require_gpu, skip_train, program, runner)
 
     @property
     def platform(self) -> str:
@@ -69,11 +71,9 @@ class Context:
                                        client=self.client)
 
     def with_inventory(self, name: str, use: Callable[[dict], list[Check]]) -> list[Check]:
-        """use(the image's inventory), or a skip when it could not be read (the inside.inventory check says why), or a
-        failure when the expected file it read is not of imagegen's shape."""
+        """use(the image's inventory), read (the runner skips a check without it: NEEDS "inventory"), or a failure
+        when the expected file it read is not of imagegen's shape."""
         found = self.inventory()
-        if found is None:
-            return [Check(name, SKIP, "no inventory (inside.inventory says why)")]
         try:
             return use(found)
         except UnreadableExpected as error:

@@ -1,14 +1,12 @@
-"""The engine can give the container GPUs (the NVIDIA runtime, CDI specs or the prestart hook): skipped with
-the reason without one, failed with --require-gpu."""
+"""The engine can give the container GPUs (the NVIDIA runtime, CDI specs or the prestart hook): the runner skips it
+with the reason without one, and fails it with --require-gpu (NEEDS "gpu")."""
 
 from imagegen.stages.checks.context import Context
-from imagegen.stages.results import FAIL, PASS, SKIP, Check
+from imagegen.stages.results import PASS, Check
 
 NAME = "gpu.runtime"
-NAMES, PHASE, NEEDS = (NAME,), "gpu", ("native",)
+NAMES, PHASE, NEEDS = (NAME,), "gpu", ("native", "gpu")
 
 
 def run(context: Context) -> list[Check]:
-    if context.gpu:
-        return [Check(NAME, PASS, context.gpu_reason)]
-    return [Check(NAME, FAIL if context.require_gpu else SKIP, context.gpu_reason)]
+    return [Check(NAME, PASS, context.gpu_reason)]

@@ -11,7 +11,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "inside.elf_machine"
-NAMES, PHASE, NEEDS = (NAME,), "inside", ()
+NAMES, PHASE, NEEDS = (NAME,), "inside", ("inventory",)
 ELF_MACHINE = {"linux/amd64": 62, "linux/arm64": 183}  # e_machine: EM_X86_64, EM_AARCH64
 TARGET_FOLDER = {"62": ("x86_64",), "183": ("aarch64", "sbsa")}  # how folders for a machine's target begin
 TARGET_NAME = {"62": ("x86_64", "amd64"), "183": ("aarch64", "arm64")}  # a word of a file name that says its machine

@@ -7,7 +7,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "inside"  # one check per label: inside.<label>
-NAMES, PHASE, NEEDS = (NAME,), "inside", ()
+NAMES, PHASE, NEEDS = (NAME,), "inside", ("inventory",)
 TRAINER_KEY = "vlmgrpo"  # the trainer's version is no component of expected.json: its label is the installed version
 
 

@@ -11,7 +11,7 @@ from imagegen.stages.checks.context import Context
 from imagegen.stages.results import FAIL, PASS, Check
 
 NAME = "tag.matches_inside"
-NAMES, PHASE, NEEDS = (NAME,), "inside", ()
+NAMES, PHASE, NEEDS = (NAME,), "inside", ("inventory",)
 # A version tag starts with the trainer's version, then -torch; an alias is an image's name, which may hold -torch
 # too (cu124-torch2.6) but starts with a letter.
 VERSION_TAG = re.compile(r"\d[\w.+]*-torch")

@@ -2,17 +2,21 @@
 discovery (pkgutil over the package, as jupyter/docker-stacks finds its test units), so adding a check is one file
 here and its test.
 
-Each check module defines (the contract of imagegen's host checks too, imagegen/stages/checks):
+Each check module defines (the contract of imagegen's host checks too, imagegen/stages/checks; both run by the one
+runner, vlmgrpo.checkrunner):
   NAMES  tuple of the check names it reports (each is reported when it fails with an exception or a need is unmet);
          a name may stand for a family: "version" covers version.<key> (reported_outside says which names fit);
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
-  NEEDS  tuple of what it applies to: "gpu" (a visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's
-         cpp_extension finds it), "train" (not --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
-         the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), or a component key
+  NEEDS  tuple of what it applies to: "expected" (an expected-versions file: a skip without one, with why), "gpu" (a
+         visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's cpp_extension finds it), "train" (not
+         --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
+         the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), "compiled_code" (a package of
+         the stack ships compiled files), "base_cuda" (the base image holds CUDA libraries), "cuda_torch" (torch is a
+         CUDA build), "fa4_arch" (GPU 0 is in flash-attention 4's range: asked after "gpu"), or a component key
          ("vllm", "flash_attn", "deepspeed", "jupyterlab"): an image whose expected.json names a version of it (with
          no file, what is installed).
-         run_checks skips a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu),
-         so that rule lives here only and a check never asks whether it applies;
+         run_checks skips a module whose need is unmet without calling it (a missing GPU fails it with --require-gpu):
+         this side judges each need (judge_of), the runner applies them, and a check never asks whether it applies;
   run(context) -> list of result(name, status, detail) dicts, the fields of imagegen's Check.
 
 Modules whose names start with "_" are not checks. Every optional library may be missing: a check says so in its
@@ -22,18 +26,20 @@ result instead of crashing, and an exception in one check fails its names withou
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from vlmgrpo.checks._needs import rdma_device, toolkit_nvcc
+from vlmgrpo import checkrunner
+from vlmgrpo.checkrunner import FAIL, GPU, PASS, SKIP
+from vlmgrpo.checks._needs import base_cuda, compiled_code, cuda_torch, fa4_arch, rdma_device, toolkit_nvcc
 from vlmgrpo.inventory import installed_version
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
 NO_GPU = "no GPU visible"
-GPU, TOOLKIT, TRAIN, CUDA_ARCHS, RDMA = "gpu", "toolkit", "train", "cuda_archs", "rdma"  # not component keys
+TOOLKIT, TRAIN, CUDA_ARCHS, RDMA, EXPECTED = "toolkit", "train", "cuda_archs", "rdma", "expected"  # nor GPU: not keys
+# Needs this machine answers by looking (vlmgrpo.checks._needs); ON_GPU ones look at the GPU, so are asked after "gpu".
+PROBED = {"compiled_code": compiled_code, "base_cuda": base_cuda, "cuda_torch": cuda_torch, "fa4_arch": fa4_arch}
+ON_GPU = ("fa4_arch",)
 # The report's sections, in order: what was installed, the libraries as built, the CUDA toolkit, each component's
 # own checks, the driver, work on the GPU, then the two-step training run (the slowest, last).
 PHASES = ("versions", "libraries", "toolkit", "components", "driver", "gpu", "train")
@@ -60,22 +66,17 @@ def expected_version(expected: Optional[dict], key: str) -> Any:
 
 def place(module) -> tuple[int, str]:
     """Where a module's checks go: its phase, then its name."""
-    if getattr(module, "PHASE", None) not in PHASES:
-        raise ValueError(f"{module.__name__}: PHASE is {getattr(module, 'PHASE', None)!r}, not one of {PHASES}")
-    return PHASES.index(module.PHASE), module.__name__
+    return checkrunner.place(module, PHASES)
 
 
 def discover() -> list:
     """Every check module of the package, phase by phase."""
-    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
-               if not info.name.startswith("_")]
-    return sorted(modules, key=place)
+    return checkrunner.discover(__name__, __path__, PHASES)
 
 
 def reported_outside(module, results: list[dict[str, str]]) -> list[str]:
     """The names a module reported that its NAMES do not declare (a name, or a family's name then a dot)."""
-    return [r["name"] for r in results
-            if not any(r["name"] == name or r["name"].startswith(name + ".") for name in module.NAMES)]
+    return checkrunner.reported_outside(module, [r["name"] for r in results])
 
 
 def gpu_visible() -> tuple[bool, str]:
@@ -103,6 +104,8 @@ def has_component(expected: Optional[dict], key: str) -> tuple[bool, str]:
 
 def has(need: str, context: Context) -> tuple[bool, str]:
     """Whether a need other than a GPU is met here, and why not."""
+    if need == EXPECTED:
+        return context.expected is not None, context.expected_problem or "no expected-versions file"
     if need == TRAIN:
         return not context.skip_train, "--skip-train"
     if need == CUDA_ARCHS:
@@ -112,36 +115,34 @@ def has(need: str, context: Context) -> tuple[bool, str]:
         return nvcc is not None, why
     if need == RDMA:
         return rdma_device()
+    if need in PROBED:
+        return PROBED[need]()
     return has_component(context.expected, need)
+
+
+def judge_of(context: Context, gpu: Callable[[], tuple[bool, str]]) -> Callable[[str], Optional[tuple[str, str]]]:
+    """How this side judges one need: None when met, else (status, why): a missing GPU is a skip, a failure with
+    --require-gpu; any other unmet need a skip."""
+    def judge(need: str) -> Optional[tuple[str, str]]:
+        if need == GPU:
+            visible, why = gpu()
+            return None if visible else ((FAIL if context.require_gpu else SKIP), why)
+        met, why = has(need, context)
+        return None if met else (SKIP, why)
+
+    return judge
 
 
 def unmet_need(module, context: Context, gpu: Callable[[], tuple[bool, str]]) -> Optional[tuple[str, str]]:
     """(status, why) when the module does not apply here: a component, the toolkit or the training run it needs is
-    absent (a skip), else no GPU is visible and it needs one (a skip, a failure with --require-gpu). None when it
-    applies."""
-    for need in module.NEEDS:
-        if need != GPU:
-            met, why = has(need, context)
-            if not met:
-                return SKIP, why
-    if GPU in module.NEEDS:
-        visible, why = gpu()
-        if not visible:
-            return (FAIL if context.require_gpu else SKIP), why
-    return None
+    absent (a skip), else no GPU is visible and it needs one (a skip, a failure with --require-gpu), else the GPU is
+    not one it runs on (a skip). None when it applies."""
+    return checkrunner.unmet_need(module.NEEDS, judge_of(context, gpu), ON_GPU)
 
 
 def run_checks(context: Context, modules: Optional[list] = None) -> list[dict[str, str]]:
-    """The results of the check modules (every one discovered, or those given), each applied by its needs."""
-    results: list[dict[str, str]] = []
+    """The results of the check modules (every one discovered, or those given), each applied by its needs; an
+    exception in one (one broken library) fails its names without hiding the other checks."""
     gpu = functools.lru_cache(maxsize=1)(gpu_visible)  # asked once, and only when a check needs a GPU
-    for module in discover() if modules is None else modules:
-        unmet = unmet_need(module, context, gpu)
-        if unmet:
-            results += [result(name, *unmet) for name in module.NAMES]
-            continue
-        try:
-            results += module.run(context)
-        except Exception as exc:  # one broken library must not hide the other checks
-            results += [result(name, FAIL, f"{type(exc).__name__}: {exc}"[:1000]) for name in module.NAMES]
-    return results
+    return checkrunner.run_checks(discover() if modules is None else modules, context, judge_of(context, gpu), result,
+                                  Exception, lambda exc: f"{type(exc).__name__}: {exc}"[:1000], ON_GPU)

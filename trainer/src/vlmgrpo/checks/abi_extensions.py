@@ -1,5 +1,6 @@
 """abi.extensions: every compiled file of the stack's own packages (flash-attn's CUDA module, DeepSpeed's prebuilt
-ops, torchvision's ops) loads directly, not through its package, and an undefined symbol is named. Needs no GPU."""
+ops, torchvision's ops) loads directly, not through its package, and an undefined symbol is named; where none of those
+packages ships compiled files the runner skips it (NEEDS "compiled_code"). Needs no GPU."""
 
 from __future__ import annotations
 
@@ -8,28 +9,15 @@ import importlib.machinery
 import importlib.util
 import os
 import re
-from importlib import metadata
 from typing import Iterable, Optional
 
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.checks._needs import EXTENSION_DISTRIBUTIONS, shared_objects
 
 NAMES = ("abi.extensions",)
 PHASE = "libraries"
-NEEDS = ()
-EXTENSION_DISTRIBUTIONS = ("torchvision", "flash-attn", "deepspeed")
+NEEDS = ("compiled_code",)
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
-
-
-def shared_objects(distributions: Iterable[str]) -> list[str]:
-    """Every .so file the named distributions installed (those installed; absent ones are skipped)."""
-    found = []
-    for name in distributions:
-        try:
-            files = metadata.distribution(name).files or []
-        except metadata.PackageNotFoundError:
-            continue
-        found += sorted(str(f.locate()) for f in files if re.search(r"\.so(\.\d+)*$", f.name))
-    return found
 
 
 def load_extension(path: str) -> Optional[str]:
@@ -64,9 +52,7 @@ def extensions_check(distributions: Iterable[str] = EXTENSION_DISTRIBUTIONS) -> 
         import torch  # noqa: F401  -- extensions resolve torch's symbols from the libraries it loads
     except ImportError as error:
         return FAIL, f"torch not importable: {error}"
-    paths = shared_objects(distributions)
-    if not paths:
-        return SKIP, f"none of {', '.join(distributions)} ships compiled code here"
+    paths = shared_objects(distributions)  # some: the runner checked the "compiled_code" need
     failures = [f"{_short(path)}: {why}" for path in paths for why in [load_extension(path)] if why]
     if failures:
         return FAIL, "; ".join(failures)[:2000]

@@ -1,13 +1,13 @@
 """cuda.archs: torch was built for the GPUs the image is for (its expected file's cuda_archs; a CPU image, which lists
-none, is skipped by the runner: NEEDS "cuda_archs"). Needs no GPU."""
+none, is skipped by the runner: NEEDS "cuda_archs"; so is a CPU-only torch: "cuda_torch"). Needs no GPU."""
 
 from __future__ import annotations
 
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, result
+from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("cuda.archs",)
 PHASE = "libraries"
-NEEDS = ("cuda_archs",)
+NEEDS = ("cuda_archs", "cuda_torch")
 
 
 def covers(arch_flags: list[str], arch: str) -> bool:
@@ -37,9 +37,7 @@ def archs_check(expected: dict) -> tuple[str, str]:
         flags = torch._C._cuda_getArchFlags()  # what torch was compiled for; needs no GPU, unlike get_arch_list()
     except (ImportError, AttributeError) as error:
         return FAIL, f"torch cannot say which architectures it was built for: {error}"
-    if not flags:
-        return SKIP, f"torch {torch.__version__} is a CPU-only build; the CUDA architectures do not apply"
-    built = flags.split()
+    built = flags.split()  # some: the runner checked the "cuda_torch" need
     missing = [arch for arch in wanted if not covers(built, arch)]
     if missing:
         return FAIL, f"torch is built for {' '.join(built)}, which does not run on {', '.join(missing)}"
