@@ -27,6 +27,33 @@ def test_our_keys_do_not_shadow_trl_config_fields(command):
     assert not set(KEY_ALIASES) & (set(section_field_types(command)) | set(trl_field_types(command)))
 
 
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_the_recipe_config_is_trls_class_with_other_defaults_only(command):
+    """config/trl_configs.py: each field the recipe's class overrides keeps TRL's type (the YAML is checked against
+    it) and help (--print-config prints it); the class adds no field of its own."""
+    import dataclasses
+    import inspect
+    import typing
+
+    import trl
+
+    ours = command.trl_config_class()
+    base = getattr(trl, command.trl_class)
+    assert issubclass(ours, base) and ours is not base
+    assert [f.name for f in dataclasses.fields(ours)] == [f.name for f in dataclasses.fields(base)]
+    hints, base_hints = typing.get_type_hints(ours), typing.get_type_hints(base)
+    for name in inspect.get_annotations(ours):
+        assert hints[name] == base_hints[name], name
+        assert ours.__dataclass_fields__[name].metadata == base.__dataclass_fields__[name].metadata, name
+
+
+def test_the_loaded_config_holds_the_recipe_config_object():
+    config = load_config(None, {"beta": 0.07}, GRPO)
+    assert type(config.trl).__name__ == "VLMR1GRPOConfig"
+    assert (config.trl.beta, config.trl.num_generations, config.trl.epsilon_high) == (0.07, 8, None)
+    assert config.is_set("beta") and not config.is_set("num_generations")
+
+
 def test_recipe_defaults_follow_vlm_r1():
     config = load_config(None, {}, GRPO)
     assert config.trl.num_generations == 8 and config.trl.beta == 0.04

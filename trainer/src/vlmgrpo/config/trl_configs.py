@@ -1,7 +1,7 @@
 """The TRL config of each command: TRL's own class (GRPOConfig for `train`, SFTConfig for `sft`) as a dataclass subclass
 whose field defaults are the recipe's; every other field, type and help is TRL's.
 
-A field overridden here keeps TRL's type and help (tests/test_trl_configs.py holds them equal): the YAML's values are
+A field overridden here keeps TRL's type and help (test_config.py holds them equal): the YAML's values are
 checked against TRL's types, and `--print-config` prints TRL's help. bf16 and report_to default to "auto", which the
 runner resolves for the machine before TRL sees the value (runner.resolved_trl_values).
 
