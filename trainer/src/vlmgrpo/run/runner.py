@@ -33,8 +33,8 @@ RENAMED_TRL_KEYS = {
 
 
 def under_current_names(trl) -> dict[str, Any]:
-    """The values TRL config TRL needs under the new names (each new name its old one's value, the old one None):
-    TRL's SFTConfig defaults gradient_checkpointing to True, which transformers 5 warns about at every start."""
+    """The changes that move TRL config TRL's old names to the new ones (the new name takes the old one's value, the
+    old one None): TRL's SFTConfig defaults gradient_checkpointing to True, which transformers 5 warns about."""
     fields = {f.name for f in dataclasses.fields(trl)}
     changes = {}
     for old, new in RENAMED_TRL_KEYS.items():
