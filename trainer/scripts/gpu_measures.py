@@ -94,17 +94,16 @@ def timed_trainer_class(device: str):
 
 def grpo_config(settings: RunSettings, output: Path, use_vllm: bool):
     """VLM-R1's recipe (vlmgrpo's defaults), cut to a few short steps with no checkpoints or reports."""
-    from trl import GRPOConfig
-    from vlmgrpo.run.grpo import RECIPE_DEFAULTS
+    from vlmgrpo.config.trl_configs import VLMR1GRPOConfig
 
-    kwargs = {key: value for key, value in RECIPE_DEFAULTS.items() if value != "auto"}  # auto: resolved below
-    kwargs.update(output_dir=str(output), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
+    # Its "auto" defaults (bf16, report_to) are given here.
+    kwargs = dict(output_dir=str(output), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
                   gradient_accumulation_steps=1, num_generations=settings.num_generations,
                   max_completion_length=settings.completion_length, save_strategy="no", report_to="none",
                   disable_tqdm=True, bf16=settings.device == "cuda", use_cpu=settings.device == "cpu")
     if use_vllm:
         kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=settings.vllm_memory)
-    return GRPOConfig(**kwargs)
+    return VLMR1GRPOConfig(**kwargs)
 
 
 def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: bool):

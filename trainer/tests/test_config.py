@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 import yaml
@@ -26,10 +27,37 @@ def test_our_keys_do_not_shadow_trl_config_fields(command):
     assert not set(KEY_ALIASES) & (set(section_field_types(command)) | set(trl_field_types(command)))
 
 
+@pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
+def test_the_recipe_config_is_trls_class_with_other_defaults_only(command):
+    """config/trl_configs.py: each field the recipe's class overrides keeps TRL's type (the YAML is checked against
+    it) and help (--print-config prints it); the class adds no field of its own."""
+    import dataclasses
+    import inspect
+    import typing
+
+    import trl
+
+    ours = command.trl_config_class()
+    base = getattr(trl, command.trl_class)
+    assert issubclass(ours, base) and ours is not base
+    assert [f.name for f in dataclasses.fields(ours)] == [f.name for f in dataclasses.fields(base)]
+    hints, base_hints = typing.get_type_hints(ours), typing.get_type_hints(base)
+    for name in inspect.get_annotations(ours):
+        assert hints[name] == base_hints[name], name
+        assert ours.__dataclass_fields__[name].metadata == base.__dataclass_fields__[name].metadata, name
+
+
+def test_the_loaded_config_holds_the_recipe_config_object():
+    config = load_config(None, {"beta": 0.07}, GRPO)
+    assert type(config.trl).__name__ == "VLMR1GRPOConfig"
+    assert (config.trl.beta, config.trl.num_generations, config.trl.epsilon_high) == (0.07, 8, None)
+    assert config.is_set("beta") and not config.is_set("num_generations")
+
+
 def test_recipe_defaults_follow_vlm_r1():
     config = load_config(None, {}, GRPO)
-    assert config.trl["num_generations"] == 8 and config.trl["beta"] == 0.04
-    assert config.trl["learning_rate"] == 1e-6 and config.trl["gradient_checkpointing"] is True
+    assert config.trl.num_generations == 8 and config.trl.beta == 0.04
+    assert config.trl.learning_rate == 1e-6 and config.trl.gradient_checkpointing is True
     assert config.model.attn_implementation == "auto"  # flash_attention_2 on sm80+ with flash_attn
     printed = yaml.safe_load(invoke("--print-config").stdout)
     # run_grpo_rec.sh: 2048 tokens; its trainer: per-sequence mean loss, GenerationConfig's sampling defaults.
@@ -197,8 +225,8 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     check_reporting(config)
     check_evaluation(config)
     check_batch(config, 8)
-    assert config.trl["report_to"] == "tensorboard" and config.trl["max_completion_length"] == 2048
-    assert config.trl["loss_type"] == "grpo" and config.trl["top_k"] == 50
+    assert config.trl.report_to == "tensorboard" and config.trl.max_completion_length == 2048
+    assert config.trl.loss_type == "grpo" and config.trl.top_k == 50
 
 
 @pytest.mark.parametrize("command", [GRPO, SFT], ids=["train", "sft"])
@@ -237,13 +265,24 @@ def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path,
 
 
 def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
+    import dataclasses
+
     from vlmgrpo.run.runner import under_current_names
 
-    old_fields, new_fields = {"gradient_checkpointing"}, {"gradient_checkpointing", "activation_checkpointing"}
-    assert under_current_names({"gradient_checkpointing": True}, old_fields) == {"gradient_checkpointing": True}
-    assert under_current_names({"gradient_checkpointing": True}, new_fields) == {"activation_checkpointing": True}
-    both = {"gradient_checkpointing": True, "activation_checkpointing": False}
-    assert under_current_names(both, new_fields) == both
+    @dataclasses.dataclass
+    class Transformers4Arguments:  # the old names only
+        gradient_checkpointing: Optional[bool] = True
+        gradient_checkpointing_kwargs: Optional[dict] = None
+
+    @dataclasses.dataclass
+    class Transformers5Arguments(Transformers4Arguments):
+        activation_checkpointing: Optional[bool] = None
+        activation_checkpointing_kwargs: Optional[dict] = None
+
+    assert under_current_names(Transformers4Arguments()) == {}
+    assert under_current_names(Transformers5Arguments()) == {"activation_checkpointing": True,
+                                                            "gradient_checkpointing": None}
+    assert under_current_names(Transformers5Arguments(activation_checkpointing=False)) == {}
 
 
 def test_the_model_section_is_trls_model_config_with_vlmgrpos_defaults():
@@ -328,7 +367,7 @@ def test_value_types(key, value, accepted):
 def test_a_yaml_exponent_without_a_dot_is_a_float(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("learning_rate: 1e-6\n")
-    assert load_config(str(path), {}, GRPO).trl["learning_rate"] == 1e-6
+    assert load_config(str(path), {}, GRPO).trl.learning_rate == 1e-6
 
 
 def test_a_run_that_would_train_zero_steps_is_refused_before_any_weights_load(tiny, tmp_path):

@@ -305,6 +305,21 @@ def test_rec_tiny_example_trains_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
+def test_trl_fields_set_in_the_yaml_reach_the_trainer_trl_trained_with(tiny, tmp_path):
+    """The file's TRL fields (two the recipe sets a default for, one vlmgrpo never names) are in the arguments TRL
+    trained with: Trainer.save_model writes them, the object itself, to OUTPUT/training_args.bin."""
+    import yaml
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"logging_steps": 3, "beta": 0.07, "epsilon_high": 0.28}))
+    output = tmp_path / "out"
+    in_process(*train_args(tiny, output, "--config", path, "--max-steps", "1"), check=True)
+    args = torch.load(output / "training_args.bin", weights_only=False)
+    assert (args.logging_steps, args.beta, args.epsilon_high) == (3, 0.07, 0.28)
+    assert type(args).__name__ == "VLMR1GRPOConfig" and args.num_generations == 4  # a flag's, over the recipe's 8
+
+
+@pytest.mark.slow
 def test_report_to_wandb_offline_keeps_the_run_and_its_metrics_beside_the_output(tiny, tmp_path):
     output = tmp_path / "out"
     vlmgrpo(*train_args(tiny, output, "--max-steps", "2", "--save-steps", "100", "--set", "report_to=wandb"),

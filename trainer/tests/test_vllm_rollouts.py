@@ -60,6 +60,8 @@ def test_a_real_process_says_both_lines_without_a_traceback(tiny, tmp_path, fake
 
 
 def test_trls_vllm_keys_reach_grpo_config_unchanged(tiny, tmp_path):
+    from trl import GRPOConfig
+
     from vlmgrpo.config.load import build_config
     from vlmgrpo.run.grpo import GRPO
     from vlmgrpo.run.runner import build_trl_config
@@ -67,7 +69,7 @@ def test_trls_vllm_keys_reach_grpo_config_unchanged(tiny, tmp_path):
     config = build_config({"output_dir": str(tmp_path / "out"), **VLLM_KEYS}, "run.yaml", {}, GRPO)
     assert config.where("vllm_mode") == "run.yaml"
     grpo_config = build_trl_config(config)
-    assert type(grpo_config).__name__ == "GRPOConfig"
+    assert isinstance(grpo_config, GRPOConfig)  # the recipe's subclass (config/trl_configs.py)
     assert {key: getattr(grpo_config, key) for key in VLLM_KEYS} == VLLM_KEYS
 
 
@@ -124,7 +126,7 @@ def test_the_vllm_server_example_is_the_3b_recipe_on_seven_training_gpus(tmp_pat
                       + (REPO / "examples" / "launch" / "vllm-server.yaml").read_text())
     config = load_config(str(recipe), {"nproc_per_node": 7}, GRPO)
     check_batch(config, 7)
-    assert (config.trl["use_vllm"], config.trl["vllm_mode"], config.trl["vllm_server_port"]) == (True, "server", 8000)
+    assert (config.trl.use_vllm, config.trl.vllm_mode, config.trl.vllm_server_port) == (True, "server", 8000)
     script = (REPO / "examples" / "launch" / "vllm-server.sh").read_text()
     assert "--nproc-per-node 7" in script and "CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7" in script
     assert "CUDA_VISIBLE_DEVICES=0" in script and 'vllm-serve --model "$MODEL"' in script

@@ -122,7 +122,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
             return
         removed = clear_earlier_run(config)
         if removed:
-            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.trl["output_dir"])
+            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.trl.output_dir)
         hint = check_shm(config.run)
         if hint:
             log.warning(hint)
@@ -141,7 +141,7 @@ def not_checked(config) -> str:
                "arithmetic checked for that world size; its GPUs, NCCL and the rendezvous are not"]
     for key, what in (("bf16", "bf16 on the GPUs"), ("deepspeed", "DeepSpeed's engine (the file was read)"),
                       ("use_vllm", "vLLM on the GPUs")):
-        if config.trl.get(key) not in (None, False, "auto"):
+        if getattr(config.trl, key, None) not in (None, False, "auto"):  # sft has no use_vllm
             devices.append(what)
     if config.model.attn_implementation not in ("auto", "sdpa", "eager"):
         devices.append(f"attention {config.model.attn_implementation} on the GPUs")

@@ -65,7 +65,7 @@ def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
         if dry_run:
             click.echo(data.summary())
             return
-        tokens = settings.max_new_tokens or config.trl.get("max_completion_length") or EvalSettings.max_new_tokens
+        tokens = settings.max_new_tokens or config.trl.max_completion_length or EvalSettings.max_new_tokens
         summary = evaluate(config, data, dataclasses.replace(settings, max_new_tokens=tokens))
         shown = {key: summary[key] for key in ("accuracy", "correct", "total", "no_box") if key in summary}
         click.echo(json.dumps(shown | {"per_file": {path: found["accuracy"]

@@ -1,10 +1,10 @@
-"""Run configuration: the command's sections (sections.py) plus every field of its TRL config, from YAML and
-command-line overrides.
+"""Run configuration: the command's sections (sections.py) plus every field of its TRL config (trl_configs.py), from
+YAML and command-line overrides.
 
 The YAML file is flat: any field of the command's sections (ModelConfig, DataConfig or RecDataConfig, RewardConfig,
 RunConfig) or of its TRL config (GRPOConfig for `train`, SFTConfig for `sft`) is a top-level key. Unknown keys and
 badly typed values are reported with the file and key before anything heavy runs. The command (a Recipe: its name,
-TRL config class, sections and defaults) is passed in by its caller.
+TRL config class with the recipe's defaults, its sections) is passed in by its caller.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ class TrainConfig:
     data: DataConfig  # RecDataConfig for `train`
     reward: Optional[RewardConfig]  # `train` only
     run: RunConfig
-    trl: dict[str, Any]  # keyword arguments of the command's TRL config (GRPOConfig, SFTConfig)
+    # The command's TRL config (config/trl_configs.py: GRPOConfig's, SFTConfig's subclass) with the configuration's
+    # values; its __post_init__ runs when the worker finishes it (trl_configs.with_values, runner.build_trl_config).
+    trl: Any
     command: Any  # the Recipe (grpo.GRPO, sft.SFT) whose configuration this is
     source: str = "<defaults>"
     origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
@@ -70,12 +72,23 @@ class TrainConfig:
     def where(self, key: str) -> str:
         return self.origins.get(key, self.source)
 
+    def is_set(self, key: str) -> bool:
+        """Whether the file, the environment or the command line set KEY (else it has its default)."""
+        return key in self.origins
+
     def flat(self) -> dict[str, Any]:
+        """The sections' values, then the TRL config's that the recipe's class or the configuration sets, in the order
+        the recipe declares them and then as they were set (--print-config's order)."""
+        from vlmgrpo.config.trl_configs import own_defaults
+
         values = {}
         for section in (self.model, self.data, self.reward, self.run):
             if section is not None:
                 values.update(dataclasses.asdict(section))
-        values.update(self.trl)
+        trl_keys = {f.name for f in dataclasses.fields(self.trl) if f.init}
+        for key in (*own_defaults(type(self.trl)), *self.origins):
+            if key in trl_keys and key not in values:
+                values[key] = getattr(self.trl, key)
         return values
 
 
@@ -155,11 +168,11 @@ def _canonical(origin: str, key: str, value, seen: dict[str, str]):
 
 
 def _sort_values(command, layers) -> tuple[dict[type, dict[str, Any]], dict[str, Any], dict[str, str]]:
-    """(section -> its keys' values, the TRL config's keyword arguments, key -> origin), every value checked."""
+    """(section -> its keys' values, the TRL config's values that were set, key -> origin), every value checked."""
     ours, trl_types = section_field_types(command), trl_field_types(command)
     owner = {f.name: section for section in command.sections for f in dataclasses.fields(section)}
     sections: dict[type, dict[str, Any]] = {section: {} for section in command.sections}
-    trl, origins = dict(command.defaults), {}
+    trl, origins = {}, {}
     for origin, values in layers:
         seen: dict[str, str] = {}
         for key, value in values.items():
@@ -195,6 +208,8 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
     environment = [(f"environment variable {where}", {key: value})
                    for key, (value, where) in (launch.values.items() if launch else ())]
     layers = ((source, file_values), *environment, ("command line", overrides))
+    from vlmgrpo.config.trl_configs import with_values
+
     sections, trl, origins = _sort_values(command, layers)
     built = _build_sections(sections, origins, source)
     config = TrainConfig(
@@ -202,7 +217,7 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
         data=next(value for section, value in built.items() if issubclass(section, DataConfig)),
         reward=built.get(RewardConfig),
         run=built[RunConfig],
-        trl=trl,
+        trl=with_values(command.trl_config_class(), trl),
         command=command,
         source=source,
         origins=origins,
@@ -275,11 +290,9 @@ def resolve_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]
 def effective_values(config: TrainConfig) -> dict[str, Any]:
     """Every key the run uses, including all fields of the TRL config at their effective values."""
     values = config.flat()
-    for f in dataclasses.fields(config.command.trl_config_class()):
-        if not f.init or f.name in values:
-            continue
-        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if value is not dataclasses.MISSING:
+    for f in dataclasses.fields(config.trl):
+        if f.init and f.name not in values and hasattr(config.trl, f.name):  # TRL gives every field a default
+            value = getattr(config.trl, f.name)
             values[f.name] = value.value if isinstance(value, enum.Enum) else value
     return values
 

@@ -1,6 +1,6 @@
 """`vlmgrpo eval`: REC accuracy of a model (base, adapter or merged) on data rows, or of given completions.
 
-The rows pass the same checks as training before any weight loads; generation is batched and greedy by default,
+The rows pass the same checks as training before any weight loads; generation is batched and greedy,
 with the recipe's prompt template. Writes OUTPUT/eval.json and OUTPUT/predictions.jsonl, each through a temporary
 file renamed into place.
 """
@@ -22,6 +22,10 @@ from vlmgrpo.evaluation.settings import EvalSettings
 from vlmgrpo.config.template import fill_template
 
 log = logging.getLogger("vlmgrpo")
+
+# Greedy: the config eval loads is `train`'s, and GRPOConfig has no do_sample field for a file to set (its
+# temperature and top_p are the training rollouts').
+DO_SAMPLE = False
 
 
 def first_rows(samples: list[Sample], per_file: Optional[int]) -> list[Sample]:
@@ -53,7 +57,7 @@ def _prompt_text(processor, sample: Sample, template: str, vision: bool) -> str:
 
 def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings, processor,
              vision: bool) -> Iterator[str]:
-    """One completion per sample, in order: batches left-padded, greedy unless the config sets do_sample."""
+    """One completion per sample, in order: batches left-padded, greedy (DO_SAMPLE)."""
     import torch
 
     from vlmgrpo.models.loading import load_model
@@ -61,9 +65,7 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings,
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     model = load_model(dataclasses.replace(config.model, use_peft=False), vision).eval()
-    sampling = {"do_sample": bool(config.trl.get("do_sample", False))}
-    if sampling["do_sample"]:
-        sampling.update(temperature=config.trl.get("temperature", 1.0), top_p=config.trl.get("top_p", 1.0))
+    sampling = {"do_sample": DO_SAMPLE}
     for start in range(0, len(samples), settings.batch_size):
         batch = samples[start:start + settings.batch_size]
         texts = [_prompt_text(processor, s, config.data.question_template, vision) for s in batch]
@@ -97,7 +99,7 @@ def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> d
                  "question_template": config.data.question_template}
     if not settings.completions:
         described.update(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
-                         do_sample=bool(config.trl.get("do_sample", False)))
+                         do_sample=DO_SAMPLE)
     if JSONL_ACCURACY in config.reward.reward_funcs:  # VLM-R1's other tasks: each row by its accuracy method
         predictions = judge_tasks(samples, texts, Judge.from_config(config.reward, config.where("judge_url")))
         summary = summarise_tasks(predictions, described)

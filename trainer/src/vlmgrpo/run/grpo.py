@@ -6,7 +6,7 @@ import functools
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from vlmgrpo.run.metrics import MetricsView
 from vlmgrpo.run.recipe import Option, Recipe
@@ -16,34 +16,6 @@ if TYPE_CHECKING:
     from vlmgrpo.run.prepared import PreparedRun
 
 log = logging.getLogger("vlmgrpo")
-
-# VLM-R1's REC recipe (run_grpo_rec.sh), applied on top of TRL's GRPOConfig defaults.
-RECIPE_DEFAULTS: dict[str, Any] = {
-    "output_dir": "output",
-    "num_generations": 8,
-    "beta": 0.04,
-    "learning_rate": 1e-6,
-    "per_device_train_batch_size": 8,
-    "gradient_accumulation_steps": 2,
-    "max_completion_length": 2048,
-    # VLM-R1 averages each completion's token losses, then over the batch: TRL's "grpo" (TRL defaults to "dapo").
-    "loss_type": "grpo",
-    # VLM-R1 generates with GenerationConfig(do_sample=True, temperature=1) and transformers' defaults for the
-    # rest, so top-k 50 (TRL's default top_k 0 turns top-k off).
-    "temperature": 1.0,
-    "top_k": 50,
-    "top_p": 1.0,
-    "repetition_penalty": 1.0,
-    "num_train_epochs": 2,
-    "gradient_checkpointing": True,
-    "logging_steps": 1,
-    "save_steps": 100,
-    "save_only_model": False,  # resume needs the optimizer and scheduler state
-    "seed": 42,
-    "data_seed": 42,
-    "report_to": "auto",  # tensorboard when installed, else none (resolved in runner.resolve_trl_kwargs)
-    "bf16": "auto",  # true on a bf16-capable GPU
-}
 
 GRPO_METRICS = MetricsView(
     keys={
@@ -122,7 +94,7 @@ class GrpoRecipe(Recipe):
     name = "train"
     summary = "Train with GRPO. Exit codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint."
     trl_class = "GRPOConfig"
-    defaults = RECIPE_DEFAULTS
+    trl_config = "VLMR1GRPOConfig"
     metrics = GRPO_METRICS
     options = (Option("--num-generations", int), Option("--max-completion-length", int),
                Option("--use-vllm", bool, "Images named -vllm<X.Y> have vLLM."),

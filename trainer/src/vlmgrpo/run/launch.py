@@ -163,13 +163,13 @@ def resolve_deepspeed(value: Any) -> Any:
 def generation_batch(config: TrainConfig, processes: int) -> tuple[int, int, str]:
     """(completions per generation batch, num_generations, how the batch is made) as TRL's GRPOConfig sizes it."""
     grpo = config.trl
-    per_device = grpo.get("per_device_train_batch_size", 8)
-    accumulation = grpo.get("gradient_accumulation_steps", 1)
-    steps_per_generation = grpo.get("steps_per_generation") or accumulation
+    per_device = grpo.per_device_train_batch_size
+    accumulation = grpo.gradient_accumulation_steps
+    steps_per_generation = grpo.steps_per_generation or accumulation
     made = (f"per-device batch {per_device} x {processes} processes x {steps_per_generation} steps per generation"
-            if not grpo.get("generation_batch_size") else "generation_batch_size")
-    return (grpo.get("generation_batch_size") or per_device * processes * steps_per_generation,
-            grpo.get("num_generations", 8), made)
+            if not grpo.generation_batch_size else "generation_batch_size")
+    return (grpo.generation_batch_size or per_device * processes * steps_per_generation,
+            grpo.num_generations, made)
 
 
 def check_batch(config: TrainConfig, processes: int) -> None:
@@ -181,10 +181,11 @@ def check_batch(config: TrainConfig, processes: int) -> None:
             f"global batch {completions} ({made}) is not divisible by num_generations {generations}; "
             f"change --batch-size, --num-generations or gradient_accumulation_steps"
         )
-    if not config.data.val_split_ratio or grpo.get("eval_strategy", "steps") == "no":
+    # Held-out rows are evaluated unless eval_strategy says no (runner.resolved_trl_values).
+    if not config.data.val_split_ratio or (config.is_set("eval_strategy") and grpo.eval_strategy == "no"):
         return
-    eval_batch = grpo.get("per_device_eval_batch_size", 8) * processes
-    eval_generations = grpo.get("num_generations_eval") or generations
+    eval_batch = grpo.per_device_eval_batch_size * processes
+    eval_generations = grpo.num_generations_eval or generations
     if eval_batch % eval_generations:
         raise LaunchError(
             f"evaluation batch {eval_batch} (per_device_eval_batch_size x {processes} processes) is not divisible "

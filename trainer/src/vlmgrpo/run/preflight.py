@@ -162,7 +162,7 @@ def check_reporting(config: TrainConfig) -> None:
         get_available_reporting_integrations,
     )
 
-    value = config.trl.get("report_to")
+    value = config.trl.report_to
     names = [value] if isinstance(value, str) else list(value or [])
     available = get_available_reporting_integrations()
     for name in names:
@@ -199,7 +199,7 @@ def check_output_apart(where: str, output: str, sources: dict[str, Optional[str]
 def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
     """The output directory is writable, apart from the model, and holds no earlier run unless told to resume it or
     start over; the checkpoint to resume from: --resume's, or after a restart the newest one (None: from step 0)."""
-    output = config.trl["output_dir"]
+    output = config.trl.output_dir
     where = config.where("output_dir")
     check_output_apart(f"{where}: key 'output_dir'", output, {
         "the model (model_name_or_path)": config.model.model_name_or_path,
@@ -225,7 +225,7 @@ def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
 
 def clear_earlier_run(config: TrainConfig) -> list[str]:
     """--overwrite-output: remove the earlier run's checkpoints and logs (once, by the launching process)."""
-    output = config.trl["output_dir"]
+    output = config.trl.output_dir
     if not config.run.overwrite_output or under_torchrun() or config.run.node_rank != 0:
         return []
     removed = []
@@ -251,7 +251,7 @@ def load_rows(config: TrainConfig, validate_row: RowValidator) -> LoadedData:
     if config.data.eval_data and config.data.val_split_ratio:
         raise ConfigError(f"{config.where('eval_data')}: key 'eval_data': give evaluation rows either as eval_data or "
                           "by val_split_ratio, not both")
-    seed = config.trl.get("data_seed") or config.trl.get("seed", 42)
+    seed = config.trl.data_seed or config.trl.seed
     data = load_data(config.data.data, config.data.image_root, getattr(config.data, "box_space", ABSOLUTE),
                      seed=seed, validate=validate_row, eval_entries=config.data.eval_data,
                      reward_method=getattr(config.data, "reward_method", None))
@@ -269,7 +269,7 @@ def check_rewards(config: TrainConfig) -> dict[str, RewardFunc]:
     """Every reward name known or importable, one weight for each; the custom functions by name, imported."""
     names = config.reward.reward_funcs
     custom = check_reward_names(names, config.where("reward_funcs"))
-    weights = config.trl.get("reward_weights")
+    weights = config.trl.reward_weights
     if weights is not None and len(weights) != len(names):
         raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
                           f"{len(names)} reward_funcs {names}")
@@ -314,7 +314,7 @@ def check_judge(config: TrainConfig) -> None:
 
 
 def check_evaluation(config: TrainConfig) -> None:
-    strategy = config.trl.get("eval_strategy", "no")
+    strategy = config.trl.eval_strategy
     if strategy != "no" and not (config.data.val_split_ratio or config.data.eval_data):
         raise ConfigError(f"{config.where('eval_strategy')}: key 'eval_strategy': {strategy} needs rows to evaluate "
                           "on; set val_split_ratio (e.g. 0.05) to hold some out, or eval_data")
@@ -329,8 +329,8 @@ def check_run(config: TrainConfig) -> Resolved:
     check_evaluation(config)
     check_reporting(config)
     check_quantization(config)
-    deepspeed = resolve_deepspeed(config.trl.get("deepspeed"))  # a missing or broken JSON fails here, before any model
+    deepspeed = resolve_deepspeed(config.trl.deepspeed)  # a missing or broken JSON fails here, before any model
     if deepspeed and importlib.util.find_spec("deepspeed") is None:
-        raise LaunchError(f"deepspeed {config.trl['deepspeed']} requested but the deepspeed package is not "
+        raise LaunchError(f"deepspeed {config.trl.deepspeed} requested but the deepspeed package is not "
                           "installed; use an image with DeepSpeed or drop --deepspeed")
     return Resolved(deepspeed, resume, identity)

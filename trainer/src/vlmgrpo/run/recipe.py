@@ -1,5 +1,5 @@
-"""A training command (`vlmgrpo train`, `vlmgrpo sft`) as one object: its configuration (TRL config class, sections,
-defaults), its command-line options, and the same four parts for every command:
+"""A training command (`vlmgrpo train`, `vlmgrpo sft`) as one object: its configuration (its TRL config class, with
+the recipe's defaults, and its sections), its command-line options, and the same four parts for every command:
 
   validate(config) -> PreparedRun    every check that needs no weights, keeping what they resolved (prepared.py);
   build_trainer(prepared, trl)       the TRL trainer, its model and data;
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vlmgrpo.run.metrics import MetricsView
 
@@ -40,8 +40,8 @@ class Option:
 class Recipe:
     name: str  # the command
     summary: str  # its --help text
-    trl_class: str  # the name of its config class in trl
-    defaults: dict[str, Any]  # its TRL config's defaults, over TRL's own
+    trl_class: str  # the name of the config class in trl it subclasses, as messages name it
+    trl_config: str  # the subclass with the recipe's defaults over TRL's, in config/trl_configs.py
     metrics: MetricsView
     options: tuple[Option, ...] = ()
 
@@ -51,9 +51,10 @@ class Recipe:
         raise NotImplementedError
 
     def trl_config_class(self):
-        import trl
+        """Imported when asked for: config/trl_configs.py imports trl."""
+        from vlmgrpo.config import trl_configs
 
-        return getattr(trl, self.trl_class)
+        return getattr(trl_configs, self.trl_config)
 
     def validate(self, config: TrainConfig) -> PreparedRun:
         raise NotImplementedError

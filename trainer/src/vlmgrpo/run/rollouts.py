@@ -34,9 +34,9 @@ def check_vllm(config, gpu_available) -> None:
     """use_vllm: a mode TRL knows, vLLM importable, a CUDA GPU visible; one line each. gpu_available() is asked only
     when vLLM is installed (it imports torch)."""
     trl = config.trl
-    if not trl.get("use_vllm"):
+    if not trl.use_vllm:
         return
-    mode = trl.get("vllm_mode", "colocate")
+    mode = trl.vllm_mode
     if mode not in MODES:
         raise ConfigError(f"{config.where('vllm_mode')}: key 'vllm_mode': {mode!r} is not one of: {', '.join(MODES)}")
     where = f"{config.where('use_vllm')}: key 'use_vllm'"

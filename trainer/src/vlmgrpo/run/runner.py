@@ -9,11 +9,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
 from vlmgrpo.run.checkpoint import checkpoint_step, latest_checkpoint
-from vlmgrpo.config.load import TrainConfig, dump_config, trl_field_types
+from vlmgrpo.config.load import TrainConfig, dump_config
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.run.launch import resolve_deepspeed, restart_count, write_stop_marker
 from vlmgrpo.run.metrics import MetricsView, drop_steps_after
@@ -23,63 +23,59 @@ from vlmgrpo.run.storage import checkpoint_bytes, disk_full, is_out_of_space, wa
 
 log = logging.getLogger("vlmgrpo")
 
-# Old names the recipe, VLM-R1's scripts and users' configs say, and the names transformers 5 gives them:
-# passed under the new name where the installed TrainingArguments has it, so transformers 5 prints no
-# deprecation warning at every start, and 4.x, which knows only the old name, still gets it.
+# Old names the recipe, VLM-R1's scripts and users' configs say, and the names transformers 5 gives them: the new
+# name takes the old one's value where the installed TrainingArguments has it and the new one is unset, so
+# transformers 5 prints no deprecation warning at every start, and 4.x, which knows only the old name, still gets it.
 RENAMED_TRL_KEYS = {
     "gradient_checkpointing": "activation_checkpointing",
     "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
 }
 
 
-def under_current_names(kwargs: dict[str, Any], known: Iterable[str],
-                        defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """kwargs with each old name under its new one where KNOWN (the TRL config's fields) has the new one. An old name
-    that neither sets goes there with its value in DEFAULTS (the config class's own): TRL's SFTConfig defaults
-    gradient_checkpointing to True, which transformers 5 warns about at every start."""
-    known, defaults = set(known), defaults or {}
-    renamed = dict(kwargs)
+def under_current_names(trl) -> dict[str, Any]:
+    """The changes that move TRL config TRL's old names to the new ones (the new name takes the old one's value, the
+    old one None): TRL's SFTConfig defaults gradient_checkpointing to True, which transformers 5 warns about."""
+    fields = {f.name for f in dataclasses.fields(trl)}
+    changes = {}
     for old, new in RENAMED_TRL_KEYS.items():
-        if new not in known or new in renamed:
-            continue
-        if old in renamed:
-            renamed[new] = renamed.pop(old)
-        elif defaults.get(old) is not None:
-            renamed[new] = defaults[old]
-    return renamed
+        if new in fields and getattr(trl, new) is None and getattr(trl, old) is not None:
+            changes.update({new: getattr(trl, old), old: None})
+    return changes
 
 
-def resolve_trl_kwargs(config: TrainConfig, deepspeed: Optional[str]) -> dict[str, Any]:
-    """The TRL config's keyword arguments; deepspeed: the DeepSpeed JSON as prepared (PreparedRun.deepspeed)."""
+def resolved_trl_values(config: TrainConfig, deepspeed: Optional[str]) -> dict[str, Any]:
+    """What the worker resolves in the TRL config before TRL sees it: the DeepSpeed JSON as prepared
+    (PreparedRun.deepspeed), bf16 and report_to "auto" for this machine, evaluation when rows are held out, the CPU."""
     from vlmgrpo.models.loading import cuda_available
 
-    defaults = {f.name: f.default for f in dataclasses.fields(config.command.trl_config_class())
-                if f.default is not dataclasses.MISSING}
-    kwargs = under_current_names(config.trl, trl_field_types(config.command), defaults)
-    if (config.data.val_split_ratio or config.data.eval_data) and "eval_strategy" not in kwargs:
+    trl = config.trl
+    changes = under_current_names(trl)
+    if (config.data.val_split_ratio or config.data.eval_data) and not config.is_set("eval_strategy"):
         # Held-out rows are evaluated at every checkpoint unless eval_strategy / eval_steps say otherwise.
-        kwargs["eval_strategy"] = "steps"
-        kwargs.setdefault("eval_steps", kwargs["save_steps"])
-    kwargs["deepspeed"] = deepspeed
-    if kwargs.get("bf16") == "auto":
+        changes["eval_strategy"] = "steps"
+        if not config.is_set("eval_steps"):
+            changes["eval_steps"] = trl.save_steps
+    changes["deepspeed"] = deepspeed
+    if trl.bf16 == "auto":
         import torch
 
-        kwargs["bf16"] = cuda_available() and torch.cuda.is_bf16_supported()
-    if kwargs.get("report_to") == "auto":
-        kwargs["report_to"] = ["tensorboard"] if importlib.util.find_spec("tensorboard") else "none"
-    reporters = kwargs.get("report_to")
+        changes["bf16"] = cuda_available() and torch.cuda.is_bf16_supported()
+    if trl.report_to == "auto":
+        changes["report_to"] = ["tensorboard"] if importlib.util.find_spec("tensorboard") else "none"
+    reporters = changes.get("report_to", trl.report_to)
     if "wandb" in ([reporters] if isinstance(reporters, str) else reporters or []):
         # wandb writes its run under the working directory, which an image's arbitrary uid often cannot write:
         # beside the run instead, unless WANDB_DIR says where (WANDB_MODE=offline keeps it there to `wandb sync`).
-        os.environ.setdefault("WANDB_DIR", str(kwargs["output_dir"]))
+        os.environ.setdefault("WANDB_DIR", str(trl.output_dir))
         wandb_offline_without_key()
     if not cuda_available():
-        kwargs.setdefault("use_cpu", True)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            kwargs.setdefault("ddp_backend", "gloo")
-    # Our MetricsLogger prints one line per step; tqdm's bar would interleave with it.
-    kwargs.setdefault("disable_tqdm", True)
-    return kwargs
+        if not config.is_set("use_cpu"):
+            changes["use_cpu"] = True
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not config.is_set("ddp_backend"):
+            changes["ddp_backend"] = "gloo"
+    if not config.is_set("disable_tqdm"):  # our MetricsLogger prints one line per step; tqdm's would interleave
+        changes["disable_tqdm"] = True
+    return changes
 
 
 def wandb_offline_without_key() -> None:
@@ -104,11 +100,12 @@ FROM_CONFIG: Any = object()
 
 
 def build_trl_config(config: TrainConfig, deepspeed: Optional[str] = FROM_CONFIG):
-    """trl.GRPOConfig for `train`, trl.SFTConfig for `sft`; deepspeed: the DeepSpeed JSON as prepared."""
+    """config.trl finished: its values resolved for this worker and TRL's __post_init__ run (trl_configs.py says why
+    only here); deepspeed: the DeepSpeed JSON as prepared."""
     if deepspeed is FROM_CONFIG:
-        deepspeed = resolve_deepspeed(config.trl.get("deepspeed"))
+        deepspeed = resolve_deepspeed(config.trl.deepspeed)
     try:
-        return config.command.trl_config_class()(**resolve_trl_kwargs(config, deepspeed))
+        return dataclasses.replace(config.trl, **resolved_trl_values(config, deepspeed))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{config.source}: invalid {config.command.trl_class} settings: {exc}") from None
 

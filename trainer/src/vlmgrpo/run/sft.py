@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vlmgrpo.errors import ConfigError, DataError
 from vlmgrpo.run.metrics import MetricsView
@@ -19,18 +19,6 @@ if TYPE_CHECKING:
     from vlmgrpo.run.prepared import PreparedRun
 
 log = logging.getLogger("vlmgrpo")
-
-# SFT: TRL's SFTConfig defaults, the loss on assistant turns only, and the run settings `train` has.
-SFT_DEFAULTS: dict[str, Any] = {
-    "output_dir": "output",
-    "assistant_only_loss": True,
-    "save_steps": 500,
-    "save_only_model": False,  # resume needs the optimizer and scheduler state
-    "seed": 42,
-    "data_seed": 42,
-    "report_to": "auto",
-    "bf16": "auto",
-}
 
 SFT_METRICS = MetricsView(
     keys={
@@ -48,7 +36,7 @@ SFT_METRICS = MetricsView(
 
 def chat_template_source(config: TrainConfig, processing_class) -> tuple[str | None, str]:
     """(the chat template SFTTrainer will apply, where it comes from)."""
-    override = config.trl.get("chat_template_path")
+    override = config.trl.chat_template_path
     if not override:
         return processing_class.chat_template, f"{config.model.model_name_or_path}'s chat template"
     where = f"{config.where('chat_template_path')}: key 'chat_template_path'"
@@ -71,7 +59,7 @@ def check_chat_template(config: TrainConfig, processing_class, vision: bool) -> 
     if not template:
         raise ConfigError(f"{source}: none; chat rows need one: set chat_template_path to a .jinja file or to a "
                           "model directory whose template fits this model")
-    if not config.trl.get("assistant_only_loss"):
+    if not config.trl.assistant_only_loss:
         return
     where = f"{config.where('assistant_only_loss')}: key 'assistant_only_loss'"
     if vision:
@@ -122,7 +110,7 @@ class SftRecipe(Recipe):
     summary = ("Supervised fine-tuning on chat rows (OpenAI messages, ShareGPT, Alpaca), full, LoRA or QLoRA. Exit "
                "codes: 0 done, 2 bad config/data, 143 (SIGTERM) / 130 (SIGINT) after a checkpoint.")
     trl_class = "SFTConfig"
-    defaults = SFT_DEFAULTS
+    trl_config = "VlmgrpoSFTConfig"
     metrics = SFT_METRICS
 
     @property
