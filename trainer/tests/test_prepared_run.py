@@ -62,3 +62,16 @@ def test_score_imports_each_custom_reward_once(tiny, tmp_path, monkeypatch):
                         check=True)
     assert set(json.loads(result.stdout)["rewards"]) == {"iou", "token_sum"}
     assert calls == {"check_reward_names": 1, "load_custom": 1}
+
+
+def test_eval_loads_its_config_once(tiny, tmp_path, monkeypatch):
+    """REC eval scores by IoU whatever rewards the config names: it says so on the config it loaded, not by loading
+    the file a second time (which also logged its reward note twice)."""
+    import vlmgrpo.config.load as load
+
+    loads = []
+    original = load.load_config
+    monkeypatch.setattr(load, "load_config", lambda *args, **kwargs: loads.append(args) or original(*args, **kwargs))
+    result = in_process("eval", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                        "--set", "reward_funcs=[format]", "--output", tmp_path / "out", "--dry-run", check=True)
+    assert len(loads) == 1 and "rows" in result.stdout

@@ -57,9 +57,9 @@ def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
             if value is not None and value < 1:
                 raise ConfigError(f"{flag(found)} {value}: give a whole number of at least 1")
         overrides = collect_overrides(given)
-        config = load_config(config_path, overrides, RECIPES["train"])
+        config = load_config(config_path, overrides, RECIPES["train"])  # once: its reward note is logged once
         if "jsonl_accuracy" not in config.reward.reward_funcs:  # REC: every row needs a box to be scored against
-            config = load_config(config_path, {"reward_funcs": ["iou"], **overrides}, RECIPES["train"])
+            config = dataclasses.replace(config, reward=dataclasses.replace(config.reward, reward_funcs=["iou"]))
         check_model_source(config)
         data = load_checked_data(config)
         if dry_run:
