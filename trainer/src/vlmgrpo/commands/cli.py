@@ -214,20 +214,19 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
 @with_options(options(MergeSettings, *MERGE_OPTIONS))
 def merge(**given) -> None:
     """Merge a LoRA adapter into its base model and save the result (safetensors, with the processor or tokenizer)."""
-    from vlmgrpo.config.load import build_config
+    from vlmgrpo.config.model_config import ModelConfig
     from vlmgrpo.errors import ConfigError
     from vlmgrpo.models.loading import merge_adapter
     from vlmgrpo.access import unwritable_directory
-    from vlmgrpo.run.preflight import check_model_source, check_output_apart
+    from vlmgrpo.run.preflight import check_model, check_output_apart
 
     settings = MergeSettings(**take(MergeSettings, given))
     adapter, output = settings.adapter, settings.output
     try:
-        config = build_config({}, "command line", {"adapter_name_or_path": adapter,
-                                                   "model_name_or_path": settings.model,
-                                                   "output_dir": output}, RECIPES["sft"])
-        check_model_source(config)
-        check_output_apart("--output", output, {"the base model": config.model.model_name_or_path,
+        # The model section alone: a merge loads no data, no rewards and no training config.
+        model, origins = ModelConfig(model_name_or_path=settings.model, adapter_name_or_path=adapter), {}
+        check_model(model, lambda key: origins.get(key, "command line"), origins)
+        check_output_apart("--output", output, {"the base model": model.model_name_or_path,
                                                 "the adapter (--adapter)": adapter})
         problem = unwritable_directory(output)
         if problem:
@@ -235,7 +234,7 @@ def merge(**given) -> None:
         if os.path.exists(output) and os.listdir(output) and not settings.overwrite_output:
             raise ConfigError(f"--output: {output} exists and is not empty; choose another --output, or replace it "
                               "with --overwrite-output")
-        merge_adapter(adapter, config.model.model_name_or_path, output)
+        merge_adapter(adapter, model.model_name_or_path, output)
     except UserError as error:
         fail(error)
 

@@ -90,35 +90,42 @@ def check_source(where: str, value: str, source: Source) -> None:
                               f"and downloads are off (HF_HUB_OFFLINE=1); give the {source.noun}'s directory")
 
 
-def resolve_adapter_base(config: TrainConfig) -> None:
-    """An adapter to start from must be one; without model_name_or_path, its base model is the one it names."""
-    adapter = config.model.adapter_name_or_path
+def resolve_adapter_base(model, where, origins: dict[str, str]) -> None:
+    """An adapter to start from must be one; without model_name_or_path, its base model is the one it names. WHERE
+    says where a key was set (TrainConfig.where); ORIGINS learns where the base model came from."""
+    adapter = model.adapter_name_or_path
     if not adapter:
         return
-    where = f"{config.where('adapter_name_or_path')}: key 'adapter_name_or_path'"
-    check_source(where, adapter, ADAPTER)
-    if config.model.model_name_or_path:
+    said = f"{where('adapter_name_or_path')}: key 'adapter_name_or_path'"
+    check_source(said, adapter, ADAPTER)
+    if model.model_name_or_path:
         return
     from peft import PeftConfig
 
     try:
         base = PeftConfig.from_pretrained(adapter).base_model_name_or_path
     except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(f"{where}: cannot read {adapter}'s adapter_config.json ({exc})") from None
+        raise ConfigError(f"{said}: cannot read {adapter}'s adapter_config.json ({exc})") from None
     if not base:
-        raise ConfigError(f"{where}: {adapter}'s adapter_config.json names no base model; pass --model BASE")
-    config.model.model_name_or_path = base
-    config.origins["model_name_or_path"] = f"{adapter}: adapter_config.json's base_model_name_or_path"
+        raise ConfigError(f"{said}: {adapter}'s adapter_config.json names no base model; pass --model BASE")
+    model.model_name_or_path = base
+    origins["model_name_or_path"] = f"{adapter}: adapter_config.json's base_model_name_or_path"
+
+
+def check_model(model, where, origins: dict[str, str]) -> None:
+    """The model section alone (`merge` has no more): the model (or the base model its adapter names) and the
+    adapter exist and this uid can read them."""
+    resolve_adapter_base(model, where, origins)
+    value = model.model_name_or_path
+    said = f"{where('model_name_or_path')}: key 'model_name_or_path'"
+    if not value:
+        raise ConfigError(f"{said} is not set (or pass --model PATH)")
+    check_source(said, value, MODEL)
 
 
 def check_model_source(config: TrainConfig) -> None:
     """The model (or the base model an adapter names) and the adapter exist and this uid can read them."""
-    resolve_adapter_base(config)
-    value = config.model.model_name_or_path
-    where = f"{config.where('model_name_or_path')}: key 'model_name_or_path'"
-    if not value:
-        raise ConfigError(f"{where} is not set (or pass --model PATH)")
-    check_source(where, value, MODEL)
+    check_model(config.model, config.where, config.origins)
 
 
 def check_model_kind(config: TrainConfig, vision: bool) -> None:
