@@ -80,14 +80,14 @@ def push_zstd(host: str, ref: str, work: Path) -> dict:
     return {"target": target, "push_s": seconds, "layers": layers(host, "bench/cpu", "zstd")}
 
 
-def first_step(target: str, data: Path, work: Path, env: dict) -> tuple[float, float]:
-    """`docker run IMAGE train` of one step: seconds to the step's line and to the container's exit."""
+def first_step(target: str, data: Path, work: Path, env: dict, options: tuple[str, ...] = ()) -> tuple[float, float]:
+    """`docker run [OPTIONS] IMAGE train` of one step: seconds to the step's line and to the container's exit."""
     out = work / f"out-{abs(hash(target))}"
     out.mkdir()
     out.chmod(0o777)  # written by the image's user
     started = time.monotonic()
     process = subprocess.Popen([DOCKER, "run", "--rm", "--network", "none", "-v", f"{data}:/data:ro", "-v",
-                                f"{out}:/out", target, "train", "--config", "/data/one_step.yaml"],
+                                f"{out}:/out", *options, target, "train", "--config", "/data/one_step.yaml"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     step_s, tail = None, []
     for line in process.stdout:

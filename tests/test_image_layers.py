@@ -34,3 +34,16 @@ def test_no_file_of_the_image_is_writable_by_anyone(cpu_image):
                                                               "-not", "-path", "/tmp/*"], entrypoint=[], remove=True,
                                              network_mode="none", user="0:0")  # root: every folder can be read
     assert found.decode().split() == []
+
+
+def test_what_a_run_imports_has_its_bytecode_in_the_image(cpu_image):
+    """The image's user cannot write bytecode into /opt/venv: the build wrote it for what a run imports
+    (vlmgrpo.commands.bytecode), so a start reads it instead of compiling torch's, transformers' and TRL's sources."""
+    probe = ("import importlib, importlib.util, os\n"
+             "for name in ('torch', 'transformers.trainer', 'trl.trainer.grpo_trainer', 'vlmgrpo.run.runner',\n"
+             "             'transformers.models.qwen2_5_vl.modeling_qwen2_5_vl'):\n"
+             "    source = importlib.util.find_spec(name).origin\n"
+             "    print(name, os.path.exists(importlib.util.cache_from_source(source)))\n")
+    found = docker.from_env().containers.run(cpu_image["id"], ["python", "-c", probe], entrypoint=[], remove=True,
+                                             network_mode="none", environment={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert [line.split()[1] for line in found.decode().splitlines()] == ["True"] * 5, found.decode()

@@ -9,6 +9,13 @@ RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
     pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer \
     && rm -f /opt/venv/.lock
 
+# Bytecode for what a run imports at start (trainer/src/vlmgrpo/commands/bytecode.py): the image's user cannot
+# write it into /opt/venv, so without it every process compiled those sources again at each start. A build for another
+# platform runs under QEMU, where torch cannot be imported: that image goes without, and compiles them at start.
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
+RUN if [ "$TARGETPLATFORM" = "$BUILDPLATFORM" ]; then python -m vlmgrpo.commands.bytecode; fi
+
 COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
 
 ENV IMAGEGEN_EXPECTED=/etc/imagegen/expected.json
