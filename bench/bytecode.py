@@ -1,5 +1,6 @@
-"""Section 18: what the image's bytecode saves at each start. The cpu image is built by `imagegen build`; its trainer
-layer writes the bytecode of what a run imports (vlmgrpo.commands.bytecode), which the image's user could not write
+"""Section 18: what the image's bytecode saves at each start.
+
+The cpu image is built by `imagegen build`; its trainer layer writes the bytecode of what a run imports (vlmgrpo.commands.bytecode), which the image's user could not write
 at run time. The same image is then started with it and without it (PYTHONPYCACHEPREFIX pointing at an empty
 directory, writing none: Python finds no bytecode there and compiles every source it imports, as in an image built
 before), alternated: a process that imports torch, transformers and TRL, and `docker run IMAGE train` to its first
@@ -55,7 +56,7 @@ def section(work: Path, images: tuple[str, ...] = ("cpu",)) -> str:
     return "\n".join([
         "## 18. Bytecode in the image: the start of every process",
         "",
-        __doc__.split("\n", 1)[1].replace("\n", " ").strip() + f" Rounds: {ROUNDS}.",
+        __doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + f" Rounds: {ROUNDS}.",
         "",
         table(("image", "bytecode", "import s", "import s (mean)", "to step 1 s", "to step 1 s (mean)"), rows),
         "",
