@@ -144,6 +144,13 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
     for image in images:
         found[image] = measure_image(image, data, work)
         print(said(image, found[image]), file=sys.stderr, flush=True)
+    return render(found)
+
+
+def render(found: dict) -> str:
+    """The section's text from its figures (as measured, or as `said` logged them: `python -m bench.engines
+    --from-log LOG` writes the text again from a run's log)."""
+    images = tuple(found)
     return "\n".join([
         "## 16. Cold pull to the first step on Docker 20.10 and Docker 26",
         "",
@@ -166,5 +173,20 @@ def section(work: Path, images: tuple[str, ...] = IMAGES) -> str:
     ])
 
 
+def from_log(log: Path) -> dict:
+    """The figures `said` logged, one JSON line per image, read back into the shape `render` takes."""
+    found = {}
+    for line in log.read_text().splitlines():
+        if not line.startswith("{") or '"pulls"' not in line:
+            continue
+        for image, figures in json.loads(line).items():
+            pulls = {tuple(key.rsplit(" ", 1)): tries for key, tries in figures["pulls"].items()}
+            found[image] = {**figures, "pulls": pulls}
+    return found
+
+
 if __name__ == "__main__":  # python -m bench.engines DIR [IMAGE ...]: this section alone, printed
-    section_main(section, IMAGES)
+    if sys.argv[1:2] == ["--from-log"]:
+        print(render(from_log(Path(sys.argv[2]))))
+    else:
+        section_main(section, IMAGES)
