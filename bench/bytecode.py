@@ -1,10 +1,11 @@
 """Section 18: what the image's bytecode saves at each start.
 
-The cpu image is built by `imagegen build`; its trainer layer writes the bytecode of what a run imports (vlmgrpo.commands.bytecode), which the image's user could not write
-at run time. The same image is then started with it and without it (PYTHONPYCACHEPREFIX pointing at an empty
-directory, writing none: Python finds no bytecode there and compiles every source it imports, as in an image built
-before), alternated: a process that imports torch, transformers and TRL, and `docker run IMAGE train` to its first
-step of the tiny model. The size is that of every bytecode file under /opt/venv."""
+The cpu image is built by `imagegen build`; its trainer layer writes the bytecode of what a run imports
+(vlmgrpo.commands.bytecode), which the image's user could not write at run time. The same image is then started with
+it and without it (PYTHONPYCACHEPREFIX pointing at an empty directory, writing none: Python finds no bytecode there
+and compiles every source it imports, as in an image built before), alternated: a process that imports torch,
+transformers and TRL, and `docker run IMAGE train` to its first step of the tiny model. The size is that of every
+bytecode file under /opt/venv."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from statistics import fmean
 
 from .cold_start import first_step, inputs
 from .common import DOCKER, gb, section_main, table
@@ -36,23 +38,19 @@ def bytecode_bytes(ref: str) -> int:
     return int(found.split()[0])
 
 
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def section(work: Path, images: tuple[str, ...] = ("cpu",)) -> str:
     (image,) = images
     build = build_image(image, image, work)
     ref, data = build.report["ref"], inputs(work)
-    found: dict[str, dict[str, list[float]]] = {"with": {"imports": [], "step": []}, "without": {"imports": [], "step": []}}
+    found = {variant: {"imports": [], "step": []} for variant in ("with", "without")}
     for _ in range(ROUNDS):
         for variant, options in (("with", ()), ("without", WITHOUT)):
             found[variant]["imports"].append(imports_s(ref, options))
             found[variant]["step"].append(first_step(ref, data, work, os.environ.copy(), options)[0])
-    rows = [(image, variant, ", ".join(f"{s:.1f}" for s in parts["imports"]), f"{mean(parts['imports']):.1f}",
-             ", ".join(f"{s:.1f}" for s in parts["step"]), f"{mean(parts['step']):.1f}")
+    rows = [(image, variant, ", ".join(f"{s:.1f}" for s in parts["imports"]), f"{fmean(parts['imports']):.1f}",
+             ", ".join(f"{s:.1f}" for s in parts["step"]), f"{fmean(parts['step']):.1f}")
             for variant, parts in found.items()]
-    ratio = {part: mean(found["with"][part]) / mean(found["without"][part]) for part in ("imports", "step")}
+    ratio = {part: fmean(found["with"][part]) / fmean(found["without"][part]) for part in ("imports", "step")}
     return "\n".join([
         "## 18. Bytecode in the image: the start of every process",
         "",

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from statistics import fmean
 from typing import Iterator
 
 from testbed import engine26
@@ -92,25 +93,21 @@ def measure_image(image: str, data: Path, work: Path) -> dict:
                 found.setdefault((engine, compression), []).append(figures)
                 print(json.dumps({"image": image, "engine": engine, "compression": compression, **figures}),
                       file=sys.stderr, flush=True)  # each pull as it ends: a later failure keeps it
-        parts = {compression: pull_parts.measure(pushed[compression], compression, registry / "storage",
+        parts = {compression: pull_parts.measure(pushed[compression], compression, registry,
                                                  work / "unpack-scratch") for compression in pushed}
     shutil.rmtree(registry, ignore_errors=True)
     return {"size": build.report["size_bytes"], "pushed": pushed, "pulls": found, "parts": parts}
 
 
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def rows(image: str, found: dict) -> list[tuple]:
     pulls, out = found["pulls"], []
     for (engine, compression), tries in pulls.items():
-        gzip_here, gzip_old = (mean([t["pull_s"] for t in pulls[(name, "gzip")]]) for name in (engine, "20.10"))
-        pull = mean([t["pull_s"] for t in tries])
-        total = mean([t["pull_s"] + t["step_s"] for t in tries])
+        gzip_here, gzip_old = (fmean([t["pull_s"] for t in pulls[(name, "gzip")]]) for name in (engine, "20.10"))
+        pull = fmean([t["pull_s"] for t in tries])
+        total = fmean([t["pull_s"] + t["step_s"] for t in tries])
         layers = sum(size for _, size in found["pushed"][compression]["layers"])
         out.append((image, f"{engine} ({tries[0]['version']}, {tries[0]['go']})", compression, gb(layers),
-                    ", ".join(f"{t['pull_s']:.1f}" for t in tries), f"{mean([t['start_s'] for t in tries]):.1f}",
+                    ", ".join(f"{t['pull_s']:.1f}" for t in tries), f"{fmean([t['start_s'] for t in tries]):.1f}",
                     ", ".join(f"{t['step_s']:.1f}" for t in tries), f"**{total:.1f}**", f"{pull / gzip_here:.2f}",
                     f"{pull / gzip_old:.2f}"))
     return out
@@ -118,11 +115,11 @@ def rows(image: str, found: dict) -> list[tuple]:
 
 def verdict(image: str, found: dict) -> str:
     pulls = found["pulls"]
-    old = mean([t["pull_s"] for t in pulls[("20.10", "gzip")]])
+    old = fmean([t["pull_s"] for t in pulls[("20.10", "gzip")]])
     best = min(((engine, compression) for engine, compression in pulls if engine != "20.10"),
-               key=lambda key: mean([t["pull_s"] + t["step_s"] for t in pulls[key]]))
-    ratio = mean([t["pull_s"] for t in pulls[best]]) / old
-    total = mean([t["pull_s"] + t["step_s"] for t in pulls[best]])
+               key=lambda key: fmean([t["pull_s"] + t["step_s"] for t in pulls[key]]))
+    ratio = fmean([t["pull_s"] for t in pulls[best]]) / old
+    total = fmean([t["pull_s"] + t["step_s"] for t in pulls[best]])
     return (f"- {image}: the best on Docker 26 is {best[1]} on {best[0]}: its pull {ratio:.2f} of the gzip pull on "
             f"20.10 (goal <= {GOAL_RATIO}: {goal(ratio <= GOAL_RATIO)}), pull + first step {total:.1f} s (goal <= "
             f"{GOAL_S:g} s: {goal(total <= GOAL_S)}).")

@@ -22,11 +22,11 @@ def shell(command: str) -> float:
     return run(["bash", "-o", "pipefail", "-c", command])
 
 
-def measure(pushed: dict, compression: str, storage: Path, scratch: Path) -> dict:
+def measure(pushed: dict, compression: str, registry: Path, scratch: Path) -> dict:
     """The four parts' seconds for one push (its layers as (digest, bytes)), and the bytes it unpacks to."""
     host, _, path = pushed["target"].partition("/")
     repository = path.rsplit(":", 1)[0]
-    files = [(digest, blob(storage.parent, digest)) for digest, _ in pushed["layers"]]
+    files = [(digest, blob(registry, digest)) for digest, _ in pushed["layers"]]
     found = dict.fromkeys(PARTS, 0.0)
     tool = DECOMPRESS[compression]
     shutil.rmtree(scratch, ignore_errors=True)

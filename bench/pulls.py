@@ -21,6 +21,7 @@ import sys
 import tarfile
 from datetime import datetime
 from pathlib import Path
+from statistics import fmean
 
 from .cold_engine import blob, fresh_engine, loopback_registry
 from .cold_start import first_step, inputs, layers, manifest, podman_pull
@@ -139,10 +140,6 @@ def measure_image(image: str, data: Path, work: Path) -> dict:
             "largest_layer": max(raw) / sum(raw), "stack_share": share}
 
 
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def rows(image: str, found: dict) -> list[tuple]:
     out = []
     for compression in COMPRESSIONS:
@@ -153,7 +150,7 @@ def rows(image: str, found: dict) -> list[tuple]:
             ", ".join("-" if p["unpack_s"] is None else f"{p['unpack_s']:.1f}" for p in pulls),
             ", ".join("-" if p.get("load_unpack_s") is None else f"{p['load_unpack_s']:.1f}" for p in pulls),
             ", ".join(f"{p['step_s']:.1f}" for p in pulls),
-            f"**{mean([p['pull_s'] + p['step_s'] for p in pulls]):.1f}**")
+            f"**{fmean([p['pull_s'] + p['step_s'] for p in pulls]):.1f}**")
         out.append((image, compression, gb(sum(size for _, size in pushed["layers"])), f"{pushed['push_s']:.1f}",
                     *docker_cells, f"{found['podman'][compression]:.1f}"))
     return out
@@ -161,10 +158,10 @@ def rows(image: str, found: dict) -> list[tuple]:
 
 def ratios(image: str, found: dict) -> str:
     pulls = found["pulls"]
-    pull = mean([p["pull_s"] for p in pulls["none"]]) / mean([p["pull_s"] for p in pulls["gzip"]])
-    to_step = (mean([p["pull_s"] + p["step_s"] for p in pulls["none"]])
-               / mean([p["pull_s"] + p["step_s"] for p in pulls["gzip"]]))
-    unpack = {key: mean([p[key] for p in pulls["none"]]) / mean([p[key] for p in pulls["gzip"]])
+    pull = fmean([p["pull_s"] for p in pulls["none"]]) / fmean([p["pull_s"] for p in pulls["gzip"]])
+    to_step = (fmean([p["pull_s"] + p["step_s"] for p in pulls["none"]])
+               / fmean([p["pull_s"] + p["step_s"] for p in pulls["gzip"]]))
+    unpack = {key: fmean([p[key] for p in pulls["none"]]) / fmean([p[key] for p in pulls["gzip"]])
               if all(p.get(key) is not None for p in pulls["none"] + pulls["gzip"]) else None
               for key in ("unpack_s", "load_unpack_s")}
     said = {key: "-" if value is None else f"{value:.2f}" for key, value in unpack.items()}
