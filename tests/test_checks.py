@@ -2,9 +2,9 @@
 image reports and its tag and labels."""
 
 import json
-import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +12,8 @@ import pytest
 
 from imagegen.core import platforms
 from imagegen.stages import checks
-from imagegen.stages.checks import inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot
+from imagegen.stages.checks import (inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot,
+                                    versions)
 
 from tests.helpers import REPO, check_runner, locked_named
 
@@ -23,26 +24,47 @@ TAG = "0.1.0-torch2.6.0-cu124-cudnn9-py3.11-3f2a9c1d4e5b"
 RUNNER = check_runner()
 
 
-def judged(inside, expected, matches):
-    return {"inside": inside, "expected": expected, "matches": matches}
+BUILT = {"torch": "2.6.0", "cudnn": "9.1.0.70", "flash_attn": None}  # the versions an image's expected.json names
 
 
-@pytest.mark.parametrize("label, key, wanted, found, status, says", [
-    # judged inside by the image's inventory (vlmgrpo.inventory.version_matches); the label must be what it judged by
-    ("torch", "torch", "2.6.0", {"compared": {"torch": judged("2.6.0+cu124", "2.6.0", True)}}, "pass",
-     "inside 2.6.0+cu124, label 2.6.0"),
-    ("cudnn", "cudnn", "9.1.0.70", {"compared": {"cudnn": judged("9.1.0", "9.1.0.70", False)}}, "fail", "inside 9.1.0"),
-    ("flash-attn", "flash_attn", "none", {"compared": {"flash_attn": judged(None, None, True)}}, "pass", "absent"),
-    ("torch", "torch", "2.6.1", {"compared": {"torch": judged("2.6.1", "2.6.0", False)}}, "fail",
-     "label 2.6.1, but the image was built to hold 2.6.0"),
-    ("deepspeed", "deepspeed", "0.19.8", {"compared": {}, "versions": {"deepspeed": "0.19.8"}}, "fail",
-     "expected.json names no deepspeed"),
-    ("trainer", "vlmgrpo", "0.1.0", {"compared": {}, "versions": {"vlmgrpo": "0.1.0"}}, "pass", "inside 0.1.0"),
-    ("trainer", "vlmgrpo", "0.1.0", {"compared": None, "versions": {"vlmgrpo": "0.2.0"}}, "fail", "inside 0.2.0"),
+@pytest.mark.parametrize("label, key, wanted, built, status, says", [
+    # the label against what the image was built to hold: what is installed is version.<key>'s, judged inside
+    ("torch", "torch", "2.6.0", BUILT, "pass", "label 2.6.0, as the image was built to hold"),
+    ("cudnn", "cudnn", "9.1.0.70", BUILT, "pass", "version.cudnn judges what is installed"),
+    ("flash-attn", "flash_attn", "none", BUILT, "pass", "label none"),
+    ("flash-attn", "flash_attn", "2.8.3", BUILT, "fail", "label 2.8.3, but the image was built to hold none"),
+    ("torch", "torch", "2.6.1", BUILT, "fail", "label 2.6.1, but the image was built to hold 2.6.0"),
+    ("deepspeed", "deepspeed", "0.19.8", BUILT, "fail", "expected.json names no deepspeed"),
+    ("torch", "torch", "2.6.0", None, "fail", "expected.json names no torch: nothing says what it was built to hold"),
 ])
-def test_a_label_is_the_version_the_image_judged_its_inside_by(label, key, wanted, found, status, says):
-    check = inside_versions.label_check(label, key, wanted, found)
+def test_a_label_is_the_version_the_image_was_built_to_hold(label, key, wanted, built, status, says):
+    check = inside_versions.label_check(label, key, wanted, {"versions": {}}, built)
     assert (check.name, check.status) == (f"inside.{label}", status) and says in check.detail
+
+
+@pytest.mark.parametrize("inside, status", [("0.1.0", "pass"), ("0.2.0", "fail"), (None, "fail")])
+def test_the_trainer_label_is_the_installed_trainer(inside, status):
+    """expected.json does not name the trainer: its label is compared with the installed version."""
+    check = inside_versions.label_check("trainer", "vlmgrpo", "0.1.0", {"versions": {"vlmgrpo": inside}}, None)
+    assert (check.name, check.status, check.detail) == ("inside.trainer", status,
+                                                         f"inside {inside or 'absent'}, label 0.1.0")
+
+
+def test_the_versions_are_the_inventorys_verdict_reported_as_it_made_it():
+    """version.<key> is judged once, inside the image, by the inventory (also under emulation): the host reports its
+    verdicts, names, statuses and details as they came."""
+    from vlmgrpo.inventory import version_checks
+
+    expected = {"versions": {"torch": "2.6.0", "cudnn": "9.1.0", "flash_attn": None, "python": "3.11"},
+                "distributions": {"torch": "torch", "flash_attn": "flash-attn"}, "families": {"cudnn": "nvidia-cudnn"}}
+    inside = {"torch": "2.6.0+cu124", "cudnn": "9.1.0.70", "flash_attn": "2.8.3", "python": "3.11.9"}
+    found = {"version_checks": version_checks(expected, inside)}
+    context = SimpleNamespace(with_inventory=lambda name, use: use(found))
+    assert [(c.name, c.status, c.detail) for c in versions.run(context)] == [
+        ("version.torch", "pass", "torch 2.6.0+cu124, expected 2.6.0"),
+        ("version.cudnn", "pass", "cudnn 9.1.0.70, expected 9.1.0"),
+        ("version.flash_attn", "fail", "flash_attn 2.8.3 installed, expected absent"),
+        ("version.python", "pass", "python 3.11.9, expected 3.11")]
 
 
 def facts(label, tags=(), inputs=INPUTS):
@@ -211,8 +233,7 @@ def test_a_check_dropped_into_the_package_is_run(tmp_path, monkeypatch):
 def test_versions_are_compared_by_the_component_tables_labels():
     """The made-up label liger-kernel is checked because the table names it; a label no row has is not."""
     inventory = {"versions": {"torch": "2.6.0+cu124", "liger_kernel": "0.6.4", "vlmgrpo": "0.1.0"},
-                 "compared": {"torch": judged("2.6.0+cu124", "2.6.0", True),
-                              "liger_kernel": judged("0.6.4", "0.6.3", False)}}
+                 "expected": {"versions": {"torch": "2.6.0", "liger_kernel": "0.6.4"}}}
     labels = {"torch": "2.6.0", "liger-kernel": "0.6.3", "image": "x"}
     keys = {"torch": "torch", "liger-kernel": "liger_kernel", "trainer": "vlmgrpo"}
     found = {c.name: c.status for c in inside_versions.versions_match_labels(inventory, labels, keys)}
@@ -270,8 +291,12 @@ class HostAsImage(checks.Context):
         return ContainerRun(done.returncode, done.stdout, done.stderr, 0.0)
 
     def inventory(self):
-        done = subprocess.run([sys.executable, "-c", self.inventory_program], capture_output=True, text=True,
-                              timeout=300, env={k: v for k, v in os.environ.items() if k != "IMAGEGEN_EXPECTED"})
+        """Read against the image's expected.json, as the image's own inventory reads it."""
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as expected:
+            expected.write(self.image.expected().text())
+            expected.flush()
+            done = subprocess.run([sys.executable, "-c", self.inventory_program, expected.name], capture_output=True,
+                                  text=True, timeout=300)
         return json.loads(done.stdout)
 
 

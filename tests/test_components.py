@@ -5,7 +5,7 @@ import json
 
 from imagegen.locking.inputs import lock_inputs
 from imagegen.reports import listing
-from imagegen.stages.checks import inside_versions
+from imagegen.stages.checks import inside_versions, versions
 from imagegen.workspace import Workspace
 
 from tests.helpers import FIXTURE_TRAINER, edited, image_named, locked_matrix, problems_of
@@ -70,13 +70,17 @@ def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):
     labels = {key.removeprefix("io.imagegen."): value for key, value in image.labels.items()}
     inside = {**image.versions, "liger_kernel": "0.8.4", "vlmgrpo": "0.1.0"}
     # judged as the image's inventory judges it: what imagegen wrote in expected.json against what it read inside
-    from vlmgrpo.inventory import compared
+    from vlmgrpo.inventory import version_checks
 
-    inventory = {"versions": inside, "compared": compared(image.expected().model_dump(), inside)}
+    expected = image.expected().model_dump()
+    inventory = {"versions": inside, "expected": expected, "version_checks": version_checks(expected, inside)}
     checks = {c.name: c for c in inside_versions.versions_match_labels(inventory, labels, keys)}
-    assert checks["inside.liger_kernel"].status == "fail"
-    assert checks["inside.liger_kernel"].detail == "inside 0.8.4, label 0.8.5"
-    assert checks["inside.torch"].status == "pass"
+    assert checks["inside.liger_kernel"].status == checks["inside.torch"].status == "pass"  # labels as built
+    context.with_inventory = lambda name, use: use(inventory)
+    checks = {c.name: c for c in versions.run(context)}
+    assert checks["version.liger_kernel"].status == "fail"
+    assert checks["version.liger_kernel"].detail == "liger_kernel 0.8.4, expected 0.8.5"
+    assert checks["version.torch"].status == "pass"
 
 
 def test_a_component_in_name_names_the_images_that_have_it_and_only_those():

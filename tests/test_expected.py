@@ -50,7 +50,7 @@ def test_a_file_of_another_shape_fails_the_check_that_reads_it_with_where():
     from imagegen.stages.checks.context import Context
 
     facts = {"platform": "linux/amd64", "labels": {"io.imagegen.torch": "2.14.1"}}
-    found = {"versions": {}, "compared": {}, "expected": {"versions": {}, "labels": ["torch"]}}
+    found = {"versions": {}, "version_checks": [], "expected": {"versions": {}, "labels": ["torch"]}}
     context = Context("repo:tag", None, facts, None, False, False, "", False, False, "", check_runner(),
                       _inventory=found)
     (check,) = inside_versions.run(context)

@@ -105,9 +105,12 @@ def test_the_image_passes_its_checks_with_the_gpu_ones_skipped(cpu_image, tmp_pa
     assert checks["gpu.runtime"]["status"] == "skip" and "no GPU runtime" in checks["gpu.runtime"]["detail"]
     assert checks["selftest.gpu.bf16_matmul"]["status"] == "skip"
     for name in ("tag.matches_inside", "labels.match_matrix", "inside.torch", "inside.cudnn", "user.nonroot",
-                 "selftest.version.nccl", "command.train_help", "inside.jupyterlab", "selftest.lab.server",
-                 "selftest.lab.kernel"):
+                 "version.torch", "version.nccl", "version.python", "command.train_help", "inside.jupyterlab",
+                 "selftest.lab.server", "selftest.lab.kernel"):
         assert checks[name]["status"] == "pass", checks[name]
+    # each version judged once, by the image's inventory, and reported by the host: the selftest is asked for none
+    assert checks["selftest.version"]["status"] == "skip" and "--skip-versions" in checks["selftest.version"]["detail"]
+    assert not [name for name in checks if name.startswith("selftest.version.") and checks[name]["status"] != "skip"]
 
 
 def test_require_gpu_turns_the_skips_into_failures(cpu_image, tmp_path):

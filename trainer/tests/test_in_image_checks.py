@@ -139,7 +139,7 @@ def test_a_toolkit_whose_nvcc_fails_fails_the_kernel_check_with_its_last_line(tm
 def test_every_check_module_reports_only_the_names_it_declares():
     """A report's names are the modules' NAMES (a family's name then a dot: version.torch under "version"), so the
     names a module declares for its skips and failures are the ones it reports when it runs."""
-    expected = {"versions": {"python": "{}.{}.{}".format(*sys.version_info[:3]), "torch": "2.14.1"}}
+    expected = {"versions": {"python": "{}.{}.{}".format(*sys.version_info[:3]), "torch": "2.14.1", "cudnn": "9"}}
     for module in checks.discover():
         found = checks.run_checks(checks.Context(expected=expected, skip_train=True), modules=[module])
         assert found and checks.reported_outside(module, found) == [], module.__name__
@@ -148,7 +148,7 @@ def test_every_check_module_reports_only_the_names_it_declares():
 # The modules whose own results may say "skip": one result of a family or a key, the module itself applying (version:
 # cudnn/nccl torch cannot query without a driver; vllm.torch: a vLLM whose metadata pins no torch). Whether a module
 # applies at all is the runner's, by NEEDS.
-SKIPS_A_RESULT = ("vlmgrpo.checks.versions", "vlmgrpo.checks.vllm_runtime")
+SKIPS_A_RESULT = ("vlmgrpo.checks.torch_libraries", "vlmgrpo.checks.vllm_runtime")
 
 
 def test_no_check_module_decides_for_itself_whether_it_applies():

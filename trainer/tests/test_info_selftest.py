@@ -91,11 +91,11 @@ def test_selftest_skip_train_on_cpu_with_matching_versions(tmp_path):
 def test_selftest_mismatch_fails_that_check(key, value):
     """The version checks alone (test_selftest_mismatch_exits_1 runs them all): the others compile a kernel with the
     host's nvcc where there is one, 4 s a run here."""
-    from vlmgrpo.checks import Context, versions as version_checks
+    from vlmgrpo.checks import Context, run_checks, torch_libraries, versions as version_checks
 
     wanted = venv_versions()
     wanted[key] = value
-    checks = {c["name"]: c for c in version_checks.run(Context(expected_file(wanted)))}
+    checks = {c["name"]: c for c in run_checks(Context(expected_file(wanted)), [version_checks, torch_libraries])}
     if key == "cudnn" and checks["version.cudnn"]["status"] == "skip":
         pytest.skip("cudnn cannot be queried on this host")
     assert checks[f"version.{key}"]["status"] == "fail" and value in checks[f"version.{key}"]["detail"]
@@ -116,7 +116,9 @@ def test_selftest_without_expected_file_and_require_gpu(tmp_path):
     assert result.returncode == 1
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["version"]["status"] == "skip" and "absent.json" in checks["version"]["detail"]
-    assert not [name for name in checks if name.startswith("version.")]
+    # cuDNN and NCCL as torch reports them (torch_libraries) need the file too: skipped for the same reason
+    assert {name: checks[name]["detail"] for name in checks if name.startswith("version.")} == {
+        "version.cudnn": checks["version"]["detail"], "version.nccl": checks["version"]["detail"]}
     for name in GPU_CHECKS:  # a check of a component that is not here does not apply, with or without --require-gpu
         why = gpu_skip(name, None)
         assert checks[name] == {"name": name, "status": "fail" if why == "no GPU visible" else "skip", "detail": why}
@@ -149,19 +151,37 @@ def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):
     ("deepspeed", None, "0.19.8", (), False),
 ])
 def test_one_rule_judges_every_version(key, inside, expected, families, same):
-    """inventory.version_matches: what the image's own version checks and imagegen's inside.<label> checks judge by."""
+    """inventory.version_matches: the one rule version.<key> judges by, inside the image."""
     from vlmgrpo.inventory import version_matches
 
     assert version_matches(key, inside, expected, families) is same
 
 
 def test_the_inventory_judges_what_it_reads_against_the_expected_file():
-    from vlmgrpo.inventory import compared
+    """Every key the file names is judged, but cuDNN and NCCL that no wheel family pins (torch_libraries reads them
+    from torch); a key nothing says how to read fails."""
+    from vlmgrpo.inventory import version_checks
 
-    expected = {"versions": {"torch": "2.14.1", "cudnn": "9.1.0", "absent": None}, "families": {"cudnn": "nvidia-"}}
-    found = compared(expected, {"torch": "2.14.1+cu130", "cudnn": "9.1.0.70", "python": "3.11.9"})
-    assert found == {"torch": {"inside": "2.14.1+cu130", "expected": "2.14.1", "matches": True},
-                     "cudnn": {"inside": "9.1.0.70", "expected": "9.1.0", "matches": True}}
+    expected = {"versions": {"torch": "2.14.1", "cudnn": "9.1.0", "nccl": "2.21.5", "absent": None, "unread": "1.0"},
+                "families": {"cudnn": "nvidia-"}}
+    found = version_checks(expected, {"torch": "2.14.1+cu130", "cudnn": "9.1.0.70", "absent": None,
+                                      "python": "3.11.9"})
+    assert found == [{"name": "version.torch", "status": "pass", "detail": "torch 2.14.1+cu130, expected 2.14.1"},
+                     {"name": "version.cudnn", "status": "pass", "detail": "cudnn 9.1.0.70, expected 9.1.0"},
+                     {"name": "version.absent", "status": "pass", "detail": "absent absent, as expected"},
+                     {"name": "version.unread", "status": "fail",
+                      "detail": "the expected file names no distribution for unread"}]
+
+
+def test_selftest_skip_versions_leaves_the_inventorys_verdict_to_imagegen_test(tmp_path):
+    """imagegen test reports version.<key> from the inventory it runs itself: the selftest it asks leaves them out,
+    saying why, and keeps cuDNN and NCCL as torch reports them (no wheel family pins them here)."""
+    versions = venv_versions()
+    versions["trl"] = "0.1.0"  # would fail version.trl
+    result, checks, _ = selftest(tmp_path, versions, "--skip-train", "--skip-versions")
+    assert checks["version"]["status"] == "skip" and "--skip-versions" in checks["version"]["detail"]
+    assert sorted(name for name in checks if name.startswith("version.")) == ["version.cudnn", "version.nccl"]
+    assert result.returncode == 0, checks
 
 
 def test_cudnn_parts_are_read_from_torchs_number():

@@ -16,8 +16,8 @@ import torch
 from conftest import ENV, fake_distribution
 from vlmgrpo import inventory
 
-KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions", "compared",
-        "expected"]
+KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions",
+        "version_checks", "expected"]
 TEXT = Path(inventory.__file__).read_text()
 # Run the file's text with no site-packages and no environment (-S -I), then list every module it imported.
 SPY = ("import sys, atexit\nsys.path[:0] = {paths!r}\n"
@@ -57,8 +57,9 @@ def test_as_a_module_it_prints_the_documented_keys(site):
     assert found["versions"] == {"lib": "1.2.3", "transformers": metadata.version("transformers"), "absent": None,
                                  "family": "9.1.0.70", "none": None, "python": "%d.%d.%d" % sys.version_info[:3],
                                  "torch_cuda": torch.version.cuda, "vlmgrpo": metadata.version("vlmgrpo")}
-    assert {key: judged["matches"] for key, judged in found["compared"].items()} == {  # judged inside, by one rule
-        "lib": True, "transformers": False, "absent": True, "family": True, "none": True}
+    assert {c["name"]: c["status"] for c in found["version_checks"]} == {  # judged inside, by one rule
+        "version.lib": "pass", "version.transformers": "fail", "version.absent": "pass", "version.family": "pass",
+        "version.none": "pass"}
     lib = next(d for d in found["distributions"] if d["name"] == "imagegen-fake-lib")
     assert lib == {"name": "imagegen-fake-lib", "version": "1.2.3", "hashes": {"sha256": "ab" * 32},
                    "license_expression": "MIT", "license": "x" * 300,

@@ -4,13 +4,15 @@ source as it loads the inventory program: stages.inventory.runner). Adding a che
 module of this package but `context` says, as the image's own checks do (vlmgrpo.checks, whose report the `selftest`
 check brings in):
   NAMES  the check names it reports (each reported when it raises ContainerError or a need is unmet); a name may
-         stand for a family: "inside" covers inside.<label>, "selftest" selftest.<name> (reported_outside);
+         stand for a family: "inside" covers inside.<label>, "version" version.<key>, "selftest"
+         selftest.<name> (reported_outside);
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  what it applies to: "native" (the image runs natively: under QEMU user emulation, an arm64 image on an
          x86_64 host, importing torch hangs or crashes), "matrix" (a matrix entry to compare with), "gpu" (the engine
          gives containers GPUs), "inventory" (the inventory program ran in the image: the inside.inventory check says
-         why not), or a component key (the image's label for it names a version). judge says whether this image has
-         each; run_checks skips a module whose need is unmet, with the reason, without running it;
+         why not), "expected" (the inventory read an expected.json in the image: asked after "inventory"), or a
+         component key (the image's label for it names a version). judge says whether this image has each;
+         run_checks skips a module whose need is unmet, with the reason, without running it;
   run(context) -> list[Check].
 """
 
@@ -20,11 +22,13 @@ import time
 from types import ModuleType
 
 from imagegen.engine import containers
+from imagegen.render.expected import PATH
 from imagegen.render.locked import LockedImage
 from imagegen.stages.checks.context import Context, native_only
 from imagegen.stages.results import FAIL, SKIP, Check, TestResult
 
-NATIVE, MATRIX, GPU, INVENTORY = "native", "matrix", "gpu", "inventory"  # the needs that are not component keys
+# the needs that are not component keys
+NATIVE, MATRIX, GPU, INVENTORY, EXPECTED = "native", "matrix", "gpu", "inventory", "expected"
 # The report's sections, in order: the image's own facts (labels, USER), its commands, its inventory and what is
 # judged by it (ELF machines, versions, the tag), the engine's GPU runtime, then the image's own selftest.
 PHASES = ("image", "commands", "inventory", "inside", "gpu", "selftest")
@@ -49,9 +53,11 @@ def judge(need: str, context: Context) -> tuple[str, str] | None:
         return SKIP, "no matrix entry given; the image's own labels are the reference"
     if need == INVENTORY and context.inventory() is None:
         return SKIP, "no inventory (inside.inventory says why)"
+    if need == EXPECTED and context.inventory().get("expected") is None:  # asked after "inventory"
+        return SKIP, f"the image holds no expected file ({PATH}): nothing says what it was built to hold"
     if need == GPU and not context.gpu:
         return (FAIL if context.require_gpu else SKIP), context.gpu_reason
-    if need not in (NATIVE, MATRIX, GPU, INVENTORY) and context.component_version(need) is None:
+    if need not in (NATIVE, MATRIX, GPU, INVENTORY, EXPECTED) and context.component_version(need) is None:
         return SKIP, f"no {need} in this image (its labels name no version of it)"
     return None
 

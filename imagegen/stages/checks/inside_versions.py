@@ -1,6 +1,6 @@
-"""Each component's version inside the image equals its label, judged inside the image: the inventory program reads
-the versions without importing torch and compares them with the image's expected.json by the one rule the image's own
-checks use (vlmgrpo.inventory.version_matches); here each label must be the version that comparison was against."""
+"""inside.<label>: each version label says what the image holds: the version its expected.json says it was built to
+hold (which version.<key> judges against what is installed, inside the image), and for the trainer, which expected.json
+does not name, its installed version. The label is the host's own fact; the versions inside are the inventory's."""
 
 from imagegen.render.expected import of_inventory
 from imagegen.stages.checks.context import Context
@@ -22,22 +22,26 @@ def keys_of_labels(context: Context, found: dict) -> dict[str, str]:
     return {**table, "trainer": TRAINER_KEY}
 
 
-def label_check(label: str, key: str, wanted: str, found: dict) -> Check:
-    name, judged = f"{NAME}.{label}", (found.get("compared") or {}).get(key)
-    if judged is None:
+def label_check(label: str, key: str, wanted: str, found: dict, built: dict[str, str | None] | None) -> Check:
+    """built: the versions the image's expected.json names (None: it holds none)."""
+    name = f"{NAME}.{label}"
+    if key == TRAINER_KEY:
         inside = found["versions"].get(key)
-        if key != TRAINER_KEY:
-            return Check(name, FAIL, f"inside {inside or 'absent'}, label {wanted}, but the image's expected.json "
-                                     f"names no {key} to judge it by")
         return Check(name, PASS if inside == wanted else FAIL, f"inside {inside or 'absent'}, label {wanted}")
-    if (judged["expected"] or "none") != wanted:
-        return Check(name, FAIL, f"label {wanted}, but the image was built to hold {judged['expected'] or 'none'} "
-                                 "(its expected.json)")
-    return Check(name, PASS if judged["matches"] else FAIL, f"inside {judged['inside'] or 'absent'}, label {wanted}")
+    if built is None or key not in built:
+        return Check(name, FAIL, f"label {wanted}, but the image's expected.json names no {key}: nothing says what "
+                                 "it was built to hold")
+    held = built[key] or "none"
+    if held != wanted:
+        return Check(name, FAIL, f"label {wanted}, but the image was built to hold {held} (its expected.json)")
+    return Check(name, PASS, f"label {wanted}, as the image was built to hold (its expected.json; version.{key} "
+                             "judges what is installed)")
 
 
 def versions_match_labels(found: dict, labels: dict[str, str], keys: dict[str, str]) -> list[Check]:
-    return [label_check(label, key, labels[label], found) for label, key in keys.items() if label in labels]
+    expected = of_inventory(found)
+    built = expected.versions if expected is not None else None
+    return [label_check(label, key, labels[label], found, built) for label, key in keys.items() if label in labels]
 
 
 def run(context: Context) -> list[Check]:

@@ -28,9 +28,10 @@ The object's keys:
                       installed distribution whose name starts with the prefix; several are listed ", "-joined, in
                       name order, so a comparison with one expected version fails), "python" (major.minor.micro),
                       "torch_cuda" (the `cuda = '...'` line of torch/version.py) and "vlmgrpo".
-  "compared":         component key -> {"inside", "expected", "matches"} for each key of EXPECTED's "versions" that
-                      "versions" reads, by the one rule both `imagegen test` and `vlmgrpo selftest` judge versions by
-                      (version_matches); null without EXPECTED.
+  "version_checks":   the one verdict on the versions (version_checks): [{"name": "version.<key>", "status": "pass" or
+                      "fail", "detail"}] for each key of EXPECTED's "versions" but cuDNN and NCCL read from torch, by
+                      version_matches; `imagegen test` reports it, and so does `vlmgrpo selftest` run alone; null
+                      without EXPECTED.
   "expected":         EXPECTED's content as read, or null without one: what the image was built to hold, which
                       `imagegen test` compares with its labels for an image it has no matrix entry of.
 """
@@ -243,12 +244,37 @@ def version_matches(key, inside, expected, families=()):
     return public_version(inside) == public_version(expected)
 
 
-def compared(expected, versions):
-    """EXPECTED's versions against those read here, by version_matches, for each key both name."""
+def version_check(key, inside, wanted, families=()):
+    """version.<key>: one component read here against the version the image was built to hold, by version_matches;
+    {"name", "status": "pass" | "fail", "detail"}, the result shape of vlmgrpo.checkrunner (not imported: this
+    program is the standard library alone)."""
+    if key == "python":
+        detail = "python %s, expected %s" % (inside, wanted)
+    elif wanted is None and inside is None:
+        detail = "%s absent, as expected" % key
+    elif wanted is None:
+        detail = "%s %s installed, expected absent" % (key, inside)
+    elif inside is None:
+        detail = "%s not installed, expected %s" % (key, wanted)
+    else:
+        detail = "%s %s, expected %s" % (key, inside, wanted)
+    passed = version_matches(key, inside, wanted, families)
+    return {"name": "version." + key, "status": "pass" if passed else "fail", "detail": detail}
+
+
+def version_checks(expected, versions):
+    """The one verdict on EXPECTED's versions, reported by `imagegen test` (also under emulation) and by `vlmgrpo
+    selftest`: version.<key> for each key it names, read here. cuDNN and NCCL that no wheel family pins are read from
+    torch (vlmgrpo.checks.torch_libraries), so are left out; any other key this program cannot read fails."""
     families = expected.get("families") or {}
-    return {key: {"inside": versions[key], "expected": wanted,
-                  "matches": version_matches(key, versions[key], wanted, families)}
-            for key, wanted in (expected.get("versions") or {}).items() if key in versions}
+    checks = []
+    for key, wanted in (expected.get("versions") or {}).items():
+        if key in versions:
+            checks.append(version_check(key, versions[key], wanted, families))
+        elif key not in LIBRARY_KEYS or key in families:
+            checks.append({"name": "version." + key, "status": "fail",
+                           "detail": "the expected file names no distribution for %s" % key})
+    return checks
 
 
 def read_expected(path):
@@ -281,7 +307,7 @@ def inventory(expected=None):
         "os_packages": os_packages(manager),
         "machines": machines(),
         "versions": versions,
-        "compared": compared(expected, versions) if expected is not None else None,
+        "version_checks": version_checks(expected, versions) if expected is not None else None,
         "expected": expected,
     }
 

@@ -9,7 +9,8 @@ runner, vlmgrpo.checkrunner):
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  tuple of what it applies to: "expected" (an expected-versions file: a skip without one, with why), "gpu" (a
          visible GPU), "toolkit" (a CUDA toolkit: nvcc where torch's cpp_extension finds it), "train" (not
-         --skip-train), "cuda_archs" (expected.json lists the CUDA architectures
+         --skip-train), "versions" (not --skip-versions), "libraries_from_torch" (expected.json names cuDNN or
+         NCCL that no wheel family pins), "cuda_archs" (expected.json lists the CUDA architectures
          the image is for: not a CPU image), "rdma" (an InfiniBand/RoCE device visible), "compiled_code" (a package of
          the stack ships compiled files), "base_cuda" (the base image holds CUDA libraries), "cuda_torch" (torch is a
          CUDA build), "fa4_arch" (GPU 0 is in flash-attention 4's range: asked after "gpu"), or a component key
@@ -33,10 +34,13 @@ from typing import Any, Callable, Mapping, Optional
 from vlmgrpo import checkrunner
 from vlmgrpo.checkrunner import FAIL, GPU, PASS, SKIP
 from vlmgrpo.checks._needs import base_cuda, compiled_code, cuda_torch, fa4_arch, rdma_device, toolkit_nvcc
-from vlmgrpo.inventory import installed_version
+from vlmgrpo.inventory import LIBRARY_KEYS, installed_version
 
 NO_GPU = "no GPU visible"
 TOOLKIT, TRAIN, CUDA_ARCHS, RDMA, EXPECTED = "toolkit", "train", "cuda_archs", "rdma", "expected"  # nor GPU: not keys
+VERSIONS = "versions"  # not --skip-versions
+# expected.json names cuDNN or NCCL that no wheel family pins: torch tells their versions, the inventory cannot
+LIBRARIES_FROM_TORCH = "libraries_from_torch"
 # Needs this machine answers by looking (vlmgrpo.checks._needs); ON_GPU ones look at the GPU, so are asked after "gpu".
 PROBED = {"compiled_code": compiled_code, "base_cuda": base_cuda, "cuda_torch": cuda_torch, "fa4_arch": fa4_arch}
 ON_GPU = ("fa4_arch",)
@@ -53,11 +57,19 @@ class Context:
     expected_problem: Optional[str] = None  # why the versions cannot be checked (no file, or an unusable one)
     require_gpu: bool = False  # GPU checks fail instead of skip when no GPU is visible
     skip_train: bool = False
+    # imagegen test reports the inventory's verdict on the versions itself (also under emulation): not asked twice
+    skip_versions: bool = False
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)  # where the toolkit is looked for
 
 
 def result(name: str, status: str, detail: str) -> dict[str, str]:
     return {"name": name, "status": status, "detail": detail}
+
+
+def libraries_from_torch(expected: Optional[dict]) -> list[str]:
+    """The LIBRARY_KEYS expected.json names that no wheel family pins: torch reports them, the inventory cannot."""
+    families = (expected or {}).get("families") or {}
+    return [key for key in LIBRARY_KEYS if key in ((expected or {}).get("versions") or {}) and key not in families]
 
 
 def expected_version(expected: Optional[dict], key: str) -> Any:
@@ -108,6 +120,12 @@ def has(need: str, context: Context) -> tuple[bool, str]:
         return context.expected is not None, context.expected_problem or "no expected-versions file"
     if need == TRAIN:
         return not context.skip_train, "--skip-train"
+    if need == LIBRARIES_FROM_TORCH:
+        return bool(libraries_from_torch(context.expected)), ("cuDNN and NCCL are pinned by wheel families: "
+                                                              "version.<key> judges them from the inventory")
+    if need == VERSIONS:
+        return not context.skip_versions, ("--skip-versions: imagegen test reports the inventory's version.<key> "
+                                           "checks itself")
     if need == CUDA_ARCHS:
         return bool((context.expected or {}).get("cuda_archs")), "the matrix lists no CUDA architectures for this image"
     if need == TOOLKIT:

@@ -255,7 +255,8 @@ def selftest(**given) -> None:
 
     settings = SelftestSettings(**take(SelftestSettings, given))
     check_driver()
-    report = run_selftest(settings.expected, require_gpu=settings.require_gpu, skip_train=settings.skip_train)
+    report = run_selftest(settings.expected, require_gpu=settings.require_gpu, skip_train=settings.skip_train,
+                          skip_versions=settings.skip_versions)
     click.echo(json.dumps(report, indent=2))
     sys.exit(1 if report["failed"] else 0)
 

@@ -32,6 +32,9 @@ class SelftestSettings:
     require_gpu: bool = field(default=False, metadata={
         "help": "GPU checks fail instead of skip when no GPU is visible."})
     skip_train: bool = field(default=False, metadata={"help": "Skip the tiny two-step GRPO run."})
+    skip_versions: bool = field(default=False, metadata={
+        "help": "Leave out the version.<key> checks of what the inventory reads (imagegen test reports them from "
+                "the inventory itself); cuDNN and NCCL read from torch stay."})
 
 
 @dataclass

@@ -13,8 +13,10 @@ from vlmgrpo.image.info import expected_path
 from vlmgrpo.inventory import read_expected
 
 
-def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False) -> dict:
+def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False,
+                 skip_versions: bool = False) -> dict:
     expected, problem = read_expected(expected_path(expected_option))
-    checks = run_checks(Context(expected, problem, require_gpu=require_gpu, skip_train=skip_train))
+    checks = run_checks(Context(expected, problem, require_gpu=require_gpu, skip_train=skip_train,
+                                skip_versions=skip_versions))
     counts = {status: sum(1 for c in checks if c["status"] == status) for status in (PASS, FAIL, SKIP)}
     return {"checks": checks, "passed": counts[PASS], "failed": counts[FAIL], "skipped": counts[SKIP]}
