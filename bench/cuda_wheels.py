@@ -22,7 +22,7 @@ def wheels_images(inputs: Path) -> tuple[object, list]:
     from imagegen.workspace import Workspace
 
     plan = Workspace(matrix=inputs / "matrix.yaml", templates=inputs / "templates", trainer=inputs / "trainer").load()
-    return plan.matrix, [image for image in plan.locked.values() if image.plan.cuda_source == "wheels"
+    return plan.matrix, [image for image in plan.locked.values() if image.plan.gpu.cuda_source == "wheels"
                          and image.platform == "linux/amd64"]
 
 
@@ -66,8 +66,8 @@ def rows(inputs: Path, work: Path) -> list[tuple]:
         facts = json.loads(subprocess.run([DOCKER, "image", "inspect", build.report["image_id"]],
                                           capture_output=True, text=True, check=True).stdout)[0]
         stored, push_s = pushed_bytes(build.report["ref"], work / f"registry-{image.name}")
-        base, base_bytes = nvidia_base_bytes(matrix, image.plan.cuda, image.plan.flavor)
-        found.append((image.name, image.plan.flavor, image.labels["io.imagegen.cuda.toolkit"],
+        base, base_bytes = nvidia_base_bytes(matrix, image.plan.gpu.cuda, image.plan.base.flavor)
+        found.append((image.name, image.plan.base.flavor, image.labels["io.imagegen.cuda.toolkit"],
                       f"{build.wall_s:.0f}", gb(facts["Size"]), gb(stored), f"{push_s:.0f}", base, base_bytes))
         forget(build.report)
     return found

@@ -33,7 +33,7 @@ def local_images(inputs: Path) -> list[str]:
     from imagegen.workspace import Workspace
 
     plan = Workspace(matrix=inputs / "matrix.yaml", trainer=inputs / "trainer").load()
-    return sorted({image.name for image in plan.images if image.cuda is None and image.key in plan.locked})
+    return sorted({image.name for image in plan.images if image.gpu.cuda is None and image.key in plan.locked})
 
 
 def built_images(inputs: Path, work: Path) -> list[tuple]:

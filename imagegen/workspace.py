@@ -139,7 +139,7 @@ class Workspace:
             lock, why = self._lock_of(plan)
             if lock is not None:
                 locks[plan.key] = lock
-            elif plan.lock_source == PYTORCH_INDEX and isinstance(why, str):
+            elif plan.torch.lock_source == PYTORCH_INDEX and isinstance(why, str):
                 warnings[plan.key] = self._unreachable(plan, why)
             else:
                 problems[plan.key] = why
@@ -155,7 +155,7 @@ class Workspace:
         """An image declared `lock: pytorch-index` without a current lock: expected where that index is out of
         reach, so said, not refused, until something builds it."""
         problem = why.rsplit("; run `", 1)[0]
-        return (f"not locked ({problem}): its torch build is on the PyTorch index alone ({plan.torch_index_url}); "
+        return (f"not locked ({problem}): its torch build is on the PyTorch index alone ({plan.torch.index_url}); "
                 f"run `{self.lock_command(plan.name)}` where that index answers, or let the scheduled locks "
                 f"workflow ({LOCKS_WORKFLOW}) lock it")
 

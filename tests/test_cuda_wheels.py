@@ -40,12 +40,12 @@ def locked(name: str):
 
 def test_an_image_naming_cuda_and_base_takes_its_cuda_from_wheels_on_that_base():
     devel, runtime = locked(DEVEL), locked(RUNTIME)
-    assert (devel.plan.cuda_source, devel.plan.base_image, devel.plan.os) == ("wheels", "debian:bookworm-slim",
+    assert (devel.plan.gpu.cuda_source, devel.plan.base.image, devel.plan.base.os) == ("wheels", "debian:bookworm-slim",
                                                                              "debian12")
-    assert (devel.plan.cuda, devel.plan.flavor, devel.plan.has_toolkit) == ("13.0", "devel", True)
-    assert (runtime.plan.cuda, runtime.plan.flavor, runtime.plan.has_toolkit) == ("12.8", "runtime", False)
+    assert (devel.plan.gpu.cuda, devel.plan.base.flavor, devel.plan.has_toolkit) == ("13.0", "devel", True)
+    assert (runtime.plan.gpu.cuda, runtime.plan.base.flavor, runtime.plan.has_toolkit) == ("12.8", "runtime", False)
     nvidia = locked("cu130-torch2.14")
-    assert (nvidia.plan.cuda_source, nvidia.plan.base_image) == ("base", "nvidia/cuda:13.0.3-devel-ubuntu24.04")
+    assert (nvidia.plan.gpu.cuda_source, nvidia.plan.base.image) == ("base", "nvidia/cuda:13.0.3-devel-ubuntu24.04")
 
 
 def test_only_a_devel_image_on_wheels_locks_the_toolkits_devel_parts_at_its_cuda_line():

@@ -79,7 +79,7 @@ def test_every_real_image_says_what_its_facts_admit():
 
 
 def test_labels_that_disagree_with_the_variable_are_named():
-    req = next(p for p in real().images if p.name == "cu128-torch2.8").driver
+    req = next(p for p in real().images if p.name == "cu128-torch2.8").gpu.driver
     branches = real().matrix.drivers.branches
     assert drivers.disagreements(req, branches, req.variable, "570", req.forward) == []
     found = drivers.disagreements(req, branches, req.variable, "525.60.13", req.forward)  # the label of before
@@ -100,8 +100,8 @@ def test_validate_refuses_a_line_whose_rendered_variable_refuses_what_its_facts_
     templates = tmp_path / "templates"
     shutil.copytree(REPO / "templates", templates)
     base = templates / "base.Dockerfile.j2"
-    base.write_text(base.read_text().replace('ENV NVIDIA_REQUIRE_CUDA="{{ image.driver.variable }}"',
-                                             'ENV NVIDIA_REQUIRE_CUDA="cuda>={{ image.cuda_minor }}"'))
+    base.write_text(base.read_text().replace('ENV NVIDIA_REQUIRE_CUDA="{{ image.gpu.driver.variable }}"',
+                                             'ENV NVIDIA_REQUIRE_CUDA="cuda>={{ image.gpu.cuda_minor }}"'))
     assert imagegen("validate", *on(path)).returncode == 0
     result = imagegen("validate", *on(path), "--templates", str(templates))
     assert result.returncode == 2, result.stderr

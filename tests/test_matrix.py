@@ -14,7 +14,7 @@ from tests.helpers import (FIXTURE_MATRIX, MATRIX_PATH, TRAINER, edited, fixture
 def test_the_fixture_matrix_resolves_to_every_image():
     names = [plan.name for plan in planned()]
     assert "cpu" in names
-    cudas = {plan.cuda_minor for plan in planned() if plan.cuda_minor}
+    cudas = {plan.gpu.cuda_minor for plan in planned() if plan.gpu.cuda_minor}
     assert {"11.8", "12.1", "12.4", "12.6", "12.8", "13.0"} <= cudas
 
 
@@ -178,7 +178,7 @@ def test_torch_2_6_on_cuda_12_6_takes_the_cxx11_abi_wheel():
     assert problems_of(data) == []
     chosen = next(p for p in plan.resolve(matrix_module.parse(yaml.safe_dump(data), "m.yaml"), TRAINER)
                   if p.name == "cu126-torch2.7")
-    assert chosen.cxx11_abi and "cu12torch2.6cxx11abiTRUE-cp311" in chosen.flash_attn_wheel_url
+    assert chosen.torch.cxx11_abi and "cu12torch2.6cxx11abiTRUE-cp311" in chosen.kernels.flash_attn_wheel_url
 
 
 def test_a_flash_attn_release_without_wheels_of_the_builds_abi_is_refused():

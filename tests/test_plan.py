@@ -2,12 +2,13 @@
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
 from imagegen.core.errors import UserError
 from imagegen.locking import inputs
+from imagegen.matrix import plan as plan_module
 from imagegen.matrix.select import Selection, choose, version_matches
 
 from tests.helpers import (FIXTURE_MATRIX, edited, fixture_workspace, loaded, locked_named, parsed, planned, planned_from,
@@ -18,19 +19,19 @@ TABLE = loaded().matrix.components  # the fixture's component table, which --wit
 
 def test_torch_comes_from_pypi_when_pypi_serves_that_very_build():
     plan = planned_named("cu124-torch2.6")
-    assert plan.base_image == "nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"
-    assert plan.torch_index_url is None  # PyPI's torch 2.6.0 is the CUDA 12.4 build
-    assert plan.python_source == "deadsnakes" and plan.python_platform == "x86_64-manylinux_2_35"
-    assert plan.flash_attn_wheel_url.endswith(
+    assert plan.base.image == "nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"
+    assert plan.torch.index_url is None  # PyPI's torch 2.6.0 is the CUDA 12.4 build
+    assert plan.base.python_source == "deadsnakes" and plan.base.python_platform == "x86_64-manylinux_2_35"
+    assert plan.kernels.flash_attn_wheel_url.endswith(
         "v2.7.4.post1/flash_attn-2.7.4.post1+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl")
     other = planned_named("cu128-torch2.7")
-    assert other.torch_index_url == "https://download.pytorch.org/whl/cu128"
+    assert other.torch.index_url == "https://download.pytorch.org/whl/cu128"
     assert "torch==2.7.1+cu128" in inputs.resolution_requirements(other)
 
 
 def test_cpu_image_takes_torch_from_pypi_with_the_libraries_its_lock_pins():
     image = locked_named("cpu")
-    assert image.plan.torch_index_url is None and image.plan.base_image == "debian:bookworm-slim"
+    assert image.plan.torch.index_url is None and image.plan.base.image == "debian:bookworm-slim"
     versions = image.versions
     assert (versions["torch_cuda"], versions["cudnn"], versions["nccl"]) == (
         "13.0", image.lock.package("nvidia-cudnn-cu13").version, image.lock.package("nvidia-nccl-cu13").version)
@@ -116,7 +117,7 @@ def test_a_planned_image_carries_only_the_components_it_names():
 
 
 def test_source_builds_compile_for_ampere_and_newer_only():
-    assert planned_named("cu118-torch2.6").cuda_arch_list == "8.0;8.6;8.9;9.0+PTX"
+    assert planned_named("cu118-torch2.6").kernels.arch_list == "8.0;8.6;8.9;9.0+PTX"
 
 
 def test_expected_versions_match_the_labels_and_name_each_distribution():
@@ -180,23 +181,21 @@ def test_the_framework_layer_gets_the_trainers_dependencies_but_not_the_pinned_o
     from packaging.requirements import Requirement
 
     from imagegen.matrix import model as matrix_module
-    from imagegen.matrix import plan as plan_module
 
     trainer = plan_module.Trainer("0.1.0", (Requirement("transformers>=4.57"), Requirement("click>=8.0"),
                                             Requirement("Pillow")), (Requirement("setuptools>=64"),))
     cpu = next(p for p in plan_module.resolve(matrix_module.read(FIXTURE_MATRIX), trainer) if p.name == "cpu")
-    assert cpu.trainer_requirements == ("Pillow", "click>=8.0", "setuptools>=64")
+    assert cpu.trainer.requirements == ("Pillow", "click>=8.0", "setuptools>=64")
 
 
 def test_only_images_with_cuda_get_the_trainers_cuda_extra():
     from packaging.requirements import Requirement
 
     from imagegen.matrix import model as matrix_module
-    from imagegen.matrix import plan as plan_module
 
     trainer = plan_module.Trainer("0.1.0", (Requirement("click>=8.0"),),
                                   extras={plan_module.CUDA_EXTRA: (Requirement("bitsandbytes>=0.45"),)})
-    requirements = {p.name: p.trainer_requirements
+    requirements = {p.name: p.trainer.requirements
                     for p in plan_module.resolve(matrix_module.read(FIXTURE_MATRIX), trainer)}
     assert requirements["cpu"] == ("click>=8.0",)
     assert requirements["cu124-torch2.6"] == ("bitsandbytes>=0.45", "click>=8.0")
@@ -221,8 +220,8 @@ def test_an_image_of_two_platforms_is_one_locked_image_per_platform_under_one_ve
     assert (amd64.key, arm64.key) == ("cu130-torch2.11", "cu130-torch2.11-arm64")
     assert amd64.version_tag == arm64.version_tag and amd64.labels == arm64.labels
     assert arm64.ref() == amd64.ref() + "-arm64" and arm64.ref("cpu") == f"{arm64.repository}:cpu-arm64"
-    assert arm64.plan.python_platform == "aarch64-manylinux_2_39"
-    assert arm64.plan.cuda_arch_list == "9.0;10.0;12.1+PTX"  # GH200, GB200, DGX Spark
+    assert arm64.plan.base.python_platform == "aarch64-manylinux_2_39"
+    assert arm64.plan.kernels.arch_list == "9.0;10.0;12.1+PTX"  # GH200, GB200, DGX Spark
     assert arm64.lock.platform == "linux/arm64" and arm64.lock.inputs["platform"] == "aarch64-manylinux_2_39"
 
 
@@ -282,7 +281,6 @@ def test_the_workspace_renders_each_image_once_with_the_runs_options(monkeypatch
 def test_a_components_trainer_extra_is_installed_where_the_image_has_it_and_must_exist():
     from packaging.requirements import Requirement
 
-    from imagegen.matrix import plan as plan_module
     from tests.helpers import edited, image_named, parsed
 
     def with_lab(data):
@@ -293,8 +291,23 @@ def test_a_components_trainer_extra_is_installed_where_the_image_has_it_and_must
     data = edited(with_lab)
     lab = {"lab": (Requirement("ipywidgets>=8"),)}
     trainer = plan_module.Trainer("0.1.0", (Requirement("click>=8.0"),), extras=lab)
-    requirements = {p.name: p.trainer_requirements for p in plan_module.resolve(parsed(data), trainer)}
+    requirements = {p.name: p.trainer.requirements for p in plan_module.resolve(parsed(data), trainer)}
     assert requirements["cpu"] == ("click>=8.0", "ipywidgets>=8")
     assert all("ipywidgets>=8" not in wanted for name, wanted in requirements.items() if name != "cpu")
     with pytest.raises(UserError, match=r"components.jupyterlab.trainer_extra: the trainer has no extra 'lab'"):
         plan_module.resolve(parsed(data), plan_module.Trainer("0.1.0"))
+
+
+def test_the_plain_data_publishes_every_field_of_every_part_once_under_its_flat_name():
+    """`imagegen matrix --format json` and image.json print a plan flat, as it was before its fields were grouped:
+    a field added to a part and left out of PUBLISHED would silently be missing there."""
+    plan = planned_named("cu124-torch2.6")
+    parts = [f.name for f in fields(plan) if type(getattr(plan, f.name)).__module__ == plan_module.__name__]
+    every = [f.name for f in fields(plan) if f.name not in (*parts, "components")]
+    every += [f"{part}.{f.name}" for part in parts for f in fields(getattr(plan, part))]
+    assert sorted(plan_module.PUBLISHED.values()) == sorted(every)
+    data = plan.as_dict()
+    assert list(data) == list(plan_module.PUBLISHED)
+    assert (data["cuda"], data["base_image"], data["cuda_arch_list"], data["lock_source"]) == (
+        plan.gpu.cuda, plan.base.image, plan.kernels.arch_list, plan.torch.lock_source)
+    assert json.loads(json.dumps(data))["driver"]["min_driver"] == plan.gpu.min_driver

@@ -90,7 +90,7 @@ def version_tag_follows_the_tag_format(image: LockedImage, data: dict) -> None:
     entry, rows = raw_entry(data, image.name), data["components"]
     named = "".join(f"-{key}{entry[key]}" for key in rows
                     if rows[key].get("in_name") and entry.get(key) not in (None, "none"))
-    pattern = (rf"{re.escape(image.plan.trainer_version)}-torch{re.escape(str(entry['torch']))}-cu\d{{3}}-cudnn\d+"
+    pattern = (rf"{re.escape(image.plan.trainer.version)}-torch{re.escape(str(entry['torch']))}-cu\d{{3}}-cudnn\d+"
                rf"-py{re.escape(str(entry['python']))}{re.escape(named)}(-runtime)?(-[a-z]+\d+)?"
                rf"-{image.inputs_digest.removeprefix('sha256:')[:12]}")
     assert re.fullmatch(pattern, image.version_tag), f"{image.version_tag} !~ {pattern}"

@@ -21,11 +21,11 @@ def test_validate_passes_on_the_real_matrix_as_it_is():
 def test_every_image_is_locked_or_declared_to_lock_where_the_pytorch_index_answers():
     plan = Workspace().load()
     for planned in plan.images:
-        assert planned.key in plan.locked or (planned.lock_source == "pytorch-index"
+        assert planned.key in plan.locked or (planned.torch.lock_source == "pytorch-index"
                                               and planned.key in plan.lock_warnings), planned.key
     declared = {image["name"] for image in yaml.safe_load(MATRIX_PATH.read_text())["images"]
                 if image.get("lock") == "pytorch-index"}
-    assert all(planned.torch_index_url for planned in plan.images if planned.name in declared)
+    assert all(planned.torch.index_url for planned in plan.images if planned.name in declared)
 
 
 def test_every_lock_file_belongs_to_an_image_of_the_matrix():
@@ -41,20 +41,20 @@ def test_facts_no_index_confirms_name_their_source_and_volta_keeps_a_cuda_12_ima
     assert all("7.0" not in archs for minor, cuda in matrix["cuda"].items() if minor.startswith("13.")
                for archs in (cuda["archs"].values() if isinstance(cuda["archs"], dict) else [cuda["archs"]]))
     plan = Workspace().load()
-    volta = [planned.name for planned in plan.images if "7.0" in planned.cuda_archs and planned.key in plan.locked]
+    volta = [planned.name for planned in plan.images if "7.0" in planned.gpu.archs and planned.key in plan.locked]
     assert "cu128-torch2.8" in volta
 
 
 def test_no_cuda_base_carries_a_cudnn_that_torchs_wheel_duplicates():
     """torch loads the cuDNN of its nvidia-cudnn wheel; a base's own (-cudnn-devel- tags) would be a second copy."""
     plan = Workspace().load()
-    cuda_images = [image for image in plan.images if image.cuda_minor]
+    cuda_images = [image for image in plan.images if image.gpu.cuda_minor]
     assert cuda_images
     for image in cuda_images:
-        assert "cudnn" not in image.base_image.split(":", 1)[1], image.base_image
-        assert image.base_cudnn is None
+        assert "cudnn" not in image.base.image.split(":", 1)[1], image.base.image
+        assert image.base.cudnn is None
     for locked in plan.locked.values():
-        if locked.plan.cuda_minor:
+        if locked.plan.gpu.cuda_minor:
             assert locked.labels["io.imagegen.base.cudnn"] == "none", locked.key
 
 

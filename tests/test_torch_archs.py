@@ -37,10 +37,10 @@ def test_a_build_not_compiled_for_a_listed_gpu_is_a_warning_and_the_image_does_n
     assert warning.key.endswith(".torch") and "torch 2.7.1's CUDA 12.8 build does not run on 7.0 on linux/amd64" \
         in warning.message
     (plan,) = [p for p in planned_from(data) if p.name == "cu128-torch2.7"]
-    assert plan.cuda_archs == ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
-    assert plan.cuda_arch_list.startswith("7.5;")
+    assert plan.gpu.archs == ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
+    assert plan.kernels.arch_list.startswith("7.5;")
     (other,) = [p for p in planned_from(data) if p.name == "cu128-torch2.8"]  # torch 2.8.0's build: not said
-    assert other.cuda_archs[0] == "7.0"
+    assert other.gpu.archs[0] == "7.0"
 
 
 def test_archs_must_be_compute_capabilities_per_platform():

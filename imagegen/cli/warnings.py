@@ -34,7 +34,7 @@ def lines(plan, lock_command) -> list[str]:
         plan_image = next(p for p in plan.images if p.name == elsewhere[0])
         found.append(f"{elsewhere[0]}: {plan.lock_warnings[plan_image.key]}")
     elif elsewhere:
-        indexes = ", ".join(f"{p.name} ({p.torch_index_url})" for p in plan.images
+        indexes = ", ".join(f"{p.name} ({p.torch.index_url})" for p in plan.images
                             if p.key in plan.lock_warnings and p.platform == "linux/amd64") or ", ".join(elsewhere)
         found.append(f"{len(elsewhere)} images not locked: their torch builds are on the PyTorch index alone: "
                      f"{indexes}; run `{lock_command('NAME')}` for each where that index answers, or let the "

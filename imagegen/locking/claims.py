@@ -63,9 +63,9 @@ def _pin_mismatches(plan: PlannedImage, lock: Lock, entries: Entries) -> list[Mi
     if cuda and runtime is not None and Version(runtime.version).release[:2] != Version(cuda).release[:2]:
         found.append(Mismatch((*section, "packages", index, "version"), f"{runtime.name} {runtime.version}, where "
                               f"{plan.name}'s torch build is for CUDA {cuda}", "lock-pins"))
-    if lock.base.ref != plan.base_image:
+    if lock.base.ref != plan.base.image:
         found.append(Mismatch((*section, "base", "ref"), f"{lock.base.ref!r}, where {plan.name} builds on "
-                              f"{plan.base_image}", "lock-pins"))
+                              f"{plan.base.image}", "lock-pins"))
     wanted = (lock.inputs.get("flash_attn") or {}).get("requirement")
     held = lock.flash_attn.requirement if lock.flash_attn else None
     if held != wanted:

@@ -22,15 +22,15 @@ def lock_inputs(plan: PlannedImage) -> dict:
     flash_attn = None
     if plan.version("flash_attn"):
         flash_attn = {"version": plan.version("flash_attn"),
-                      "build": "source" if plan.flash_attn_source_build else "wheel",
-                      "requirement": flash_attn_requirement(plan), "requires": list(plan.flash_attn_requires)}
+                      "build": "source" if plan.kernels.flash_attn_source_build else "wheel",
+                      "requirement": flash_attn_requirement(plan), "requires": list(plan.kernels.flash_attn_requires)}
     return {
         "python": plan.version("python"),
-        "platform": plan.python_platform,
-        "torch_index": plan.torch_index_url,
+        "platform": plan.base.python_platform,
+        "torch_index": plan.torch.index_url,
         "requirements": list(resolution_requirements(plan)),
         "flash_attn": flash_attn,
-        "base": plan.base_image,
+        "base": plan.base.image,
     }
 
 
@@ -39,18 +39,18 @@ def resolution_requirements(plan: PlannedImage) -> tuple[str, ...]:
     (flash-attn itself has no resolvable metadata: its lock entry is an artifact), build tools and
     the installer."""
     wanted = [c.requirement(version, plan.version("torch_cuda")) for c, version in component_pins(plan)]
-    wanted += [*plan.trainer_requirements, *plan.flash_attn_requires, INSTALLER]
-    if plan.version("deepspeed") or plan.flash_attn_source_build:
+    wanted += [*plan.trainer.requirements, *plan.kernels.flash_attn_requires, INSTALLER]
+    if plan.version("deepspeed") or plan.kernels.flash_attn_source_build:
         wanted += BUILD_TOOLS
-    if plan.cuda_source == "wheels" and plan.has_toolkit:
-        wanted.append(cuda_wheels.toolkit_requirement(plan.cuda_minor))
+    if plan.gpu.cuda_source == "wheels" and plan.has_toolkit:
+        wanted.append(cuda_wheels.toolkit_requirement(plan.gpu.cuda_minor))
     return tuple(sorted(set(wanted), key=str.lower))
 
 
 def component_pins(plan: PlannedImage) -> list[tuple[Component, str]]:
     """The components whose distribution the lock holds at exactly the image's version (torch, torchvision, every
     pinned row), each with that version as its index names it: the PyTorch index's torch==2.7.1+cu128."""
-    local = f"+cu{plan.version('torch_cuda').replace('.', '')}" if plan.torch_index_url else ""
+    local = f"+cu{plan.version('torch_cuda').replace('.', '')}" if plan.torch.index_url else ""
     pins = []
     for c in plan.components:
         version = plan.version(c.key) if c.distribution and not c.artifact else None
@@ -64,9 +64,9 @@ def flash_attn_requirement(plan: PlannedImage) -> str | None:
     version = plan.version("flash_attn")
     if not version:
         return None
-    if plan.flash_attn_source_build:
+    if plan.kernels.flash_attn_source_build:
         return f"flash-attn=={version}"
-    return f"flash-attn @ {plan.flash_attn_wheel_url}"
+    return f"flash-attn @ {plan.kernels.flash_attn_wheel_url}"
 
 
 def locked_versions(plan: PlannedImage, lock: Lock) -> dict[str, str | None]:

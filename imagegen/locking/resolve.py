@@ -56,7 +56,7 @@ def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
     """Resolve one platform of an image; LockError when its stack does not resolve or an index does not answer."""
     inputs = lock_inputs(plan)
     packages = resolve(plan, inputs["requirements"])
-    base, unpinned = pin_base(plan.base_image)
+    base, unpinned = pin_base(plan.base.image)
     flash_attn, unhashed = flash_attn_artifact(plan)
     warnings = [text for text in (unpinned, unhashed) if text]
     lock = Lock(plan.name, plan.platform, inputs, base, tuple(packages), flash_attn, command)
@@ -65,11 +65,11 @@ def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
 
 def resolve(plan: PlannedImage, requirements: list[str]) -> list[LockedPackage]:
     argv = [_uv(), "pip", "compile", "-", "--python-version", plan.version("python"), "--python-platform",
-            plan.python_platform, "--generate-hashes", "--emit-index-annotation", "--no-header",
+            plan.base.python_platform, "--generate-hashes", "--emit-index-annotation", "--no-header",
             "--annotation-style", "split", "--quiet"]
-    if plan.torch_index_url:
+    if plan.torch.index_url:
         # An extra index is searched first: torch and its CUDA wheels come from the PyTorch index.
-        argv += ["--extra-index-url", plan.torch_index_url]
+        argv += ["--extra-index-url", plan.torch.index_url]
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1"}
     try:
         done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True, env=env,
@@ -77,7 +77,7 @@ def resolve(plan: PlannedImage, requirements: list[str]) -> list[LockedPackage]:
     except subprocess.TimeoutExpired:
         raise LockError(f"uv did not resolve within {UV_TIMEOUT_S} s") from None
     if done.returncode != 0:
-        raise LockError(_uv_reason(done.stderr, plan.torch_index_url))
+        raise LockError(_uv_reason(done.stderr, plan.torch.index_url))
     return parse_compiled(done.stdout)
 
 
@@ -156,9 +156,9 @@ def flash_attn_artifact(plan: PlannedImage) -> tuple[Artifact | None, str]:
     requirement = flash_attn_requirement(plan)
     if requirement is None:
         return None, ""
-    if plan.flash_attn_source_build:
+    if plan.kernels.flash_attn_source_build:
         return Artifact(requirement, _sdist_sha256(plan.version("flash_attn"))), ""
-    filename = plan.flash_attn_wheel_url.rsplit("/", 1)[-1]
+    filename = plan.kernels.flash_attn_wheel_url.rsplit("/", 1)[-1]
     try:
         return Artifact(requirement, _release_asset_sha256(plan.version("flash_attn"), filename)), ""
     except LockError:

@@ -1,6 +1,7 @@
 """Resolve matrix entries into planned images: every version and base one platform of an image will have,
 and what its lock must be resolved from. A planned image has no lock, no tags and no reference: those are
-a LockedImage's (imagegen.render.locked).
+a LockedImage's (imagegen.render.locked). Beside its name, platforms, versions and component rows, a planned image
+is a few parts, each with one job: its Base, its Gpu, its TorchWheels, its Kernels and its TrainerInstall.
 
 Pure functions: a Matrix in, PlannedImages out. Nothing here touches Docker, the network or the disk.
 """
@@ -8,6 +9,7 @@ Pure functions: a Matrix in, PlannedImages out. Nothing here touches Docker, the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Mapping
 
 from packaging.requirements import Requirement
@@ -52,6 +54,95 @@ class Trainer:
 
 
 @dataclass(frozen=True)
+class Base:
+    """What the image starts FROM, and what that base decides: its OS, its flavor, its cuDNN, its Python."""
+
+    image: str  # the ref its Dockerfile starts FROM, as the matrix says it (the lock pins its digest)
+    os: str
+    flavor: str  # devel or runtime (nvidia/cuda's, or NVIDIA's wheels' on a base of its own); custom: no CUDA
+    cudnn: int | None  # cuDNN major an nvidia/cuda base carries; None on any other base
+    python_source: str  # "system" (the OS's Python is the image's) or "deadsnakes"
+    python_platform: str  # what the lock is resolved for, e.g. x86_64-manylinux_2_35 (uv's spelling): the OS's glibc
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The CUDA the image has, the driver it needs and the GPUs it must run on."""
+
+    cuda: str | None  # its nvidia/cuda base's toolkit ("12.4.1"), or its line ("13.0") on wheels; None: no CUDA line
+    # Where its CUDA comes from: "base" (FROM nvidia/cuda), "wheels" (NVIDIA's PyPI wheels on a base of its own,
+    # imagegen.matrix.cuda_wheels), or None (no CUDA line: the libraries torch's wheels bring, if any)
+    cuda_source: str | None
+    # The driver its CUDA needs (imagegen.matrix.drivers): its CUDA line's, with the cuda-compat an nvidia/cuda base
+    # carries, or, without a CUDA line, that of the CUDA torch's wheels bring; None: no CUDA at all
+    driver: drivers.DriverRequirement | None
+    archs: tuple[str, ...]  # compute capabilities the image must run on; torch's build must cover them
+
+    @property
+    def cuda_minor(self) -> str | None:
+        return ".".join(self.cuda.split(".")[:2]) if self.cuda else None
+
+    @property
+    def min_driver(self) -> str | None:
+        """The oldest driver it starts on with any GPU."""
+        return self.driver.min_driver if self.driver else None
+
+
+@dataclass(frozen=True)
+class TorchWheels:
+    """Where the image's torch build comes from, and the C++ ABI its wheels have."""
+
+    index_url: str | None  # None: PyPI serves this very build
+    cxx11_abi: bool
+    lock_source: str  # "pypi", or "pytorch-index": locked only where the PyTorch index answers
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The CUDA extensions the build brings: flash-attn (NVIDIA's prebuilt wheel, or compiled from source) and
+    DeepSpeed's ops compiled ahead, and the architectures what is compiled targets."""
+
+    source_builds: frozenset[str]  # artifact components compiled in the build (flash_attn)
+    flash_attn_wheel_url: str | None
+    flash_attn_requires: tuple[str, ...]
+    flash_attn_cxx_standard: int  # the -std=c++NN its source build passes (the compile probe compiles with it)
+    deepspeed_ops: tuple[str, ...]
+    arch_list: str  # TORCH_CUDA_ARCH_LIST for anything compiled at build time
+
+    @property
+    def flash_attn_source_build(self) -> bool:
+        return "flash_attn" in self.source_builds
+
+
+@dataclass(frozen=True)
+class TrainerInstall:
+    """What the image installs of the trainer (Trainer): its version, and its requirements in two steps."""
+
+    version: str
+    requirements: tuple[str, ...]  # what the framework layer installs for the trainer
+    # The distributions of the components that name a trainer extra and that extra's requirements (jupyterlab,
+    # ipywidgets, ...): installed in a step of their own below the stack's, so that a change to one stack package
+    # sends the stack's layer again, not theirs.
+    extra_roots: tuple[str, ...]
+
+
+# The plan as plain data (`imagegen matrix --format json`, a render's image.json): flat, each name the attribute of
+# the plan it reads, in this order. Scripts read that JSON by these names, which the plan's fields had before they
+# were grouped; the order is the one `--format json` has always printed.
+PUBLISHED = {"name": "name", "platform": "platform", "platforms": "platforms", "versions": "versions",
+             "flavor": "base.flavor", "base_image": "base.image", "os": "base.os", "cuda": "gpu.cuda",
+             "cuda_source": "gpu.cuda_source", "base_cudnn": "base.cudnn", "driver": "gpu.driver",
+             "python_source": "base.python_source", "python_platform": "base.python_platform",
+             "torch_index_url": "torch.index_url", "cxx11_abi": "torch.cxx11_abi",
+             "source_builds": "kernels.source_builds", "flash_attn_wheel_url": "kernels.flash_attn_wheel_url",
+             "flash_attn_requires": "kernels.flash_attn_requires",
+             "flash_attn_cxx_standard": "kernels.flash_attn_cxx_standard", "deepspeed_ops": "kernels.deepspeed_ops",
+             "cuda_arch_list": "kernels.arch_list", "cuda_archs": "gpu.archs", "trainer_version": "trainer.version",
+             "trainer_requirements": "trainer.requirements", "extra_roots": "trainer.extra_roots",
+             "repository": "repository", "lock_source": "torch.lock_source", "max_size": "max_size"}
+
+
+@dataclass(frozen=True)
 class PlannedImage:
     """One platform of one image, as the matrix says it (an image of two platforms plans two)."""
 
@@ -64,36 +155,12 @@ class PlannedImage:
     # expected.json hold. One it never names is left out, so adding it to other images changes nothing here; the
     # whole table is the matrix's (Matrix.components).
     components: Components
-    flavor: str
-    base_image: str
-    os: str
-    cuda: str | None  # CUDA of the image: its nvidia/cuda base's toolkit ("12.4.1"), or its line ("13.0") on wheels
-    # Where its CUDA comes from: "base" (FROM nvidia/cuda), "wheels" (NVIDIA's PyPI wheels on a base of its own,
-    # imagegen.matrix.cuda_wheels), or None (no CUDA line: the libraries torch's wheels bring, if any)
-    cuda_source: str | None
-    base_cudnn: int | None  # cuDNN major of the base image
-    # The driver its CUDA needs (imagegen.matrix.drivers): its CUDA line's, with the cuda-compat an nvidia/cuda base
-    # carries, or, without a CUDA line, that of the CUDA torch's wheels bring; None: no CUDA at all
-    driver: drivers.DriverRequirement | None
-    python_source: str  # "system" or "deadsnakes"
-    python_platform: str  # what the lock is resolved for, e.g. x86_64-manylinux_2_35 (uv's spelling)
-    torch_index_url: str | None  # None: PyPI serves this very build
-    cxx11_abi: bool  # of this torch build's wheels
-    source_builds: frozenset[str]  # artifact components compiled in the build (flash-attn)
-    flash_attn_wheel_url: str | None
-    flash_attn_requires: tuple[str, ...]
-    flash_attn_cxx_standard: int  # the -std=c++NN its source build passes (the compile probe compiles with it)
-    deepspeed_ops: tuple[str, ...]
-    cuda_arch_list: str  # TORCH_CUDA_ARCH_LIST for anything compiled at build time
-    cuda_archs: tuple[str, ...]  # compute capabilities the image must run on; torch's build must cover them
-    trainer_version: str
-    trainer_requirements: tuple[str, ...]  # what the framework layer installs for the trainer
-    # The distributions of the components that name a trainer extra and that extra's requirements (jupyterlab,
-    # ipywidgets, ...): installed in a step of their own below the stack's, so that a change to one stack package
-    # sends the stack's layer again, not theirs.
-    extra_roots: tuple[str, ...]
+    base: Base
+    gpu: Gpu
+    torch: TorchWheels
+    kernels: Kernels
+    trainer: TrainerInstall
     repository: str
-    lock_source: str  # "pypi", or "pytorch-index": locked only where the PyTorch index answers
     max_size: int | None = None  # bytes; a larger image fails its build
 
     def version(self, key: str) -> str | None:
@@ -105,36 +172,24 @@ class PlannedImage:
         return platforms.key(self.name, self.platform)
 
     @property
-    def cuda_minor(self) -> str | None:
-        return ".".join(self.cuda.split(".")[:2]) if self.cuda else None
-
-    @property
-    def min_driver(self) -> str | None:
-        """The oldest driver it starts on with any GPU."""
-        return self.driver.min_driver if self.driver else None
-
-    @property
     def has_toolkit(self) -> bool:
         """Whether the image carries a CUDA toolkit (nvcc): a devel image, on nvidia/cuda or on NVIDIA's wheels."""
-        return self.cuda is not None and self.flavor == "devel"
-
-    @property
-    def flash_attn_source_build(self) -> bool:
-        return "flash_attn" in self.source_builds
+        return self.gpu.cuda is not None and self.base.flavor == "devel"
 
     @property
     def compiles_kernels(self) -> tuple[str, ...]:
         """What compiles CUDA kernels with nvcc, which needs a host C++ compiler: flash-attn built from source (at
         build time), DeepSpeed's ops and vLLM's FlashInfer (when first used, just in time)."""
-        return tuple(what for what, present in (("flash-attn", self.flash_attn_source_build),
+        return tuple(what for what, present in (("flash-attn", self.kernels.flash_attn_source_build),
                                                 ("DeepSpeed", bool(self.version("deepspeed"))),
                                                 ("vLLM's FlashInfer", bool(self.version("vllm")))) if present)
 
     def as_dict(self) -> dict:
-        """The plan as plain data (its component rows left out: they are the matrix's table's)."""
-        fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "components"}
-        return {**fields, "versions": dict(self.versions), "source_builds": sorted(self.source_builds),
-                "driver": self.driver.as_dict() if self.driver else None}
+        """The plan as plain data, as PUBLISHED names it (its component rows left out: they are the matrix's
+        table's)."""
+        data = {name: attrgetter(attribute)(self) for name, attribute in PUBLISHED.items()}
+        return {**data, "versions": dict(self.versions), "source_builds": sorted(self.kernels.source_builds),
+                "driver": self.gpu.driver.as_dict() if self.gpu.driver else None}
 
 
 def resolve(matrix: Matrix, trainer: Trainer) -> list[PlannedImage]:
@@ -159,9 +214,7 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
     torch_cuda = torch_cuda_of(matrix, image)
     cuda = matrix.cuda.get(image.cuda) if image.cuda else None
     wheels = cuda_wheels.from_wheels(image)
-    os_name = cuda.os if cuda and not wheels else image.os
     archs = torch_archs.claimed(matrix, image, torch.builds.get(torch_cuda), platform)
-    flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
     extras = _extras_of(matrix.components, image.versions)
     versions = image_versions(matrix, image)
     return PlannedImage(
@@ -170,33 +223,41 @@ def _plan(matrix: Matrix, image: ImageEntry, trainer: Trainer, platform: str) ->
         platforms=image.platforms,
         versions=versions,
         components=matrix.components.only(versions),
-        flavor=image.flavor if cuda else "custom",
-        base_image=base_of(matrix, image)[0],
-        os=os_name,
-        cuda=(cuda.minor if wheels else cuda.version) if cuda else None,
-        cuda_source=("wheels" if wheels else "base") if cuda else None,
-        base_cudnn=cuda.cudnn if cuda and not wheels else None,
-        driver=_driver(matrix, cuda, torch_cuda, wheels),
-        python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
-        python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}",
+        base=_base(matrix, image, cuda, wheels, platform),
+        gpu=Gpu(cuda=(cuda.minor if wheels else cuda.version) if cuda else None,
+                cuda_source=("wheels" if wheels else "base") if cuda else None,
+                driver=_driver(matrix, cuda, torch_cuda, wheels), archs=archs),
         # PyPI serves one CUDA build of each release: the same wheels, without the index's +cuXYZ.
-        torch_index_url=None if torch_cuda == torch.pypi_build else TORCH_INDEX.format(nodot=_nodot(torch_cuda)),
-        cxx11_abi=torch.builds[torch_cuda].cxx11_abi,
-        source_builds=image.source_builds,
-        flash_attn_wheel_url=_flash_attn_wheel(matrix, image, torch_cuda),
-        flash_attn_requires=tuple(flash_attn.requires) if flash_attn else (),
-        flash_attn_cxx_standard=flash_attn.cxx_standard if flash_attn else CXX_STANDARD,
-        deepspeed_ops=image.deepspeed_ops,
-        cuda_arch_list=_arch_list(archs, "flash_attn" in image.source_builds),
-        cuda_archs=archs,
-        trainer_version=trainer.version,
-        trainer_requirements=_trainer_requirements(matrix.components, trainer, with_cuda=cuda is not None,
-                                                   extras=extras),
-        extra_roots=_extra_roots(matrix.components, trainer, extras),
+        torch=TorchWheels(
+            index_url=None if torch_cuda == torch.pypi_build else TORCH_INDEX.format(nodot=_nodot(torch_cuda)),
+            cxx11_abi=torch.builds[torch_cuda].cxx11_abi, lock_source=image.lock_source),
+        kernels=_kernels(matrix, image, torch_cuda, archs),
+        trainer=TrainerInstall(version=trainer.version,
+                               requirements=_trainer_requirements(matrix.components, trainer,
+                                                                  with_cuda=cuda is not None, extras=extras),
+                               extra_roots=_extra_roots(matrix.components, trainer, extras)),
         repository=matrix.repository,
-        lock_source=image.lock_source,
         max_size=sizes.parse(image.max_size) if image.max_size else None,
     )
+
+
+def _base(matrix: Matrix, image: ImageEntry, cuda: CudaFacts | None, wheels: bool, platform: str) -> Base:
+    """An nvidia/cuda base decides the OS and the cuDNN; NVIDIA's wheels and an image without CUDA take the image's."""
+    os_name = cuda.os if cuda and not wheels else image.os
+    return Base(image=base_of(matrix, image)[0], os=os_name, flavor=image.flavor if cuda else "custom",
+                cudnn=cuda.cudnn if cuda and not wheels else None,
+                python_source="system" if matrix.os[os_name].python == image.python else "deadsnakes",
+                python_platform=f"{platforms.MACHINE[platform]}-manylinux_{matrix.os[os_name].glibc.replace('.', '_')}")
+
+
+def _kernels(matrix: Matrix, image: ImageEntry, torch_cuda: str, archs: tuple[str, ...]) -> Kernels:
+    flash_attn = matrix.flash_attn.get(image.versions.get("flash_attn") or "")
+    return Kernels(source_builds=image.source_builds,
+                   flash_attn_wheel_url=_flash_attn_wheel(matrix, image, torch_cuda),
+                   flash_attn_requires=tuple(flash_attn.requires) if flash_attn else (),
+                   flash_attn_cxx_standard=flash_attn.cxx_standard if flash_attn else CXX_STANDARD,
+                   deepspeed_ops=image.deepspeed_ops,
+                   arch_list=_arch_list(archs, "flash_attn" in image.source_builds))
 
 
 def _extras_of(table: Components, versions_of: Mapping[str, str | None]) -> dict[str, str]:

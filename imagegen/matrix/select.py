@@ -69,7 +69,7 @@ def choose(plans: list[PlannedImage], selection: Selection, table: Components) -
 
 
 def _matches(plan: PlannedImage, selection: Selection) -> bool:
-    return ((selection.cuda is None or version_matches(selection.cuda, plan.cuda))
+    return ((selection.cuda is None or version_matches(selection.cuda, plan.gpu.cuda))
             and (selection.torch is None or version_matches(selection.torch, plan.version("torch")))
             and (selection.python is None or version_matches(selection.python, plan.version("python")))
             and all(plan.version(key) for key in selection.components)
@@ -79,7 +79,7 @@ def _matches(plan: PlannedImage, selection: Selection) -> bool:
 
 def _what_exists(plans: list[PlannedImage], selection: Selection) -> str:
     known = {
-        "CUDA versions": sorted({p.cuda_minor for p in plans if p.cuda_minor}, key=_key),
+        "CUDA versions": sorted({p.gpu.cuda_minor for p in plans if p.gpu.cuda_minor}, key=_key),
         "torch versions": sorted({p.version("torch") for p in plans}, key=_key),
         "Pythons": sorted({p.version("python") for p in plans}, key=_key),
     }

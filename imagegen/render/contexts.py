@@ -111,10 +111,10 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     # cuDNN and NCCL (the lock families of the components torch decides) install in a step of their own after the
     # CUDA release's libraries, so that no layer holds over half of the image: a pull fetches layers side by side and
     # unpacks one while the next downloads.
-    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.flash_attn_source_build,
-                          tuple(plan.components.torch_families.values()), extra_roots=plan.extra_roots)
+    steps = install_steps(lock, bool(versions.get("deepspeed")), plan.kernels.flash_attn_source_build,
+                          tuple(plan.components.torch_families.values()), extra_roots=plan.trainer.extra_roots)
     framework_files = _framework_files(plan, versions, steps)
-    if plan.flash_attn_source_build:
+    if plan.kernels.flash_attn_source_build:
         framework_files[COMPILE_PROBE] = template_file(env, COMPILE_PROBE)
     framework = _layer(plan, "framework", base.ref, env, framework_files, **shared,
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
@@ -141,7 +141,7 @@ def wheel_cuda_home(plan: PlannedImage, nvcc: LockedPackage | None) -> str | Non
     nvcc, its headers and libraries under one site-packages/nvidia/cu<major> folder, a CUDA_HOME for torch's
     cpp_extension and FlashInfer. None with an nvidia/cuda base (its toolkit is /usr/local/cuda) or without that wheel
     (CUDA 12's ship no nvcc: imagegen.matrix.cuda_wheels)."""
-    if plan.cuda_source == "base" or nvcc is None:
+    if plan.gpu.cuda_source == "base" or nvcc is None:
         return None
     python = ".".join(plan.version("python").split(".")[:2])
     return f"/opt/venv/lib/python{python}/site-packages/nvidia/cu{nvcc.version.split('.')[0]}"
@@ -181,11 +181,11 @@ def _framework_files(plan: PlannedImage, versions: dict, steps: list[InstallStep
 def _step_environment(plan: PlannedImage) -> dict[str, str]:
     """What compiling each step's sources needs; no GPU is visible in a build, so the
     architectures come from TORCH_CUDA_ARCH_LIST."""
-    arch = f'TORCH_CUDA_ARCH_LIST="{plan.cuda_arch_list}"'
-    deepspeed_ops = " ".join(f"DS_BUILD_{op.upper()}=1" for op in plan.deepspeed_ops)
+    arch = f'TORCH_CUDA_ARCH_LIST="{plan.kernels.arch_list}"'
+    deepspeed_ops = " ".join(f"DS_BUILD_{op.upper()}=1" for op in plan.kernels.deepspeed_ops)
     return {
         "flash-attn": f'MAX_JOBS="$MAX_JOBS" {arch} FLASH_ATTENTION_FORCE_BUILD=TRUE',
-        "deepspeed": f"{arch} {deepspeed_ops}" if plan.deepspeed_ops else "DS_BUILD_OPS=0",
+        "deepspeed": f"{arch} {deepspeed_ops}" if plan.kernels.deepspeed_ops else "DS_BUILD_OPS=0",
     }
 
 

@@ -61,8 +61,8 @@ def of_plan(plan: PlannedImage, versions: dict) -> Expected:
     image's own checks follow the component table."""
     own = plan.components
     return Expected(versions=dict(versions), distributions=own.distributions, families=own.families,
-                    labels={c.key: c.label for c in own}, in_name=list(own.in_name), cuda_archs=list(plan.cuda_archs),
-                    driver=DriverEntry(**plan.driver.as_dict()) if plan.driver else None)
+                    labels={c.key: c.label for c in own}, in_name=list(own.in_name), cuda_archs=list(plan.gpu.archs),
+                    driver=DriverEntry(**plan.gpu.driver.as_dict()) if plan.gpu.driver else None)
 
 
 class UnreadableExpected(ValueError):

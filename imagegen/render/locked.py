@@ -74,11 +74,11 @@ class LockedImage:
 def driver_problems(matrix: Matrix, image: LockedImage) -> list[Problem]:
     """Where the image says other than its driver facts admit: the NVIDIA_REQUIRE_CUDA its base layer sets, read as the
     container toolkit reads it, and its driver labels (imagegen.matrix.drivers.disagreements); at the line's facts."""
-    driver = image.plan.driver
+    driver = image.plan.gpu.driver
     if driver is None:
         return []
     variable = required_cuda(image.contexts[0].dockerfile)
-    if variable is None and image.plan.cuda_source is not None:
+    if variable is None and image.plan.gpu.cuda_source is not None:
         found = ["its base layer sets no NVIDIA_REQUIRE_CUDA: templates/base.Dockerfile.j2 writes it for every image "
                  "with a CUDA line"]
     else:
@@ -89,7 +89,7 @@ def driver_problems(matrix: Matrix, image: LockedImage) -> list[Problem]:
 
 def wheel_toolkit(plan: PlannedImage, lock: Lock) -> str | None:
     """The CUDA toolkit a devel image on NVIDIA's wheels installs: the cuda-toolkit version its lock resolved."""
-    package = lock.package(cuda_wheels.TOOLKIT) if plan.cuda_source == "wheels" and plan.has_toolkit else None
+    package = lock.package(cuda_wheels.TOOLKIT) if plan.gpu.cuda_source == "wheels" and plan.has_toolkit else None
     return package.version if package else None
 
 

@@ -50,11 +50,11 @@ def version_prefix(trainer: str | None, versions: Versions, named: Iterable[str]
 
 
 def version_tag(plan: PlannedImage, versions: Versions, inputs_digest: str) -> str:
-    tag = version_prefix(plan.trainer_version, versions, plan.components.in_name)
-    if plan.flavor == "runtime":
+    tag = version_prefix(plan.trainer.version, versions, plan.components.in_name)
+    if plan.base.flavor == "runtime":
         tag += "-runtime"
-    if plan.flavor == "custom" or plan.cuda_source == "wheels":  # not nvidia/cuda's OS: say which
-        tag += f"-{plan.os}"
+    if plan.base.flavor == "custom" or plan.gpu.cuda_source == "wheels":  # not nvidia/cuda's OS: say which
+        tag += f"-{plan.base.os}"
     return f"{tag}-{inputs_digest.removeprefix('sha256:')[:DIGEST_CHARS]}"
 
 
@@ -73,11 +73,11 @@ def aliases(plans: list[PlannedImage], latest: str | None) -> dict[str, tuple[st
 def _newest_per_cuda(plans: list[PlannedImage]) -> dict[str, str]:
     newest: dict[str, PlannedImage] = {}
     for plan in plans:
-        if plan.cuda_source != "base" or plan.flavor != "devel":
+        if plan.gpu.cuda_source != "base" or plan.base.flavor != "devel":
             continue
-        current = newest.get(plan.cuda_minor)
+        current = newest.get(plan.gpu.cuda_minor)
         if current is None or Version(plan.version("torch")) > Version(current.version("torch")):
-            newest[plan.cuda_minor] = plan
+            newest[plan.gpu.cuda_minor] = plan
     return {minor: plan.name for minor, plan in newest.items()}
 
 
@@ -94,12 +94,12 @@ def _cuda_carried(plan: PlannedImage, versions: Versions, toolkit: str | None = 
     """What CUDA the image carries: its base's toolkit, NVIDIA's wheels, only the libraries torch's wheels bring, or
     none."""
     cuda = versions.get("torch_cuda")
-    if plan.cuda_source == "wheels":
+    if plan.gpu.cuda_source == "wheels":
         carried = f"the CUDA toolkit {toolkit} from" if toolkit else "no CUDA toolkit, the CUDA libraries of"
-        return f"CUDA {cuda}: {carried} NVIDIA's wheels on {plan.base_image}"
-    if plan.cuda is not None or not cuda:
+        return f"CUDA {cuda}: {carried} NVIDIA's wheels on {plan.base.image}"
+    if plan.gpu.cuda is not None or not cuda:
         return f"CUDA {cuda}" if cuda else "CPU only"
-    driver = f"; a GPU needs NVIDIA driver {plan.min_driver} or newer" if plan.min_driver else ""
+    driver = f"; a GPU needs NVIDIA driver {plan.gpu.min_driver} or newer" if plan.gpu.min_driver else ""
     return f"CUDA {cuda} libraries from torch's wheels, no CUDA toolkit{driver}"
 
 
@@ -109,12 +109,12 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
     the lock installs from NVIDIA's wheels (cuda-toolkit's version), for an image whose CUDA comes from them."""
     components = {
         "image": plan.name,
-        "trainer": plan.trainer_version,
+        "trainer": plan.trainer.version,
         **{c.label: versions.get(c.key) or "none" for c in plan.components},  # `none` where it says so
         # The CUDA the image carries: its base's toolkit, or the one torch's wheels bring; cuda.toolkit: the base's.
-        "cuda": plan.cuda or versions.get("torch_cuda") or "none",
-        "cuda.toolkit": (toolkit if plan.cuda_source == "wheels" else plan.cuda) or "none",
-        "base.cudnn": str(plan.base_cudnn) if plan.base_cudnn is not None else "none",
+        "cuda": plan.gpu.cuda or versions.get("torch_cuda") or "none",
+        "cuda.toolkit": (toolkit if plan.gpu.cuda_source == "wheels" else plan.gpu.cuda) or "none",
+        "base.cudnn": str(plan.base.cudnn) if plan.base.cudnn is not None else "none",
         **driver_labels(plan),
         "inputs": inputs_digest,
     }
@@ -131,7 +131,7 @@ def labels(plan: PlannedImage, versions: Versions, tag: str, inputs_digest: str,
 def driver_labels(plan: PlannedImage) -> dict[str, str]:
     """The driver labels, without their prefix, from the requirement the base layer's NVIDIA_REQUIRE_CUDA is written
     from: `imagegen validate` checks that both say the same."""
-    driver = plan.driver
+    driver = plan.gpu.driver
     return {MIN_DRIVER_LABEL.removeprefix(f"{LABEL_PREFIX}."): driver.min_driver if driver else "none",
             DATACENTER_BRANCHES_LABEL.removeprefix(f"{LABEL_PREFIX}."): " ".join(driver.forward)
             if driver and driver.forward else "none"}

@@ -44,23 +44,24 @@ def report(rows: list[Listed], driver: str, branches: dict[str, str]) -> str:
     cells = [["image", "CUDA", f"datacenter GPUs ({drivers.DATACENTER})", f"other GPUs ({drivers.OTHER})"]]
     seen = set()
     for row in rows:
-        if row.plan.name in seen or row.plan.driver is None:
+        if row.plan.name in seen or row.plan.gpu.driver is None:
             continue
         seen.add(row.plan.name)
-        cuda_text = cuda_cell(row) if row.plan.cuda else f"{row.plan.driver.cuda} (torch's wheels)"
+        cuda_text = cuda_cell(row) if row.plan.gpu.cuda else f"{row.plan.gpu.driver.cuda} (torch's wheels)"
         cells.append([row.plan.name, cuda_text, *(cell(row.plan, driver, brand, branches)
                                                       for brand in (drivers.DATACENTER, drivers.OTHER))])
     lines = [f"NVIDIA driver {driver} (R{branch(driver)}, {said}): the images that start on it", *aligned(cells), ""]
-    notes = [*NOTES, *([NO_VARIABLE_NOTE] if any(r.plan.driver and not r.plan.cuda_source for r in rows) else [])]
+    no_variable = any(r.plan.gpu.driver and not r.plan.gpu.cuda_source for r in rows)
+    notes = [*NOTES, *([NO_VARIABLE_NOTE] if no_variable else [])]
     lines += [textwrap.fill(note, WIDTH, initial_indent="- ", subsequent_indent="  ") for note in notes]
     return "\n".join(lines)
 
 
 def cell(plan: PlannedImage, driver: str, brand: str, branches: dict[str, str]) -> str:
     """yes, and how; or no, and what it needs."""
-    req = plan.driver
-    mark = "" if plan.cuda_source else " *"
-    starts = admits([req.variable], driver, brand, branches) if plan.cuda_source else \
+    req = plan.gpu.driver
+    mark = "" if plan.gpu.cuda_source else " *"
+    starts = admits([req.variable], driver, brand, branches) if plan.gpu.cuda_source else \
         req.how(driver, brand, branches) is not None
     if starts:
         how = req.how(driver, brand, branches)

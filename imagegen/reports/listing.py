@@ -40,9 +40,9 @@ def listed(plan: Plan, chosen: list[PlannedImage]) -> list[Listed]:
 # How a component's cell reads where the bare version would hide something users check.
 CELL: dict[str, Callable[[Listed], str]] = {
     "torch": lambda row: f"{row.versions['torch']}+cu{row.versions['torch_cuda'].replace('.', '')}"
-                         + ("" if row.plan.torch_index_url else " (PyPI)"),
+                         + ("" if row.plan.torch.index_url else " (PyPI)"),
     "flash_attn": lambda row: (row.versions.get("flash_attn") or "none")
-                              + (" (source)" if row.plan.flash_attn_source_build else ""),
+                              + (" (source)" if row.plan.kernels.flash_attn_source_build else ""),
 }
 
 
@@ -56,9 +56,9 @@ def version_columns(table: Components) -> list[tuple[str, Callable[[Listed], str
 
 def cuda_cell(row: Listed) -> str:
     """The image's CUDA and where it comes from: nvidia/cuda's toolkit (12.4.1), or NVIDIA's wheels (13.0 (wheels))."""
-    if row.plan.cuda is None:
+    if row.plan.gpu.cuda is None:
         return "none"
-    return row.plan.cuda + (" (wheels)" if row.plan.cuda_source == "wheels" else "")
+    return row.plan.gpu.cuda + (" (wheels)" if row.plan.gpu.cuda_source == "wheels" else "")
 
 
 def columns(table: Components) -> list[tuple[str, Callable[[Listed], str]]]:
@@ -83,9 +83,9 @@ def github(rows: list[Listed]) -> str:
     so it has no job: `imagegen validate` names it."""
     rows = [row for row in rows if row.locked]
     include = [{"image": r.plan.name, "platform": r.plan.platform, "arch": platforms.ARCH[r.plan.platform],
-                "key": r.plan.key, "cuda": r.plan.cuda_minor or "none", "torch": r.versions["torch"],
+                "key": r.plan.key, "cuda": r.plan.gpu.cuda_minor or "none", "torch": r.versions["torch"],
                 "python": r.versions["python"], "tag": r.locked.version_tag,
-                "gpu": r.plan.cuda is not None, "platforms": len(r.plan.platforms)} for r in rows]
+                "gpu": r.plan.gpu.cuda is not None, "platforms": len(r.plan.platforms)} for r in rows]
     return json.dumps({"include": include}, separators=(",", ":"))
 
 

@@ -194,7 +194,7 @@ class Builder:
                     shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             write_files(directory, context.files)
             if context.mounts_wheelhouse:
-                supported = wheel_index.supported_tags(image.versions["python"], image.plan.python_platform)
+                supported = wheel_index.supported_tags(image.versions["python"], image.plan.base.python_platform)
                 wheel_index.sync(self.settings.wheelhouse, directory / WHEELHOUSE,
                                 self.staging / ".wheelhouse-hashes.json", supported)
             yield directory
