@@ -129,8 +129,9 @@ def _archs_to_read(at: tuple, build: TorchBuild, files: list[index.IndexFile], w
 
 
 def _check_archs(checker: Checker, compiled_for: list[tuple[tuple, list[str], index.IndexFile, str]]) -> None:
-    """What each wheel was compiled for (torch.cuda.get_arch_list(), about 10 MB of each wheel): the archs an image on
-    that build claims and is checked for. Read side by side: one at a time took 3 minutes for the matrix's 14."""
+    """What each wheel was compiled for (torch.cuda.get_arch_list(), read from a range of each wheel): the archs an
+    image on that build claims and is checked for. Read side by side: each read waits on the index, not on this
+    machine, so one at a time would cost the sum of the waits."""
     def read(job):
         try:
             return index.torch_arch_flags(job[2])

@@ -27,7 +27,7 @@ NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
 PHASE = "components"
 NEEDS = ("vllm",)
 NVCC_TIMEOUT_S = 30
-COMPILE_TIMEOUT_S = 120  # one small kernel: about 3 s here
+COMPILE_TIMEOUT_S = 120  # one small kernel: a limit for a hung compiler, with room for a slow, shared machine
 PROBE_KERNEL = "__global__ void imagegen_probe(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
