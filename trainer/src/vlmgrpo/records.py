@@ -1,7 +1,7 @@
 """Reading the rows of a data file: JSONL line by line, a JSON list item by item, each row with the line it starts
 on. Cost is linear in the file: the line of each row is counted from the previous row's position, never from the
-start (which made the cost quadratic in the rows; bench section 8 reads 120k); a JSON list is read a chunk at a time and JSONL a
-line at a time, so memory holds the rows kept and about one chunk. `ReadCost` counts what was scanned and held, so a
+start (which made the cost quadratic in the rows; bench section 8 reads 120k); a JSON list is read a chunk at a time
+and JSONL a line at a time, so memory holds the rows kept and about one chunk. `ReadCost` counts what was scanned and held, so a
 test can prove both without timing anything.
 """
 
