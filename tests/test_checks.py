@@ -174,13 +174,14 @@ def test_every_check_is_a_module_found_by_discovery_in_order():
         assert isinstance(module.NEEDS, tuple) and all(isinstance(need, str) for need in module.NEEDS)
 
 
-def host_context(emulated=False, gpu=False, require_gpu=False, labels=None):
+def host_context(emulated=False, gpu=False, require_gpu=False, built=None):
+    """built: the versions the image's expected.json names, as its inventory read them; None: no expected.json."""
     from imagegen.stages.checks.context import Context
 
-    facts = {"platform": "linux/arm64" if emulated else "linux/amd64", "labels": {
-        f"io.imagegen.{label}": version for label, version in (labels or {}).items()}}
+    facts = {"platform": "linux/arm64" if emulated else "linux/amd64", "labels": {}}
+    found = {"versions": {}, "expected": None if built is None else {"versions": built}}
     return Context("repo:tag", None, facts, None, emulated, gpu, "the engine has no GPU runtime", require_gpu, False, "",
-                   RUNNER)
+                   RUNNER, _inventory=found)
 
 
 def test_a_check_runs_only_where_what_it_needs_is_there():
@@ -195,15 +196,21 @@ def test_a_check_runs_only_where_what_it_needs_is_there():
     assert checks.unmet_need(needing("gpu"), host_context()) == ("skip", "the engine has no GPU runtime")
     assert checks.unmet_need(needing("gpu"), host_context(require_gpu=True))[0] == "fail"
     assert checks.unmet_need(needing("gpu"), host_context(gpu=True)) is None
-    with_vllm = host_context(labels={"vllm": "0.31.0", "deepspeed": "none"})
+    # a component is what the image's expected.json names, by the rule the image's own checks judge by
+    with_vllm = host_context(built={"vllm": "0.31.0", "deepspeed": None})
     assert checks.unmet_need(needing("vllm", "gpu"), with_vllm)[0] == "skip"  # applies, but no GPU
     assert checks.unmet_need(needing("vllm"), with_vllm) is None
-    assert checks.unmet_need(needing("deepspeed", "gpu"), host_context(labels={"deepspeed": "none"},
-                                                                       require_gpu=True)) == \
-        ("skip", "no deepspeed in this image (its labels name no version of it)")  # not applicable beats no GPU
+    assert checks.unmet_need(needing("deepspeed", "gpu"), host_context(built={"deepspeed": None}, require_gpu=True)) \
+        == ("skip", "no deepspeed in this image (expected.json: deepspeed none)")  # not applicable beats no GPU
+    assert checks.unmet_need(needing("liger_kernel"), with_vllm) == (
+        "skip", "no liger_kernel in this image (expected.json does not name it)")
+    assert checks.unmet_need(needing("vllm"), host_context())[1].startswith("the image holds no expected file")
+    assert checks.unmet_need(needing("expected"), host_context())[0] == "skip"
+    assert checks.unmet_need(needing("expected"), with_vllm) is None
     unread = host_context()
-    unread._inventory_error = "the image has no python"  # the inventory program could not run: asked once, not again
+    unread._inventory, unread._inventory_error = None, "the image has no python"  # could not run: not asked again
     assert checks.unmet_need(needing("inventory"), unread) == ("skip", "no inventory (inside.inventory says why)")
+    assert checks.unmet_need(needing("vllm"), unread) == ("skip", "no inventory (inside.inventory says why)")
 
 
 def test_a_check_whose_need_is_unmet_is_reported_skipped_without_running(monkeypatch):

@@ -11,7 +11,8 @@ check brings in):
          x86_64 host, importing torch hangs or crashes), "matrix" (a matrix entry to compare with), "gpu" (the engine
          gives containers GPUs), "inventory" (the inventory program ran in the image: the inside.inventory check says
          why not), "expected" (the inventory read an expected.json in the image: asked after "inventory"), or a
-         component key (the image's label for it names a version). judge says whether this image has each;
+         component key (the image's expected.json names a version of it: checkrunner.component_in, the rule the
+         image's own checks judge by). judge says whether this image has each;
          run_checks skips a module whose need is unmet, with the reason, without running it;
   run(context) -> list[Check].
 """
@@ -57,8 +58,12 @@ def judge(need: str, context: Context) -> tuple[str, str] | None:
         return SKIP, f"the image holds no expected file ({PATH}): nothing says what it was built to hold"
     if need == GPU and not context.gpu:
         return (FAIL if context.require_gpu else SKIP), context.gpu_reason
-    if need not in (NATIVE, MATRIX, GPU, INVENTORY, EXPECTED) and context.component_version(need) is None:
-        return SKIP, f"no {need} in this image (its labels name no version of it)"
+    if need not in (NATIVE, MATRIX, GPU, INVENTORY, EXPECTED):  # a component key: read as the image reads it
+        found = context.inventory()
+        if found is None or found.get("expected") is None:
+            return judge(INVENTORY, context) or judge(EXPECTED, context)
+        has, why = context.runner.component_in(found["expected"], need)
+        return None if has else (SKIP, why)
     return None
 
 

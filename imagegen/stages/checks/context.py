@@ -79,13 +79,6 @@ class Context:
         except UnreadableExpected as error:
             return [Check(name, FAIL, str(error))]
 
-    def component_version(self, key: str) -> str | None:
-        """The version the image's label gives a component (its label named by the matrix entry's table, else by
-        the component key), None where it names none or has no such label."""
-        label = next((c.label for c in self.image.plan.components if c.key == key), key) if self.image else key
-        version = self.labels.get(label)
-        return None if version in (None, "none") else version
-
 
 def native_only(platform: str) -> str:
     return (f"needs a native {platform} host: this engine runs the image under QEMU user emulation, where "

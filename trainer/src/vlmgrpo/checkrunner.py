@@ -26,6 +26,18 @@ GPU = "gpu"  # the need both sides judge last: not applicable (a skip) beats no 
 Unmet = Optional[Tuple[str, str]]
 
 
+def component_in(expected: dict, key: str) -> Tuple[bool, str]:
+    """Whether an image has a component, and why not: whether its expected file (imagegen.render.expected, read by
+    the inventory) names a version of it. The one rule of both sides' component needs: a component installed against
+    the file is version.<key>'s failure, not a reason to run the component's checks."""
+    versions = expected.get("versions") or {}
+    if versions.get(key):
+        return True, ""
+    if key in versions:
+        return False, f"no {key} in this image (expected.json: {key} none)"
+    return False, f"no {key} in this image (expected.json does not name it)"
+
+
 def place(module: Any, phases: Sequence[str]) -> tuple[int, str]:
     """Where a module's checks go: its phase, then its name."""
     if getattr(module, "PHASE", None) not in phases:

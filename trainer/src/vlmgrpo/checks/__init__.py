@@ -101,17 +101,13 @@ def gpu_visible() -> tuple[bool, str]:
 
 
 def has_component(expected: Optional[dict], key: str) -> tuple[bool, str]:
-    """Whether the image has a component, and why not: what its expected.json names, as imagegen built it (one
-    installed against the file is version.<key>'s failure, not a reason to run the component's checks); without a
-    file (outside an image), whether its distribution is installed."""
+    """Whether the image has a component, and why not: what its expected.json names, as imagegen built it, by the rule
+    imagegen's host checks judge by too (checkrunner.component_in); without a file (outside an image), whether its
+    distribution is installed."""
     if expected is None:
         distribution = key.replace("_", "-")
         return installed_version(distribution) is not None, f"{distribution} not installed"
-    if expected_version(expected, key):
-        return True, ""
-    if key in (expected.get("versions") or {}):
-        return False, f"no {key} in this image (expected.json: {key} none)"
-    return False, f"no {key} in this image (expected.json does not name it)"
+    return checkrunner.component_in(expected, key)
 
 
 def has(need: str, context: Context) -> tuple[bool, str]:
