@@ -30,7 +30,7 @@ BUILT = {"torch": "2.6.0", "cudnn": "9.1.0.70", "flash_attn": None}  # the versi
 @pytest.mark.parametrize("label, key, wanted, built, status, says", [
     # the label against what the image was built to hold: what is installed is version.<key>'s, judged inside
     ("torch", "torch", "2.6.0", BUILT, "pass", "label 2.6.0, as the image was built to hold"),
-    ("cudnn", "cudnn", "9.1.0.70", BUILT, "pass", "version.cudnn judges what is installed"),
+    ("cudnn", "cudnn", "9.1.0.70", BUILT, "pass", "what is installed is judged inside the image"),
     ("flash-attn", "flash_attn", "none", BUILT, "pass", "label none"),
     ("flash-attn", "flash_attn", "2.8.3", BUILT, "fail", "label 2.8.3, but the image was built to hold none"),
     ("torch", "torch", "2.6.1", BUILT, "fail", "label 2.6.1, but the image was built to hold 2.6.0"),

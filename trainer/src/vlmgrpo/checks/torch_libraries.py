@@ -1,4 +1,4 @@
-"""version.cudnn, version.nccl: cuDNN and NCCL as torch reports them, where no wheel family pins them (an
+"""torch.cudnn, torch.nccl: cuDNN and NCCL as torch reports them, where no wheel family pins them (an
 nvidia/cuda base's cuDNN, NCCL built into torch), so the inventory, which imports nothing, cannot read them
 (inventory.LIBRARY_KEYS). Unqueryable (e.g. no GPU driver) is a skip, not a failure."""
 
@@ -10,13 +10,13 @@ from vlmgrpo.image.info import cudnn_parts, cudnn_version, nccl_version
 from vlmgrpo.inventory import LIBRARY_KEYS, version_matches
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, libraries_from_torch, result
 
-NAMES = tuple(f"version.{key}" for key in LIBRARY_KEYS)
+NAMES = tuple(f"torch.{key}" for key in LIBRARY_KEYS)  # not version.<key>: that is the inventory's, of the others
 PHASE = "versions"
 NEEDS = ("expected", "libraries_from_torch")  # no file, or both pinned by wheel families: the runner skips
 
 
 def library_version_check(key: str, expected: Any) -> dict[str, str]:
-    name = f"version.{key}"
+    name = f"torch.{key}"
     if expected is None:
         return result(name, SKIP, f"{key} not expected (null)")
     if key == "cudnn":
