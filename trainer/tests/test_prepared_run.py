@@ -156,7 +156,8 @@ def test_each_torchrun_worker_finishes_trl_and_chooses_attention_once(tiny, tmp_
     processes = [json.loads(path.read_text()) for path in counts.iterdir()]
     workers = [p["calls"] for p in processes if p["role"] == "worker"]
     assert workers == [{"choose_attention": 1, FINISH_TRL: 1}] * 2
-    assert [p["calls"] for p in processes if p["role"] == "launcher"] == [{}, {}]  # vlmgrpo's and torchrun's
+    others = [p["calls"] for p in processes if p["role"] == "launcher"]
+    assert len(others) >= 2 and not any(others)  # vlmgrpo's launcher and torchrun, at least
     assert result.stderr.count("attention: sdpa") == 1  # each worker says it; rank 0's copy is shown (cli.py)
 
 
@@ -169,7 +170,8 @@ def test_an_attention_request_that_cannot_run_fails_in_the_worker(tiny, tmp_path
     assert "attention flash_attention_2 on the GPUs" in checked.stdout
     result = in_process(*args)
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1].startswith("error: key 'attn_implementation': flash_attention_2 cannot run "
+    errors = [line for line in result.stderr.splitlines() if "cannot run here" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: key 'attn_implementation': flash_attention_2 cannot run "
                                                      "here (")
     assert calls["choose_attention"] == 1 and calls[FINISH_TRL] == 1
     assert "trainable parameters" not in result.stderr
