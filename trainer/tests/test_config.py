@@ -237,7 +237,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
     import dataclasses
     import warnings
 
-    from vlmgrpo.run.runner import build_trl_config
+    from vlmgrpo.run.started import build_trl_config
 
     config = load_config(None, {"output_dir": str(tmp_path)}, command)
     with warnings.catch_warnings(record=True) as caught:
@@ -256,7 +256,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
 def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path, command, keys):
     """Every field of GRPOConfig / SFTConfig is a key of the file: fields vlmgrpo has no option or default for
     arrive in the TRL config object the trainer is built with, as given."""
-    from vlmgrpo.run.runner import build_trl_config
+    from vlmgrpo.run.started import build_trl_config
 
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"), **keys}))
@@ -267,7 +267,7 @@ def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path,
 def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
     import dataclasses
 
-    from vlmgrpo.run.runner import under_current_names
+    from vlmgrpo.run.started import under_current_names
 
     @dataclasses.dataclass
     class Transformers4Arguments:  # the old names only

@@ -14,7 +14,8 @@ from vlmgrpo.run.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdo
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.run.grpo import GRPO
 from vlmgrpo.run.metrics import format_line
-from vlmgrpo.models.loading import answer_box_space, choose_attention, choose_dtype
+from vlmgrpo.models.attention import choose_attention
+from vlmgrpo.models.loading import answer_box_space, choose_dtype
 from vlmgrpo.rewards import build_rewards
 
 

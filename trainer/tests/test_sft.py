@@ -75,15 +75,14 @@ def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     """Labels of a real training batch: only the assistant turns' tokens (and their <|im_end|>) count."""
     from vlmgrpo.config.load import load_config
     from vlmgrpo.run.prepared import prepare
+    from vlmgrpo.run.started import start
     from vlmgrpo.run.sft import SFT
-    from vlmgrpo.run.runner import build_trl_config
 
     def labelled_text(overrides):
         config = load_config(None, {"model_name_or_path": tiny_text["model"], "data": [tiny_text["messages"]],
                                     "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2,
                                     "max_steps": 1, **overrides}, SFT)
-        prepared = prepare(config)
-        trainer = SFT.build_trainer(prepared, build_trl_config(config, prepared.deepspeed))
+        trainer = SFT.build_trainer(start(prepare(config)))
         batch = next(iter(trainer.get_train_dataloader()))
         tokenizer = trainer.processing_class
         ids, labels = batch["input_ids"][0], batch["labels"][0]

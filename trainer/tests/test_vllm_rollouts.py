@@ -64,7 +64,7 @@ def test_trls_vllm_keys_reach_grpo_config_unchanged(tiny, tmp_path):
 
     from vlmgrpo.config.load import build_config
     from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.runner import build_trl_config
+    from vlmgrpo.run.started import build_trl_config
 
     config = build_config({"output_dir": str(tmp_path / "out"), **VLLM_KEYS}, "run.yaml", {}, GRPO)
     assert config.where("vllm_mode") == "run.yaml"

@@ -158,7 +158,7 @@ def test_vlm_r1_script_runs_two_steps_on_one_process(name, tiny16, tmp_path):
 
 
 def test_report_to_wandb_without_a_key_runs_offline_into_the_output(monkeypatch, tmp_path):
-    from vlmgrpo.run.runner import wandb_offline_without_key
+    from vlmgrpo.run.started import wandb_offline_without_key
 
     for name in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(name, raising=False)

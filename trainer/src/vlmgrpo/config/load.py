@@ -60,7 +60,7 @@ class TrainConfig:
     reward: Optional[RewardConfig]  # `train` only
     run: RunConfig
     # The command's TRL config (config/trl_configs.py: GRPOConfig's, SFTConfig's subclass) with the configuration's
-    # values; its __post_init__ runs when the worker finishes it (trl_configs.with_values, runner.build_trl_config).
+    # values; its __post_init__ runs when the worker finishes it (trl_configs.with_values, started.build_trl_config).
     trl: Any
     command: Any  # the Recipe (grpo.GRPO, sft.SFT) whose configuration this is
     source: str = "<defaults>"

@@ -3,14 +3,14 @@ whose field defaults are the recipe's; every other field, type and help is TRL's
 
 A field overridden here keeps TRL's type and help (test_config.py holds them equal): the YAML's values are
 checked against TRL's types, and `--print-config` prints TRL's help. bf16 and report_to default to "auto", which the
-runner resolves for the machine before TRL sees the value (runner.resolved_trl_values).
+worker resolves for the machine before TRL sees the value (started.resolved_trl_values).
 
 The YAML's values are held, from loading on, in an instance of the class whose __post_init__ has not run yet
 (`with_values`): TrainingArguments.__post_init__ sets up the devices (the process group under torchrun, the CUDA
 device), builds DeepSpeed's plugin and rewrites values (strategies to enums, report_to to a list). The launcher
 process, `--print-config` and `--dry-run` must do none of that, and the checks' own messages (preflight.py) must come
 before TRL's. The worker finishes it (`dataclasses.replace`, which runs __init__ and __post_init__) with the values
-the runner resolves: runner.build_trl_config.
+it resolves, once per process: run/started.py, build_trl_config.
 """
 
 from __future__ import annotations

@@ -60,11 +60,13 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings,
     """One completion per sample, in order: batches left-padded, greedy (DO_SAMPLE)."""
     import torch
 
+    from vlmgrpo.models.attention import choose_attention
     from vlmgrpo.models.loading import load_model
 
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
-    model = load_model(dataclasses.replace(config.model, use_peft=False), vision).eval()
+    attention = choose_attention(config.model.attn_implementation)  # as a training worker chooses it, once
+    model = load_model(dataclasses.replace(config.model, use_peft=False), vision, attention).eval()
     sampling = {"do_sample": DO_SAMPLE}
     for start in range(0, len(samples), settings.batch_size):
         batch = samples[start:start + settings.batch_size]

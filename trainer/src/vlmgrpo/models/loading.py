@@ -1,5 +1,6 @@
-"""Loading the model: its kind (from its config), processor or tokenizer, attention kernel, dtype, 4-bit weights,
-frozen vision tower, LoRA, a starting adapter; merging an adapter into its base model."""
+"""Loading the model: its kind (from its config), processor or tokenizer, dtype, 4-bit weights, frozen vision tower,
+LoRA, a starting adapter, in the attention kernel its caller chose (attention.py); merging an adapter into its base
+model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Optional
 from vlmgrpo.boxes import ABSOLUTE, NORM1000, RESIZED
 from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.models.attention import choose_attention
 
 log = logging.getLogger("vlmgrpo")
 
@@ -129,11 +129,11 @@ def quantization(config: ModelConfig, dtype) -> dict:
     return {"quantization_config": quantization_config, "device_map": {"": PartialState().local_process_index}}
 
 
-def load_model(config: ModelConfig, vision: bool = True):
+def load_model(config: ModelConfig, vision: bool, attention: str):
     """The model as it trains: a vision-language model or a text-only causal LM, in 4 bits for QLoRA, with the
-    starting adapter on it (still a PEFT model when use_peft trains it on, merged in otherwise)."""
+    starting adapter on it (still a PEFT model when use_peft trains it on, merged in otherwise). ATTENTION: the
+    kernel its caller chose once (attention.choose_attention; a run's StartedRun.attention, run/started.py)."""
     dtype = choose_dtype(config.dtype)
-    attention = choose_attention(config.attn_implementation)
     if not cuda_available():
         log.warning("no GPU visible: training on the CPU in %s (slow; fine for tiny models and tests)",
                     str(dtype).replace("torch.", ""))

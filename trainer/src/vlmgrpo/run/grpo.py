@@ -14,6 +14,7 @@ from vlmgrpo.run.recipe import Option, Recipe
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
     from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.run.started import StartedRun
 
 log = logging.getLogger("vlmgrpo")
 
@@ -129,23 +130,23 @@ class GrpoRecipe(Recipe):
         check_model_kind(config, vision=True)
         return PreparedRun(config, data, rewards, *resolved, vision=True)
 
-    def build_trainer(self, prepared: PreparedRun, trl_config):
+    def build_trainer(self, started: StartedRun):
         from vlmgrpo.run.callbacks import ZeroRewardWatchdog
         from vlmgrpo.models.loading import answer_box_space, load_model, load_processor, peft_config, resize_function
         from vlmgrpo.data.rec import to_hf_dataset
         from vlmgrpo.rewards.judge import Judge
         from vlmgrpo.rewards import BOX_REWARDS, build_rewards
 
-        config, data = prepared.config, prepared.data
+        config, data, trl_config = started.prepared.config, started.prepared.data, started.trl_args
         processor = load_processor(config.model)
-        model = load_model(config.model)
+        model = load_model(config.model, vision=True, attention=started.attention)
         space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
         log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
         template = config.data.question_template
         judge = Judge.from_config(config.reward, config.where("judge_url"))
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
                                 config.reward.iou_threshold, judge, getattr(processor, "tokenizer", processor),
-                                prepared.rewards)
+                                started.prepared.rewards)
         if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(

@@ -181,7 +181,7 @@ def check_batch(config: TrainConfig, processes: int) -> None:
             f"global batch {completions} ({made}) is not divisible by num_generations {generations}; "
             f"change --batch-size, --num-generations or gradient_accumulation_steps"
         )
-    # Held-out rows are evaluated unless eval_strategy says no (runner.resolved_trl_values).
+    # Held-out rows are evaluated unless eval_strategy says no (started.resolved_trl_values).
     if not config.data.val_split_ratio or (config.is_set("eval_strategy") and grpo.eval_strategy == "no"):
         return
     eval_batch = grpo.per_device_eval_batch_size * processes

@@ -2,8 +2,9 @@
 
 `prepare(config)` runs the command's checks (its Recipe's `validate`: preflight.py's shared checks and its own) and
 keeps what they resolved in a PreparedRun: the rows, the reward functions, the DeepSpeed JSON, the checkpoint to
-resume from and the run's identity, the model kind. `--dry-run` prints it; the runner (runner.py) and the recipe's
-`build_trainer` take it and resolve none of it again. A restart under torchrun is a new worker process, which
+resume from and the run's identity, the model kind. `--dry-run` prints it; the process that trains starts it
+(started.py: the TRL config finished, the attention kernel chosen), and the runner (runner.py) and the recipe's
+`build_trainer` take that and resolve none of it again. A restart under torchrun is a new worker process, which
 prepares again: its resume point is then the newest checkpoint (`--resume auto`).
 """
 

@@ -2,7 +2,8 @@
 the recipe's defaults, and its sections), its command-line options, and the same four parts for every command:
 
   validate(config) -> PreparedRun    every check that needs no weights, keeping what they resolved (prepared.py);
-  build_trainer(prepared, trl)       the TRL trainer, its model and data;
+  build_trainer(started)             the TRL trainer, its model and data, from the StartedRun (started.py): the
+                                     PreparedRun, the finished TRL config, the attention kernel;
   save(trainer, config)              the final model: one layout for every command (below);
   metrics                            the MetricsView: what metrics.jsonl holds and the stdout line shows.
 
@@ -21,6 +22,7 @@ from vlmgrpo.run.metrics import MetricsView
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
     from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.run.started import StartedRun
 
 # The final model of every command: full fine-tuning saves it in OUTPUT itself; LoRA saves the adapter (with the
 # processor or tokenizer) in OUTPUT/adapter and, with merge_lora, the adapter merged into its base in OUTPUT/merged.
@@ -59,7 +61,7 @@ class Recipe:
     def validate(self, config: TrainConfig) -> PreparedRun:
         raise NotImplementedError
 
-    def build_trainer(self, prepared: PreparedRun, trl_config):
+    def build_trainer(self, started: StartedRun):
         raise NotImplementedError
 
     def save(self, trainer, config: TrainConfig) -> None:
@@ -76,10 +78,11 @@ class Recipe:
             merge_adapter(adapter, config.model.model_name_or_path, os.path.join(output, MERGED_DIR))
 
     def run(self, prepared: PreparedRun) -> int:
-        """Train here (one process, or one worker under torchrun); the exit code."""
+        """Train here (one process, or one worker under torchrun), started once (started.py); the exit code."""
         from vlmgrpo.run.runner import run_training
+        from vlmgrpo.run.started import start
 
-        return run_training(prepared)
+        return run_training(start(prepared))
 
     def __repr__(self) -> str:
         return f"<recipe {self.name}: trl.{self.trl_class}>"

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.run.started import StartedRun
 
 log = logging.getLogger("vlmgrpo")
 
@@ -135,15 +136,16 @@ class SftRecipe(Recipe):
         check_images_fit(data, vision, config.model.model_name_or_path)
         return PreparedRun(config, data, {}, *resolved, vision=vision)
 
-    def build_trainer(self, prepared: PreparedRun, trl_config):
+    def build_trainer(self, started: StartedRun):
         from vlmgrpo.data.chat import to_sft_dataset
         from vlmgrpo.models.loading import load_model, load_processing_class, peft_config
 
+        prepared = started.prepared
         config, data, vision = prepared.config, prepared.data, prepared.vision
         processing_class = load_processing_class(config.model, vision)
         return trainer_class()(
-            model=load_model(config.model, vision),
-            args=trl_config,
+            model=load_model(config.model, vision, attention=started.attention),
+            args=started.trl_args,
             processing_class=processing_class,
             train_dataset=to_sft_dataset(data.samples, vision),
             eval_dataset=to_sft_dataset(data.validation, vision) if data.validation else None,
