@@ -15,7 +15,8 @@ from conftest import ENV, TESTS, in_process, sft_args, train_args, vlmgrpo
 # The functions that resolve each piece, by the module that defines them.
 RESOLVERS = {"vlmgrpo.run.checkpoint": ("resolve_resume",), "vlmgrpo.run.launch": ("resolve_deepspeed",),
              "vlmgrpo.rewards": ("check_reward_names", "load_custom"),
-             "vlmgrpo.models.attention": ("choose_attention",)}
+             "vlmgrpo.models.attention": ("choose_attention",),
+             "vlmgrpo.models.loading": ("load_processing_class", "load_processor")}
 # TRL's config finished: GRPOConfig's and SFTConfig's __post_init__ end in this one, which sets up the devices.
 FINISH_TRL = "TrainingArguments.__post_init__"
 
@@ -62,7 +63,7 @@ def test_a_train_run_resolves_each_piece_once(tiny, tmp_path, monkeypatch):
     assert "no checkpoint under" in result.stderr
     # One custom reward (tests/shaping.py:token_sum) imported once; the rest are built-in names.
     assert calls == {"resolve_resume": 1, "resolve_deepspeed": 1, "check_reward_names": 1, "load_custom": 1,
-                     "choose_attention": 1, FINISH_TRL: 1}
+                     "choose_attention": 1, FINISH_TRL: 1, "load_processor": 1}
     assert result.stderr.count("attention: sdpa") == 1
 
 
@@ -70,7 +71,9 @@ def test_a_train_run_resolves_each_piece_once(tiny, tmp_path, monkeypatch):
 def test_an_sft_run_resolves_each_piece_once(tiny_text, tmp_path, monkeypatch):
     calls = count_calls(monkeypatch)
     in_process(*sft_args(tiny_text, tmp_path / "out", "--max-steps", "1", "--resume", "auto"), check=True)
-    assert calls == {"resolve_resume": 1, "resolve_deepspeed": 1, "choose_attention": 1, FINISH_TRL: 1}
+    # the tokenizer validation loaded to check its chat template is the one the trainer is given
+    assert calls == {"resolve_resume": 1, "resolve_deepspeed": 1, "choose_attention": 1, FINISH_TRL: 1,
+                     "load_processing_class": 1}
 
 
 def test_score_imports_each_custom_reward_once(tiny, tmp_path, monkeypatch):
@@ -82,7 +85,7 @@ def test_score_imports_each_custom_reward_once(tiny, tmp_path, monkeypatch):
                         "--set", f"reward_funcs=[iou, {TESTS / 'shaping.py'}:token_sum]", "--completions", completions,
                         check=True)
     assert set(json.loads(result.stdout)["rewards"]) == {"iou", "token_sum"}
-    assert calls == {"check_reward_names": 1, "load_custom": 1}
+    assert calls == {"check_reward_names": 1, "load_custom": 1, "load_processor": 1}  # the answer space's resize
 
 
 def test_eval_loads_its_config_once(tiny, tmp_path, monkeypatch):

@@ -29,6 +29,9 @@ class PreparedRun:
     resume: Optional[str]  # the checkpoint-N directory to continue from; None: from step 0
     identity: dict[str, Any]  # whose checkpoints this run writes and may resume (checkpoint.run_identity)
     vision: bool  # the model kind: a vision-language model, else a text-only causal LM
+    # The processor or tokenizer the checks loaded (sft's chat template check), which the trainer is then given; None
+    # where they load none (`train` loads the processor with the model)
+    processing_class: Any = None
 
 
 def prepare(config: TrainConfig) -> PreparedRun:

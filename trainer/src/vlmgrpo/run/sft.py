@@ -4,6 +4,8 @@ default."""
 
 from __future__ import annotations
 
+import copy
+
 import functools
 import logging
 from pathlib import Path
@@ -75,9 +77,10 @@ def check_chat_template(config: TrainConfig, processing_class, vision: bool) -> 
 
     if has_generation_markers(template):
         return
-    processing_class.chat_template = template  # a copy made for this check
+    probe = copy.copy(processing_class)  # the trainer is given the processing class itself, as loaded
+    probe.chat_template = template
     try:
-        get_training_chat_template(processing_class)
+        get_training_chat_template(probe)
     except ValueError:
         raise ConfigError(f"{where}: {source} marks no assistant turns ({{% generation %}}) and TRL has no training "
                           "version of it, so the loss cannot be limited to assistant turns; set chat_template_path to "
@@ -131,22 +134,22 @@ class SftRecipe(Recipe):
         resolved = check_run(config)
         vision = is_vision_language(config.model.model_name_or_path)
         check_model_kind(config, vision)
-        check_chat_template(config, load_processing_class(config.model, vision), vision)
+        processing_class = load_processing_class(config.model, vision)
+        check_chat_template(config, processing_class, vision)
         data = load_rows(config, validate_chat_row)
         check_images_fit(data, vision, config.model.model_name_or_path)
-        return PreparedRun(config, data, {}, *resolved, vision=vision)
+        return PreparedRun(config, data, {}, *resolved, vision=vision, processing_class=processing_class)
 
     def build_trainer(self, started: StartedRun):
         from vlmgrpo.data.chat import to_sft_dataset
-        from vlmgrpo.models.loading import load_model, load_processing_class, peft_config
+        from vlmgrpo.models.loading import load_model, peft_config
 
         prepared = started.prepared
         config, data, vision = prepared.config, prepared.data, prepared.vision
-        processing_class = load_processing_class(config.model, vision)
         return trainer_class()(
             model=load_model(config.model, vision, attention=started.attention),
             args=started.trl_args,
-            processing_class=processing_class,
+            processing_class=prepared.processing_class,  # the one validate loaded and checked the template of
             train_dataset=to_sft_dataset(data.samples, vision),
             eval_dataset=to_sft_dataset(data.validation, vision) if data.validation else None,
             peft_config=peft_config(config.model),
