@@ -332,3 +332,17 @@ def test_a_name_a_module_does_not_declare_is_found():
     module = SimpleNamespace(NAMES=("inside", "user.nonroot"))
     found = [checks.Check(name, "pass", "") for name in ("inside.torch", "user.nonroot", "user.nonroot.x", "insider")]
     assert checks.reported_outside(RUNNER, module, found) == ["insider"]
+
+
+def test_every_side_reports_results_of_one_shape():
+    """The host's Check, the image's own results (JSON from `vlmgrpo selftest`) and the inventory's version verdicts
+    carry the same three fields, so the host reports each as it came: one shape across the process boundary (imagegen
+    does not import the trainer's distribution, so the shape, not a class, is what they share)."""
+    from dataclasses import fields
+
+    from vlmgrpo.checks import result
+    from vlmgrpo.inventory import version_check
+
+    shape = [f.name for f in fields(checks.Check)]
+    assert shape == list(result("a", "pass", "")) == list(version_check("torch", "2.6.0", "2.6.0")) == \
+        ["name", "status", "detail"]
