@@ -110,6 +110,7 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
     """The trainer as `vlmgrpo train` builds it: its model and processor loading (attention and dtype chosen for the
     hardware), its data checks, rewards and trainer class."""
     from vlmgrpo.data.datasets import load_data
+    from vlmgrpo.models.attention import choose_attention
     from vlmgrpo.models.loading import answer_box_space, load_model, load_processor, resize_function
     from vlmgrpo.data.rec import to_hf_dataset, validate_row
     from vlmgrpo.rewards import build_rewards
@@ -117,13 +118,14 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
     from vlmgrpo.config.template import REC_QUESTION_TEMPLATE
 
     model_config = ModelConfig(model_name_or_path=tiny["model"], attn_implementation=settings.attention)
+    args = grpo_config(settings, output, use_vllm)  # finished first, as run/started.py does: TRL sets the device
     processor = load_processor(model_config)
-    model = load_model(model_config)
+    model = load_model(model_config, vision=True, attention=choose_attention(model_config.attn_implementation))
     space = answer_box_space("auto", model.config.model_type)
     data = load_data([tiny["data"]], tiny["image_root"], validate=validate_row)
     timer = step_timer(settings.device)
     trainer = timed_trainer_class(settings.device)(
-        model=model, processing_class=processor, args=grpo_config(settings, output, use_vllm),
+        model=model, processing_class=processor, args=args,
         reward_funcs=build_rewards(["iou", "format"], space, resize_function(processor), None),
         train_dataset=to_hf_dataset(data.samples, REC_QUESTION_TEMPLATE), callbacks=[timer])
     trainer.rollouts = []
