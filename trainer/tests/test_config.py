@@ -242,7 +242,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
     config = load_config(None, {"output_dir": str(tmp_path)}, command)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        args = build_trl_config(config)
+        args = build_trl_config(config, None)  # no DeepSpeed
     assert args.gradient_checkpointing is True
     assert not [w for w in caught if "gradient_checkpointing" in str(w.message)]
     if "activation_checkpointing" in {f.name for f in dataclasses.fields(args)}:
@@ -260,7 +260,7 @@ def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path,
 
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"), **keys}))
-    args = build_trl_config(load_config(str(path), {}, command))
+    args = build_trl_config(load_config(str(path), {}, command), None)  # no DeepSpeed
     assert {key: getattr(args, key) for key in keys} == keys
 
 

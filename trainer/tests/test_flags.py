@@ -72,7 +72,7 @@ def test_epsilon_high_reaches_grpo_config():
     from vlmgrpo.run.started import build_trl_config
 
     overrides, _ = parse_flags(["--epsilon_high", "0.28", "--output_dir", "/tmp/vr1-flags"], GRPO)
-    assert build_trl_config(build_config({}, "<defaults>", overrides, GRPO)).epsilon_high == 0.28
+    assert build_trl_config(build_config({}, "<defaults>", overrides, GRPO), None).epsilon_high == 0.28
 
 
 @pytest.mark.parametrize("words, expected", [

@@ -68,7 +68,7 @@ def test_trls_vllm_keys_reach_grpo_config_unchanged(tiny, tmp_path):
 
     config = build_config({"output_dir": str(tmp_path / "out"), **VLLM_KEYS}, "run.yaml", {}, GRPO)
     assert config.where("vllm_mode") == "run.yaml"
-    grpo_config = build_trl_config(config)
+    grpo_config = build_trl_config(config, None)  # no DeepSpeed
     assert isinstance(grpo_config, GRPOConfig)  # the recipe's subclass (config/trl_configs.py)
     assert {key: getattr(grpo_config, key) for key in VLLM_KEYS} == VLLM_KEYS
 

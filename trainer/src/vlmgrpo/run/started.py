@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.launch import resolve_deepspeed
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
@@ -118,15 +117,10 @@ def wandb_offline_without_key() -> None:
                 "later with `wandb sync`; set WANDB_MODE=online with a key to report live)", os.environ["WANDB_DIR"])
 
 
-# build_trl_config's deepspeed when not given: resolved from the config (a config that was not prepared).
-FROM_CONFIG: Any = object()
-
-
-def build_trl_config(config: TrainConfig, deepspeed: Optional[str] = FROM_CONFIG):
+def build_trl_config(config: TrainConfig, deepspeed: Optional[str]):
     """config.trl finished: its values resolved for this process and TRL's __post_init__ run (trl_configs.py says
-    why only here); deepspeed: the DeepSpeed JSON as prepared. A run calls it once, in start."""
-    if deepspeed is FROM_CONFIG:
-        deepspeed = resolve_deepspeed(config.trl.deepspeed)
+    why only here); deepspeed: the DeepSpeed JSON as prepared (PreparedRun.deepspeed). A run calls it once, in
+    start."""
     try:
         return dataclasses.replace(config.trl, **resolved_trl_values(config, deepspeed))
     except (ValueError, TypeError) as exc:
