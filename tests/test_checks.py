@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from imagegen.core import platforms
+from imagegen.render.expected import of_inventory
 from imagegen.stages import checks
 from imagegen.stages.checks import (inside_elf_machine, inside_versions, selftest, tag_matches_inside, user_nonroot,
                                     versions)
@@ -243,17 +244,18 @@ def test_versions_are_compared_by_the_component_tables_labels():
                  "expected": {"versions": {"torch": "2.6.0", "liger_kernel": "0.6.4"}}}
     labels = {"torch": "2.6.0", "liger-kernel": "0.6.3", "image": "x"}
     keys = {"torch": "torch", "liger-kernel": "liger_kernel", "trainer": "vlmgrpo"}
-    found = {c.name: c.status for c in inside_versions.versions_match_labels(inventory, labels, keys)}
+    expected = of_inventory(inventory)
+    found = {c.name: c.status for c in inside_versions.versions_match_labels(inventory, labels, keys, expected)}
     assert found == {"inside.torch": "pass", "inside.liger-kernel": "fail"}
 
 
 def test_an_image_without_a_matrix_entry_is_read_by_the_labels_its_expected_file_names():
     context = SimpleNamespace(image=None)
     expected = {"versions": {}, "labels": {"flash_attn": "flash-attn", "torch_cuda": "torch.cuda"}}
-    assert inside_versions.keys_of_labels(context, {"expected": expected}) == {
+    assert inside_versions.keys_of_labels(context, of_inventory({"expected": expected})) == {
         "flash-attn": "flash_attn", "torch.cuda": "torch_cuda", "trainer": "vlmgrpo"}
     image = locked_named("cpu")
-    keys = inside_versions.keys_of_labels(SimpleNamespace(image=image), {"expected": None})
+    keys = inside_versions.keys_of_labels(SimpleNamespace(image=image), None)
     assert keys["torch.cuda"] == "torch_cuda" and keys["trainer"] == "vlmgrpo"
 
 
