@@ -5,7 +5,9 @@ engine, without one: test_serve_requests.py."""
 import base64
 import http.server
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,30 +38,42 @@ def test_engine_is_vllm_only_with_vllm_and_a_gpu():
         choose_engine("vllm", vllm_installed=True, gpu=False)
 
 
-def test_engine_commands_listen_on_loopback_with_the_served_name():
+SOCKET = "/tmp/vlmgrpo-engine-x/engine.sock"
+
+
+def test_engine_commands_listen_on_their_socket_only_with_the_served_name():
     settings = ServeSettings("/out/merged", "rec-model", port=8000, engine_args=["--max-model-len", "4096"])
-    vllm = engine_command(settings, "vllm", 41000)
+    vllm = engine_command(settings, "vllm", SOCKET)
     assert vllm[0].endswith("vllm") and vllm[1:3] == ["serve", "/out/merged"]
-    assert vllm[vllm.index("--host") + 1] == "127.0.0.1" and vllm[vllm.index("--port") + 1] == "41000"
+    assert vllm[vllm.index("--uds") + 1] == SOCKET and "--host" not in vllm and "--port" not in vllm
     assert vllm[vllm.index("--served-model-name") + 1] == "rec-model" and vllm[-2:] == ["--max-model-len", "4096"]
-    transformers = engine_command(settings, "transformers", 41000)
-    assert transformers[0].endswith("transformers") and transformers[1:3] == ["serve", "/out/merged"]
-    assert transformers[transformers.index("--host") + 1] == "127.0.0.1"
+    transformers = engine_command(settings, "transformers", SOCKET)
+    assert transformers[1:6] == ["-m", "vlmgrpo.serving.on_socket", SOCKET, "serve", "/out/merged"]
+    assert "--host" not in transformers and "--port" not in transformers
     assert transformers[transformers.index("--attn-implementation") + 1] == "sdpa"  # chosen as `train` chooses: no GPU
     chosen = ServeSettings("/m", "m", engine_args=["--attn-implementation", "eager"])
-    assert engine_command(chosen, "transformers", 41000).count("--attn-implementation") == 1
+    assert engine_command(chosen, "transformers", SOCKET).count("--attn-implementation") == 1
     assert engine_model_id(settings, "vllm") == "rec-model" and engine_model_id(settings, "transformers") == "/out/merged"
 
 
 def test_vllm_fetches_no_url_and_opens_no_file():
     """Every image reaches the engine inline: vLLM's own media allow-list names a host that never resolves (an empty
     one lets it fetch any URL), and its media flags are not passed through."""
-    vllm = engine_command(ServeSettings("/out/merged", "rec-model"), "vllm", 41000)
+    vllm = engine_command(ServeSettings("/out/merged", "rec-model"), "vllm", SOCKET)
     assert vllm[vllm.index("--allowed-media-domains") + 1].endswith(".invalid")
     assert "--allowed-local-media-path" not in vllm
-    for extra in (["--allowed-local-media-path", "/"], ["--allowed-media-domains=127.0.0.1"]):
+    for extra in (["--allowed-local-media-path", "/"], ["--allowed-media-domains=127.0.0.1"],
+                  ["--allowed_local_media_path", "/"], ["--allowed_media_domains=127.0.0.1"]):  # vLLM reads _ as -
         with pytest.raises(ConfigError, match=f"{extra[0].split('=')[0]} is not passed to the engine"):
-            engine_command(ServeSettings("/out/merged", "rec-model", engine_args=extra), "vllm", 41000)
+            engine_command(ServeSettings("/out/merged", "rec-model", engine_args=extra), "vllm", SOCKET)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "transformers"])
+@pytest.mark.parametrize("extra", [["--host", "0.0.0.0"], ["--port=9000"], ["--uds", "/tmp/s"], ["--host=::"]])
+def test_the_engine_is_told_no_other_place_to_listen(engine, extra):
+    with pytest.raises(ConfigError, match=f"{extra[0].split('=')[0]} is not passed to the engine: it listens on a "
+                                          "private socket"):
+        engine_command(ServeSettings("/out/merged", "rec-model", engine_args=extra), engine, SOCKET)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +92,49 @@ def server(tiny, tmp_path_factory):
     if process.poll() is None:
         process.kill()  # the engine gets SIGTERM from the kernel when its parent dies (PR_SET_PDEATHSIG)
         process.wait(timeout=30)
+
+
+def _engine_of(process) -> psutil.Process:
+    return [child for child in psutil.Process(process.pid).children() if "serve" in child.cmdline()][0]
+
+
+# Run as another uid: every TCP port the engine listens on, then its socket. Prints what answered.
+_KNOCK = """
+import json, socket, sys
+ports, path = json.loads(sys.argv[1]), sys.argv[2]
+for port in ports:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        print("port", port, "answered")
+    except OSError as error:
+        print("port", port, "refused:", error.strerror)
+probe = socket.socket(socket.AF_UNIX)
+try:
+    probe.connect(path)
+    print("socket answered")
+except OSError as error:
+    print("socket refused:", error.strerror)
+"""
+
+
+@pytest.mark.slow
+def test_the_engine_is_reached_only_through_the_front(server):
+    """Issue 53: transformers serve listened on 127.0.0.1 with no key; as uid 65534 a POST to its port naming a
+    root-only image file was answered 200 (a file oracle). Now it listens on no TCP port, and its socket's
+    directory is this uid's alone: another local user (or a pod's sidecar, which shares the network namespace but not
+    the filesystem) reaches nothing."""
+    process, port, stderr = server
+    engine = _engine_of(process)
+    listening = [c.laddr.port for c in engine.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    assert listening == []
+    path = [line for line in stderr.read_text().splitlines() if "serving " in line][0].split("on_socket ")[1].split()[0]
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    knock = subprocess.run(["/usr/bin/python3", "-c", _KNOCK, json.dumps([port]), path], user=65534, group=65534,
+                           capture_output=True, text=True, timeout=60, cwd="/")
+    assert knock.stdout.splitlines() == [f"port {port} answered", "socket refused: Permission denied"], knock.stderr
+    own = socket.socket(socket.AF_UNIX)  # this uid, the front's, still gets in
+    own.connect(path)
+    own.close()
 
 
 def _client(port):
@@ -220,7 +277,7 @@ def test_a_prompt_over_the_context_a_half_sent_body_and_a_client_that_hangs_up(s
 @pytest.mark.slow
 def test_an_engine_that_dies_is_started_again_and_503_meanwhile(server):
     process, port, stderr = server
-    engine = [child for child in psutil.Process(process.pid).children() if "serve" in child.cmdline()][0]
+    engine = _engine_of(process)
     engine.kill()
     engine.wait(timeout=30)
     key = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
@@ -333,6 +390,7 @@ def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     stream = _client(port).chat.completions.create(model="rec-tiny", max_tokens=300, stream=True,
                                                    messages=chat("rec-tiny")["messages"])
     chunks = [next(stream)]
+    engine = _engine_of(process)
     process.send_signal(signal.SIGTERM)
     chunks += list(stream)  # the rest of the answer still arrives
     assert len(chunks) > 2 and chunks[-1].choices and chunks[-1].choices[0].finish_reason is not None
@@ -340,9 +398,9 @@ def test_sigterm_answers_the_requests_in_flight_then_stops_the_engine(server):
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
     stderr = stderr_file.read_text()
     assert "shutdown: 1 in flight, 1 answered, 0 refused" in stderr and "Traceback" not in stderr
-    engine_port = [line for line in stderr.splitlines() if "serving " in line][0].split("--port ")[1].split()[0]
-    with pytest.raises(OSError):  # the engine was stopped too, not left behind
-        urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/health", timeout=2)
+    engine_socket = [line for line in stderr.splitlines() if "serving " in line][0].split("on_socket ")[1].split()[0]
+    engine.wait(timeout=30)  # raises psutil.TimeoutExpired if the engine was left behind
+    assert not os.path.exists(os.path.dirname(engine_socket))  # and its socket's directory is gone
 
 
 @pytest.mark.slow
@@ -352,7 +410,7 @@ def test_a_killed_server_takes_its_engine_with_it(tiny):
                                 "--host", "127.0.0.1"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     assert wait_for_health(f"http://127.0.0.1:{port}/health", 180, lambda: process.poll() is None)
-    engine = [child for child in psutil.Process(process.pid).children() if "serve" in child.cmdline()][0]
+    engine = _engine_of(process)
     process.kill()  # SIGKILL: no handler of ours runs
     process.wait(timeout=30)
     engine.wait(timeout=60)  # raises psutil.TimeoutExpired if the engine outlives its server

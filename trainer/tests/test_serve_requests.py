@@ -1,10 +1,11 @@
 """The checks of `vlmgrpo serve`'s layer in front of the engine, without an engine: what a request may carry (the
 allow-list of fields and parts, each field's range, every image's source, bytes and pixels), its prompt's length,
-and the answers of the front itself (FastAPI's test client, a stand-in for the engine on loopback)."""
+and the answers of the front itself (FastAPI's test client, a stand-in for the engine on a Unix socket)."""
 
 import base64
 import http.server
 import json
+import socketserver
 import threading
 from io import BytesIO
 
@@ -231,8 +232,17 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _OnSocket(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """An HTTP server on a Unix socket, as the engine listens (serve.py)."""
+    daemon_threads = True
+
+    def get_request(self):
+        request, _ = super().get_request()
+        return request, ("engine", 0)  # http.server's handler wants a (host, port) client address
+
+
 @pytest.fixture
-def front():
+def front(tmp_path):
     """The layer in front, in this process, of a stand-in engine: (a client of it, what the engine was sent, the
     (text, image sizes) each prompt was counted with). A prompt counts 50 tokens and 30 an image, of 100; the count
     fails, a fault of the front's, on a prompt that says so."""
@@ -240,7 +250,7 @@ def front():
 
     from vlmgrpo.serving.app import build_app
 
-    engine = http.server.HTTPServer(("127.0.0.1", 0), _Engine)
+    engine = _OnSocket(str(tmp_path / "engine.sock"), _Engine)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     _Engine.seen, _Engine.answer, counted = [], (200, b'{"model": "/engine/model", "choices": []}'), []
 
@@ -250,7 +260,7 @@ def front():
         counted.append((text, sizes))
         return 50 + 30 * len(sizes)
 
-    app = build_app(f"http://127.0.0.1:{engine.server_port}", "m", "/engine/model", Limits(max_context=100), count)
+    app = build_app(str(tmp_path / "engine.sock"), "m", "/engine/model", Limits(max_context=100), count)
     try:
         with TestClient(app, raise_server_exceptions=False) as client:
             yield client, _Engine.seen, counted

@@ -104,16 +104,17 @@ def authorized(headers, limits: Limits) -> bool:
     return hmac.compare_digest(given.encode(), f"Bearer {limits.api_key}".encode())
 
 
-def build_app(engine_url: str, served_name: str, engine_model: str, limits: Limits = Limits(),
+def build_app(engine_socket: str, served_name: str, engine_model: str, limits: Limits = Limits(),
               count_tokens: Optional[Callable[[str, list], int]] = None, drain: Optional[Drain] = None):
-    """count_tokens: the tokens the model makes of a prompt's text and its images' (height, width); without it the
+    """engine_socket: the Unix socket the engine listens on (serve.py). count_tokens: the tokens the model makes of a prompt's text and its images' (height, width); without it the
     engine checks lengths. drain: what the server's shutdown drains (serve.py runs it on SIGTERM)."""
     import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
     from fastapi import FastAPI, Request
 
     # No keep-alive to the engine: after an engine-side 500, a kept connection it had closed failed the next request
-    # of any client with a bare 500 (13 of 20 tries); a new connection on loopback costs well under a millisecond.
-    client = httpx.AsyncClient(base_url=engine_url, timeout=None, limits=httpx.Limits(max_keepalive_connections=0))
+    # of any client with a bare 500 (13 of 20 tries); a new connection on a Unix socket costs well under a millisecond.
+    transport = httpx.AsyncHTTPTransport(uds=engine_socket, limits=httpx.Limits(max_keepalive_connections=0))
+    client = httpx.AsyncClient(base_url="http://engine", transport=transport, timeout=None)
     fetcher = httpx.AsyncClient(follow_redirects=False)
     in_flight = asyncio.Semaphore(limits.max_in_flight)
     drain = drain or Drain()

@@ -1,7 +1,9 @@
 """`vlmgrpo serve`: an OpenAI-compatible chat-completions endpoint (image inputs included) for a trained model.
 
 The field's servers do the serving: vLLM's OpenAI server where the image has vLLM and a GPU, `transformers serve`
-elsewhere (the CPU path the tests run). Each listens on loopback; a thin layer in front (app.py) answers the
+elsewhere (the CPU path the tests run). Each listens on a Unix socket in a directory only this uid may enter, never
+on a TCP port: on loopback any local user or a pod's sidecar reached it past every check of the front (issue 53).
+A thin layer in front (app.py) answers the
 mistakes they turn into 500s or silently accept with a 4xx that says what is wrong: a body that is not JSON, an image
 that does not decode, a model name this server does not serve. Signals: SIGTERM (or Ctrl-C) answers new requests
 503, lets those in flight finish within --shutdown-grace, refuses those still running then, logs which (drain.py),
@@ -20,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from vlmgrpo.errors import ConfigError, LaunchError
-from vlmgrpo.processes import free_port, stop_process, wait_for_health
+from vlmgrpo.processes import stop_process, wait_for_health
 from vlmgrpo.run.rollouts import VLLM_IMAGES
 from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
 from vlmgrpo.serving.requests import API_KEY_VARIABLE, Limits
@@ -36,10 +39,12 @@ log = logging.getLogger("vlmgrpo")
 ENGINES = ("auto", "vllm", "transformers")
 READY_TIMEOUT_S = 900  # a 7B model read from network storage takes minutes
 ENGINE_STOP_S = 5.0  # the engine's time to exit on SIGTERM once no request waits for it (Engine.stop)
+ENGINE_HEALTH = "http://engine/health"  # asked on the engine's socket: the host is a placeholder
 
 
 HOST_VARIABLE = "VLMGRPO_SERVE_HOST"  # the images set it to 0.0.0.0: a container's loopback is its own
 MEDIA_FLAGS = ("--allowed-media-domains", "--allowed-local-media-path")  # the engine's: the front decides instead
+LISTEN_FLAGS = ("--host", "--port", "--uds")  # where the engine listens: its private socket, nowhere else
 NO_MEDIA_DOMAIN = "no-url-is-fetched-by-the-engine.invalid"  # .invalid never resolves (RFC 6761)
 
 
@@ -85,16 +90,27 @@ def _script(name: str) -> str:
     return str(sibling) if sibling.exists() else (shutil.which(name) or name)
 
 
-def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]:
-    """The engine's own server on loopback; the layer in front owns the public port. vLLM is given a media
-    allow-list no URL matches: every image reaches it inline, checked (without one it fetches any URL it is given;
-    with --allowed-local-media-path it opens files, which it is never given)."""
+def _flag(arg: str) -> str:
+    """An engine argument's flag in its dashed spelling: vLLM reads `--allowed_local_media_path` as
+    `--allowed-local-media-path`."""
+    name = arg.split("=")[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def engine_command(settings: ServeSettings, engine: str, socket_path: str) -> list[str]:
+    """The engine's own server on a Unix socket (engine_socket); the layer in front owns the public port. vLLM is
+    given a media allow-list no URL matches: every image reaches it inline, checked (without one it fetches any URL
+    it is given; with --allowed-local-media-path it opens files, which it is never given)."""
     for arg in settings.engine_args:
-        if arg.split("=")[0] in MEDIA_FLAGS:
+        if _flag(arg) in MEDIA_FLAGS:
             raise ConfigError(f"{arg.split('=')[0]} is not passed to the engine: images reach it inline from the "
                               "layer in front, which fetches the hosts of vlmgrpo serve's own --allowed-media-domains")
+        if _flag(arg) in LISTEN_FLAGS:
+            raise ConfigError(f"{arg.split('=')[0]} is not passed to the engine: it listens on a private socket that "
+                              "only the layer in front reaches; vlmgrpo serve's own --host and --port say where "
+                              "clients connect")
     if engine == "vllm":
-        return [_script("vllm"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
+        return [_script("vllm"), "serve", settings.model, "--uds", socket_path,
                 "--served-model-name", settings.served_name, "--dtype", settings.dtype,
                 "--allowed-media-domains", NO_MEDIA_DOMAIN, *settings.engine_args]
     attention = []  # the kernel `train` would load the model with, unless the operator passed one through
@@ -102,8 +118,19 @@ def engine_command(settings: ServeSettings, engine: str, port: int) -> list[str]
         from vlmgrpo.models.attention import choose_attention
 
         attention = ["--attn-implementation", choose_attention("auto")]
-    return [_script("transformers"), "serve", settings.model, "--host", "127.0.0.1", "--port", str(port),
+    return [sys.executable, "-m", "vlmgrpo.serving.on_socket", socket_path, "serve", settings.model,
             "--dtype", settings.dtype, *attention, *settings.engine_args]
+
+
+def engine_socket() -> str:
+    """A path for the engine's socket in a new directory that only this uid may enter (0700): the socket itself is
+    left writable by anyone (uvicorn makes it 0666). A TMPDIR too long for a socket's path (108 bytes) gives way to
+    /tmp."""
+    directory = tempfile.mkdtemp(prefix="vlmgrpo-engine-")
+    if len(os.path.join(directory, "engine.sock").encode()) > 100:
+        os.rmdir(directory)
+        directory = tempfile.mkdtemp(prefix="vlmgrpo-engine-", dir="/tmp")
+    return os.path.join(directory, "engine.sock")
 
 
 def engine_model_id(settings: ServeSettings, engine: str) -> str:
@@ -156,8 +183,8 @@ def check_port(host: str, port: int) -> None:
 
 
 
-def wait_until_ready(engine: subprocess.Popen, port: int, log_path: str) -> None:
-    if wait_for_health(f"http://127.0.0.1:{port}/health", READY_TIMEOUT_S, lambda: engine.poll() is None):
+def wait_until_ready(engine: subprocess.Popen, socket_path: str, log_path: str) -> None:
+    if wait_for_health(ENGINE_HEALTH, READY_TIMEOUT_S, lambda: engine.poll() is None, socket_path):
         return
     if engine.poll() is not None:
         tail = Path(log_path).read_text(errors="replace").splitlines()[-15:]
@@ -170,8 +197,8 @@ class Engine:
     """The engine's process, started again whenever it dies while we serve (an OOM kill, a crash in a kernel): the
     front answers 503 and /health says so meanwhile, and requests are served again once it is back."""
 
-    def __init__(self, command: list[str], port: int, log_path: str):
-        self.command, self.port, self.log_path = command, port, log_path
+    def __init__(self, command: list[str], socket_path: str, log_path: str):
+        self.command, self.socket_path, self.log_path = command, socket_path, log_path
         self.stopping = threading.Event()
         self.restarts = 0
         self.process = self._start("w")
@@ -197,9 +224,12 @@ class Engine:
             self.stopping.wait(pause)
             if self.stopping.is_set():
                 return
+            with contextlib.suppress(FileNotFoundError):  # the dead engine's socket: uvicorn binds a new one
+                os.unlink(self.socket_path)
             self.process = self._start("a")
-            ready = wait_for_health(f"http://127.0.0.1:{self.port}/health", READY_TIMEOUT_S,
-                                    lambda: self.process.poll() is None and not self.stopping.is_set())
+            ready = wait_for_health(ENGINE_HEALTH, READY_TIMEOUT_S,
+                                    lambda: self.process.poll() is None and not self.stopping.is_set(),
+                                    self.socket_path)
             pause = 1.0 if ready else min(pause * 2, 60.0)
             if ready:
                 log.info("the serving engine is back after restart %d", self.restarts)
@@ -227,18 +257,18 @@ def serve(settings: ServeSettings) -> int:
     check_model(settings.model)
     check_port(settings.host, settings.port)  # before minutes of loading, not after "ready"
     engine_name = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
-    port = free_port()
-    command = engine_command(settings, engine_name, port)
+    socket_path = engine_socket()
+    command = engine_command(settings, engine_name, socket_path)
     log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"vlmgrpo-serve-{os.getpid()}.log")
     log.info("serving %s as %r with %s: %s (log %s)", settings.model, settings.served_name, engine_name,
              " ".join(command), log_path)
-    engine = Engine(command, port, log_path)
+    engine = Engine(command, socket_path, log_path)
     try:
-        wait_until_ready(engine.process, port, log_path)
+        wait_until_ready(engine.process, socket_path, log_path)
         threading.Thread(target=engine.watch, name="engine-watch", daemon=True).start()
         limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model), engine=engine_name)
         drain = Drain(settings.shutdown_grace_s)
-        app = build_app(f"http://127.0.0.1:{port}", settings.served_name, engine_model_id(settings, engine_name),
+        app = build_app(socket_path, settings.served_name, engine_model_id(settings, engine_name),
                         limits, prompt_tokens(settings.model), drain)
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
@@ -256,6 +286,7 @@ def serve(settings: ServeSettings) -> int:
         return 0
     finally:
         engine.stop()
+        shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)
 
 
 def draining_server(config, drain: Drain):
