@@ -106,8 +106,9 @@ def authorized(headers, limits: Limits) -> bool:
 
 def build_app(engine_socket: str, served_name: str, engine_model: str, limits: Limits = Limits(),
               count_tokens: Optional[Callable[[str, list], int]] = None, drain: Optional[Drain] = None):
-    """engine_socket: the Unix socket the engine listens on (serve.py). count_tokens: the tokens the model makes of a prompt's text and its images' (height, width); without it the
-    engine checks lengths. drain: what the server's shutdown drains (serve.py runs it on SIGTERM)."""
+    """engine_socket: the Unix socket the engine listens on (serve.py). count_tokens: the tokens the model makes of a
+    prompt's text and its images' (height, width); without it the engine checks lengths. drain: what the server's
+    shutdown drains (serve.py runs it on SIGTERM)."""
     import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
     from fastapi import FastAPI, Request
 
