@@ -40,6 +40,11 @@ BAD = [
     (["--set", "eval_strategy=steps"], "key 'eval_strategy': steps needs rows to evaluate on; set val_split_ratio"),
     (["--set", "val_split_ratio=1.0"], "key 'val_split_ratio': must be >= 0 and < 1"),
     (["--nnodes", "2", "--node-rank", "2"], "key 'node_rank': 2 is not below nnodes 2"),
+    # issue 52, item 5: kernels fetched or patched in at the first step (a traceback there before)
+    (["--set", "use_liger_kernel=true"], "key 'use_liger_kernel': TRL patches the model with the liger-kernel "
+                                         "package, which is not installed here"),
+    (["--set", "model_init_kwargs={use_kernels: true}"], "key 'model_init_kwargs': use_kernels: transformers "
+                                                         "downloads these kernels from the Hugging Face Hub"),
 ]
 
 

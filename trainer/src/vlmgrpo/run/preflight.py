@@ -183,6 +183,29 @@ def check_reporting(config: TrainConfig) -> None:
                               f"environment; pip install {name}, or set report_to: none")
 
 
+def check_kernels(config: TrainConfig) -> None:
+    """Kernels TRL or transformers would fetch or patch in at the first step, refused before it when they cannot come:
+    Liger's (use_liger_kernel: the liger-kernel package) and the Hub's (model_init_kwargs use_kernels: the kernels
+    package downloads them from the Hugging Face Hub at run time, which HF_HUB_OFFLINE=1, as clusters run, forbids).
+    The images carry neither package: their attention kernels are attn_implementation's, built in."""
+    trl = config.trl
+    if getattr(trl, "use_liger_kernel", False) and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError(f"{config.where('use_liger_kernel')}: key 'use_liger_kernel': TRL patches the model with "
+                          "the liger-kernel package, which is not installed here; set it to false (attention "
+                          "kernels come from attn_implementation) or pip install liger-kernel")
+    init = getattr(trl, "model_init_kwargs", None)
+    if isinstance(init, dict) and init.get("use_kernels"):
+        where = f"{config.where('model_init_kwargs')}: key 'model_init_kwargs': use_kernels"
+        if importlib.util.find_spec("kernels") is None:
+            raise ConfigError(f"{where}: transformers downloads these kernels from the Hugging Face Hub with the "
+                              "kernels package, which is not installed here; drop use_kernels (attention kernels "
+                              "come from attn_implementation, built into the image) or pip install kernels")
+        if _offline():
+            raise ConfigError(f"{where}: transformers downloads these kernels from the Hugging Face Hub at the "
+                              "first step, and HF_HUB_OFFLINE is set; drop use_kernels, or run where the Hub is "
+                              "reachable once with HF_HUB_OFFLINE unset")
+
+
 def earlier_run(output: str) -> list[str]:
     """What a previous run left in output: its checkpoint directories and logs."""
     found = [os.path.basename(p) for p in checkpoint_dirs(output)]
@@ -335,6 +358,7 @@ def check_run(config: TrainConfig) -> Resolved:
     resume = check_output(config, identity)
     check_evaluation(config)
     check_reporting(config)
+    check_kernels(config)
     check_quantization(config)
     deepspeed = resolve_deepspeed(config.trl.deepspeed)  # a missing or broken JSON fails here, before any model
     if deepspeed and importlib.util.find_spec("deepspeed") is None:
