@@ -44,9 +44,11 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def docker_cli(*args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """`docker ARGS` as a user types it (the image tests drive the CLI, not docker-py); asserts success unless told."""
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+def docker_cli(*args: str, timeout: int = 900, check: bool = True,
+               input: str | None = None) -> subprocess.CompletedProcess:
+    """`docker ARGS` as a user types it (the image tests drive the CLI, not docker-py); asserts success unless told.
+    input: what the command reads on its standard input (with `docker run -i`)."""
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, input=input)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result

@@ -140,3 +140,76 @@ def test_the_devel_line_compiles_kernels_and_builds_deepspeeds_ops_with_its_nvcc
     assert "built FusedAdam" in check(wheels_image, "cuda.deepspeed_op")
     done = docker_cli("run", "--rm", "--entrypoint", "nvcc", wheels_image["ref"], "--version", check=False)
     assert done.returncode == 0 and "release 13.0" in done.stdout, done.stdout + done.stderr
+
+
+# One key of a tiny model's attention, for sm90: compiled in one process, then served by the cache in a fresh one.
+ONE_KEY = {"families": {"tiny": {"text": {"hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1}}},
+           "gpus": {"H100 SXM, H200": {"sm": 90, "target": "sm_90a", "sms": 132}},
+           "shapes": {"batches": [1], "sequences": [256], "varlen_tokens": [], "varlen_sequences": [],
+                      "window_counts": []}}
+BUILD = "/opt/venv/lib/python3.11/site-packages/vlmgrpo/fa4kernels/build.py"
+
+
+def test_the_devel_line_ships_flash_attention_4_s_kernels_compiled(wheels_image):
+    """Issue 52: FA4's kernels compiled at build for each GPU of targets.json, in FA4's own cache, its fingerprint the
+    one FA4 computes from the installed files (flash_attn_4.cache); the build log says how many and how long."""
+    if wheels_image["name"] != DEVEL:
+        assert check(wheels_image, "flash_attn_4.cache").startswith("skip no flash_attn_4 in this image")
+        return
+    cache = check(wheels_image, "flash_attn_4.cache")
+    assert cache.startswith("pass") and "H100 SXM, H200 (sm90, 132 SMs)" in cache and "B200 (sm100, 148 SMs)" in cache
+    log = wheels_image["result"].stdout + wheels_image["result"].stderr
+    built = [line.split("fa4 kernels: ", 1)[1] for line in log.splitlines() if "fa4 kernels: " in line]
+    assert any("a fresh process loaded them all with 0 compiles" in line for line in built), log[-4000:]
+
+
+def test_one_kernel_compiled_on_the_cpu_is_served_from_the_cache_in_a_fresh_process(wheels_image):
+    """Counted, not timed: the first process compiles (build), a fresh one replays the same call and compiles
+    nothing (verify: it exits 1 on any compile)."""
+    if wheels_image["name"] != DEVEL:
+        pytest.skip("the runtime line has no flash-attn-4")
+    script = (f"set -e; cat > /tmp/one.json; python {BUILD} build --out /tmp/one --targets /tmp/one.json --jobs 1; "
+              f"python {BUILD} verify --out /tmp/one --jobs 1")
+    done = docker_cli("run", "--rm", "-i", "--entrypoint", "bash", wheels_image["ref"], "-c", script,
+                      input=json.dumps(ONE_KEY), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    built = next(line for line in done.stdout.splitlines() if line.startswith("fa4 kernels: H100"))
+    compiles = int(built.split("(")[2].split(" compiles")[0])
+    verified = json.loads(done.stdout.strip().splitlines()[-1])["H100 SXM, H200"]
+    assert compiles > 0 and verified["compiles"] == 0 and verified["keys"] > 0, done.stdout
+
+
+def test_the_image_s_kernels_load_as_any_uid_on_a_read_only_root(wheels_image):
+    """What a run does (runtime.seed into its writable cache), as uid 4242 with `--read-only --tmpfs /tmp`; then every
+    case of every GPU replayed in a fresh process: 0 compiles."""
+    if wheels_image["name"] != DEVEL:
+        pytest.skip("the runtime line has no flash-attn-4")
+    script = ("set -e; python - <<'PY'\n"
+              "import json, os, pathlib, shutil\n"
+              "from vlmgrpo.fa4kernels import runtime\n"
+              "root = pathlib.Path(os.environ[runtime.KERNELS_VARIABLE])\n"
+              "shipped = runtime.manifest()\n"
+              "for gpu in shipped['gpus'].values():\n"
+              "    runtime.seed(root / gpu['directory'], pathlib.Path('/tmp/k') / gpu['directory'])\n"
+              "shutil.copy(root / 'manifest.json', '/tmp/k/manifest.json')\n"
+              "PY\n"
+              f"python {BUILD} verify --out /tmp/k")
+    done = docker_cli("run", "--rm", "--read-only", "--tmpfs", "/tmp", "--user", "4242:4242", "--entrypoint", "bash",
+                      wheels_image["ref"], "-c", script, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    reports = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(reports) >= 2 and all(r["compiles"] == 0 and r["keys"] > 0 for r in reports.values()), reports
+
+
+def test_an_edited_flash_attention_4_file_fails_the_cache_check_naming_it(wheels_image):
+    """A derived image that patches one FA4 source: FA4 would file its kernels under another fingerprint and compile
+    them all; the check says which file."""
+    if wheels_image["name"] != DEVEL:
+        pytest.skip("the runtime line has no flash-attn-4")
+    script = ("set -e; echo '# planted' >> /opt/venv/lib/python3.11/site-packages/flash_attn/cute/interface.py; "
+              "python -c 'from vlmgrpo.checks.flash_attn_4_cache import cache_check; print(*cache_check())'")
+    done = docker_cli("run", "--rm", "--user", "0", "--entrypoint", "bash", wheels_image["ref"], "-c", script,
+                      check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = done.stdout.strip().splitlines()
+    assert line.startswith("fail flash_attn/cute/interface.py differs from the source"), line

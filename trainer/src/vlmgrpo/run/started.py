@@ -1,5 +1,6 @@
 """A PreparedRun started in the process that trains it (one process, or each torchrun worker), with what only that
-process may resolve: the TRL config finished and the attention kernel chosen. `start(prepared)` makes it once per
+process may resolve: the TRL config finished and the attention kernel chosen (with flash-attention 4, its kernel
+cache set up from the image's: vlmgrpo/fa4kernels/runtime.py). `start(prepared)` makes it once per
 process (Recipe.run); the runner (runner.py), the recipe's `build_trainer` and the model loading take it and resolve
 none of it again.
 
@@ -39,10 +40,17 @@ def start(prepared: PreparedRun) -> StartedRun:
     """The process's part, once: the TRL config finished, then the attention kernel chosen (its one "attention: ..."
     line; a ConfigError for a flash-attention request that cannot run here). TRL first, in the order the run had
     before this step: its __post_init__ puts a torchrun worker on its own GPU before the GPUs are queried."""
-    from vlmgrpo.models.attention import choose_attention
+    from vlmgrpo.models.attention import FA4, choose_attention
 
     trl_args = build_trl_config(prepared.config, prepared.deepspeed)
-    return StartedRun(prepared, trl_args, choose_attention(prepared.config.model.attn_implementation))
+    attention = choose_attention(prepared.config.model.attn_implementation)
+    if attention == FA4:  # before the model loads, which imports FA4: it reads its cache's place at import
+        from vlmgrpo.fa4kernels.runtime import prepare
+
+        line = prepare(str(trl_args.output_dir))
+        if int(os.environ.get("RANK", "0")) == 0:
+            log.info("%s", line)
+    return StartedRun(prepared, trl_args, attention)
 
 
 # Old names the recipe, VLM-R1's scripts and users' configs say, and the names transformers 5 gives them: the new

@@ -1,0 +1,133 @@
+"""Where a run's FlashAttention 4 kernels come from: the image's cache (build.py) where it holds this GPU's, else
+compiled at the first step; either way kept in one writable cache that every rank of the run shares.
+
+FA4 reads one cache directory (flash_attn/cute/cache_utils.py: FLASH_ATTENTION_CUTE_DSL_CACHE_DIR), and must be able to
+create lock files in it: a read-only one fails at the first backward kernel it lacks. So the image's kernels for
+this GPU (its architecture and SM count, a directory of the image's cache each) are copied into the run's cache
+(a few MB), under the run's output unless FLASH_ATTENTION_CUTE_DSL_CACHE_DIR names another, before FA4 is imported
+(it reads the variables at import). Kernels the image lacks (another GPU, another model's shapes) are compiled by FA4
+at first use and written there: the next run, or a restarted one, loads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Mapping, Optional
+
+log = logging.getLogger("vlmgrpo")
+
+KERNELS_VARIABLE = "VLMGRPO_FA4_KERNELS"  # set by the image (templates/trainer.Dockerfile.j2): the cache build.py made
+CACHE_ENABLED, CACHE_DIR = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"  # FA4's own
+RUN_CACHE = ".fa4-kernels"  # under the run's output: one directory per GPU kind, as in the image
+
+
+def manifest(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
+    """The image's manifest.json (build.py), or None where the image has no kernels."""
+    root = environ.get(KERNELS_VARIABLE)
+    if not root:
+        return None
+    try:
+        return json.loads((Path(root) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def changed_sources(shipped: dict) -> list[str]:
+    """FA4's source files (those its fingerprint covers) that differ from the ones the image's kernels were compiled
+    from: a changed, added or removed file gives the cache another fingerprint, so FA4 would find none of them."""
+    spec = importlib.util.find_spec("flash_attn.cute")
+    if spec is None or not spec.origin:
+        return ["flash_attn/cute (not installed)"]
+    root = Path(spec.origin).resolve().parent
+    installed = {path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+                 for path in sorted(root.rglob("*.py")) if path.is_file()}
+    recorded = shipped.get("sources", {})
+    return [f"flash_attn/cute/{name}" for name in sorted(set(installed) | set(recorded))
+            if installed.get(name) != recorded.get(name)]
+
+
+def shipped_gpu(shipped: Optional[dict], sm: int, sms: int) -> Optional[tuple[str, dict]]:
+    """The image's GPU entry compiled for this architecture and SM count, or None."""
+    for name, gpu in sorted(((shipped or {}).get("gpus") or {}).items()):
+        if gpu.get("sm") == sm and gpu.get("sms") == sms:
+            return name, gpu
+    return None
+
+
+def kinds(shipped: Optional[dict]) -> str:
+    gpus = (shipped or {}).get("gpus") or {}
+    return ", ".join(f"{name} (sm{gpu['sm']}, {gpu['sms']} SMs)" for name, gpu in sorted(gpus.items())) or "none"
+
+
+def run_cache(output_dir: str, sm: int, sms: int, environ: Mapping[str, str] = os.environ) -> Path:
+    """The writable cache of this run on this GPU kind: the one the user named, else under the run's output."""
+    if environ.get(CACHE_DIR):
+        return Path(environ[CACHE_DIR])
+    return Path(output_dir) / RUN_CACHE / f"sm{sm}-{sms}sms"
+
+
+def seed(source: Path, cache: Path) -> int:
+    """Copy the image's kernels into the run's cache, each file once (ranks that start together each write a
+    temporary name, then rename): how many were copied."""
+    copied = 0
+    for path in sorted(source.rglob("*")):
+        if not path.is_file():
+            continue
+        target = cache / path.relative_to(source)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(path, temporary)
+        os.replace(temporary, target)
+        copied += 1
+    return copied
+
+
+def plan(output_dir: str, sm: int, sms: int, shipped: Optional[dict], changed: list[str],
+         environ: Mapping[str, str] = os.environ) -> tuple[Path, Optional[Path], str]:
+    """(the run's cache, the image's directory to seed it from or None, the line that says so); changed: FA4's
+    files that differ from those the image's kernels were compiled from (changed_sources)."""
+    cache = run_cache(output_dir, sm, sms, environ)
+    found = shipped_gpu(shipped, sm, sms)
+    gpu = f"sm{sm} with {sms} SMs"
+    if shipped is None:
+        return cache, None, (f"flash-attention 4 kernels: none in this image ({KERNELS_VARIABLE} names no cache): "
+                             f"compiled for this GPU ({gpu}) at the first step and kept in {cache}")
+    if found is None:
+        return cache, None, (f"flash-attention 4 kernels: the image has none for this GPU ({gpu}; it has "
+                             f"{kinds(shipped)}): compiled at the first step and kept in {cache}, where the next "
+                             "run finds them")
+    if changed:
+        return cache, None, (f"flash-attention 4 kernels: the image's were compiled from other FA4 sources "
+                             f"({changed[0]} differs{f', and {len(changed) - 1} more' if len(changed) > 1 else ''}): "
+                             f"compiled for this GPU ({gpu}) at the first step and kept in {cache}")
+    name, entry = found
+    source = Path(environ[KERNELS_VARIABLE]) / entry["directory"]
+    return cache, source, (f"flash-attention 4 kernels: from the image for this GPU ({gpu}: {name}, {entry['keys']} "
+                           f"kernels); any other is compiled at first use and kept in {cache}")
+
+
+def prepare(output_dir: str, environ=os.environ) -> str:
+    """Set FA4's cache up for this process before it is imported, seeded from the image; the one line that says
+    where this GPU's kernels come from (logged by the caller's rank 0 only)."""
+    import torch
+
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    shipped = manifest(environ)
+    changed = changed_sources(shipped) if shipped else []
+    cache, source, line = plan(output_dir, major * 10 + minor, sms, shipped, changed, environ)
+    cache.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        seed(source, cache)
+    environ[CACHE_ENABLED] = "1"
+    environ[CACHE_DIR] = str(cache)
+    return line
