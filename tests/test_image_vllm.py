@@ -61,6 +61,10 @@ def test_the_vllm_line_builds_and_passes_its_in_image_checks(vllm_image):
     for name in ("vllm.import", "vllm.torch", "vllm.nvcc", "version.vllm", "cuda.kernel"):
         found = next((v for k, v in checks.items() if k.endswith(name)), "")
         assert found.startswith("pass"), (name, found, sorted(checks))
+    # issue 52: FlashAttention 4 beside vLLM, its kernels compiled at build and found by FA4 in the image
+    for name in ("flash_attn_4.import", "flash_attn_4.cutlass", "flash_attn_4.transformers", "flash_attn_4.cache"):
+        found = next((v for k, v in checks.items() if k.endswith(name)), "")
+        assert found.startswith("pass"), (name, found, sorted(checks))
     assert "vllm 0.31.0 imports, expected 0.31.0" in result.stdout + result.stderr
     assert "compiles a kernel" in result.stdout + result.stderr
     assert "-vllm0.31.0-debian12-" in vllm_image["ref"]  # the tag says it carries vLLM
