@@ -213,3 +213,23 @@ def test_an_edited_flash_attention_4_file_fails_the_cache_check_naming_it(wheels
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = done.stdout.strip().splitlines()
     assert line.startswith("fail flash_attn/cute/interface.py differs from the source"), line
+
+
+def test_kernels_the_image_lacks_are_compiled_once_for_all_ranks(wheels_image):
+    """Issue 52: a model whose attention the image has no kernels for (here heads of 128 in the ratio 2), on one GPU
+    kind: two ranks start together; one compiles (build.py, on the CPU) while the other waits on the run cache's
+    lock, then finds the first one's mark and compiles nothing."""
+    if wheels_image["name"] != DEVEL:
+        pytest.skip("the runtime line has no flash-attn-4")
+    rank = ("import sys, pathlib; from vlmgrpo.fa4kernels import runtime; "
+            "family = {'text': {'hidden_size': 256, 'num_attention_heads': 2, 'num_key_value_heads': 1}}; "
+            "print(sys.argv[1], runtime.compile_once(pathlib.Path('/tmp/run'), 90, 132, family))")
+    script = (f"mkdir -p /tmp/run; python -c \"{rank}\" 0 & python -c \"{rank}\" 1 & wait; "
+              f"python {BUILD} verify --out /tmp/run --jobs 1")
+    done = docker_cli("run", "--rm", "--entrypoint", "bash", wheels_image["ref"], "-c", script, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = sorted(line for line in done.stdout.splitlines() if line[:2] in ("0 ", "1 "))
+    compiled = [line for line in said if line.endswith(" s")]
+    assert len(said) == 2 and len(compiled) == 1 and sum(line.endswith("None") for line in said) == 1, said
+    verified = json.loads(done.stdout.strip().splitlines()[-1])["this GPU"]
+    assert verified["compiles"] == 0 and verified["keys"] > 0, verified

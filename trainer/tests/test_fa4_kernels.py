@@ -90,3 +90,27 @@ def test_a_cache_the_user_names_is_the_one_used_and_seeded(tmp_path):
     env = {runtime.KERNELS_VARIABLE: str(root), runtime.CACHE_DIR: str(tmp_path / "shared")}
     cache, source, _ = runtime.plan(str(tmp_path / "out"), 90, 132, shipped, [], env)
     assert cache == tmp_path / "shared" and source == root / "sm90-132sms"
+
+
+def test_a_model_s_config_is_read_as_a_family_and_what_the_image_lacks_is_compiled_once(tiny):
+    """The tiny Qwen2.5-VL (4 text heads of 16 over 2 key-value heads; a vision tower of 2 heads): none of its
+    attention calls is in the image's cases, which are the real families'; the real 3B's calls all are."""
+    from vlmgrpo.models.loading import load_model_config
+
+    family = runtime.model_family(load_model_config(tiny["model"]))
+    config = load_model_config(tiny["model"])
+    assert family["text"]["num_key_value_heads"] == config.text_config.num_key_value_heads
+    assert family["vision"]["num_heads"] == config.vision_config.num_heads
+    shipped = {"cases": build.cases(TARGETS["families"], TARGETS["shapes"])}
+    assert len(runtime.missing_cases(family, shipped, seeded=True)) == 4  # three text paths and the vision tower
+    three_b = TARGETS["families"]["Qwen/Qwen2.5-VL-3B-Instruct"]
+    assert runtime.missing_cases(three_b, shipped, seeded=True) == []
+    assert len(runtime.missing_cases(three_b, shipped, seeded=False)) == 4  # the image has none for this GPU
+
+
+def test_the_rank_that_finds_the_mark_compiles_nothing(tmp_path):
+    family = TARGETS["families"]["Qwen/Qwen2.5-VL-3B-Instruct"]
+    runtime.compiled_mark(tmp_path, runtime.run_targets(90, 132, family)).touch()  # another rank compiled them
+    assert runtime.compile_once(tmp_path, 90, 132, family) is None
+    assert runtime.compiled_mark(tmp_path, runtime.run_targets(90, 114, family)) != \
+        runtime.compiled_mark(tmp_path, runtime.run_targets(90, 132, family))  # another GPU kind: its own

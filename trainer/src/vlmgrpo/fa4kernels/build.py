@@ -42,7 +42,13 @@ KEY_VARIABLES = ("FA_LOG_LEVEL", "FLASH_ATTENTION_BWD_TILE_N", "FLASH_ATTENTION_
 
 
 def gpu_directory(gpu: dict) -> str:
-    return f"sm{gpu['sm']}-{gpu['sms']}sms"
+    """Where a GPU kind's kernels go under the cache's root; a GPU entry may name its own (a run's cache)."""
+    return gpu.get("directory") or f"sm{gpu['sm']}-{gpu['sms']}sms"
+
+
+def case_key(case: dict) -> tuple:
+    """What tells one attention call apart (its families and shapes aside)."""
+    return case["head_dim"], case["ratio"], case["causal"], case["path"]
 
 
 def cases(families: dict, shapes: dict) -> list[dict]:
@@ -54,10 +60,10 @@ def cases(families: dict, shapes: dict) -> list[dict]:
     found: dict[tuple, dict] = {}
     for name, config in sorted((k, v) for k, v in families.items() if k != "about"):
         text = config["text"]
-        head_dim = text["hidden_size"] // text["num_attention_heads"]
+        head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
         ratio = text["num_attention_heads"] // text["num_key_value_heads"]
         for path, grid in (("dense", dense), ("varlen-int", varlen), ("varlen-tensor", varlen)):
-            found.setdefault((head_dim, ratio, True, path), {
+            found.setdefault((head_dim, ratio, True, path), {  # case_key's order
                 "head_dim": head_dim, "ratio": ratio, "kv_heads": text["num_key_value_heads"], "causal": True,
                 "path": path, "shapes": [list(s) for s in grid], "families": []})["families"].append(name)
         vision = config.get("vision")

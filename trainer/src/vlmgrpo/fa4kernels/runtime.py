@@ -11,12 +11,17 @@ at first use and written there: the next run, or a restarted one, loads them.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -114,9 +119,83 @@ def plan(output_dir: str, sm: int, sms: int, shipped: Optional[dict], changed: l
                            f"kernels); any other is compiled at first use and kept in {cache}")
 
 
-def prepare(output_dir: str, environ=os.environ) -> str:
-    """Set FA4's cache up for this process before it is imported, seeded from the image; the one line that says
-    where this GPU's kernels come from (logged by the caller's rank 0 only)."""
+def model_family(config) -> dict:
+    """A transformers model config as targets.json describes a family: its text model's heads (its text_config for
+    a vision-language model) and its vision tower's, with the tokens of a window where it attends in windows."""
+    text = getattr(config, "text_config", None) or config
+    family = {"text": {"hidden_size": text.hidden_size, "num_attention_heads": text.num_attention_heads,
+                       "num_key_value_heads": getattr(text, "num_key_value_heads", None) or text.num_attention_heads}}
+    if getattr(text, "head_dim", None):
+        family["text"]["head_dim"] = text.head_dim
+    vision = getattr(config, "vision_config", None)
+    heads = getattr(vision, "num_heads", None)
+    width = getattr(vision, "hidden_size", None) or getattr(vision, "embed_dim", None)
+    if heads and width:
+        family["vision"] = {"hidden_size": width, "num_heads": heads}
+        window, patch = getattr(vision, "window_size", None), getattr(vision, "patch_size", None)
+        if window and patch:
+            family["vision"]["window_tokens"] = (window // patch) ** 2
+    return family
+
+
+def missing_cases(family: dict, shipped: Optional[dict], seeded: bool) -> list[tuple]:
+    """The model's attention calls (build.case_key) that the image's kernels for this GPU do not cover."""
+    from vlmgrpo.fa4kernels import build
+
+    defaults = json.loads(build.TARGETS.read_text())["shapes"]
+    have = {tuple(build.case_key(case)) for case in (shipped or {}).get("cases", [])} if seeded else set()
+    return [build.case_key(case) for case in build.cases({"model": family}, defaults)
+            if build.case_key(case) not in have]
+
+
+def run_targets(sm: int, sms: int, family: dict) -> dict:
+    """targets.json for one run: its model on its GPU, over the image's shapes, into the run's cache itself."""
+    from vlmgrpo.fa4kernels import build
+
+    return {"families": {"model": family}, "shapes": json.loads(build.TARGETS.read_text())["shapes"],
+            "gpus": {"this GPU": {"sm": sm, "target": f"sm_{sm}a", "sms": sms, "directory": "."}}}
+
+
+def compiled_mark(cache: Path, targets: dict) -> Path:
+    """The file the compiling rank leaves once these targets are in the cache."""
+    return cache / f".vlmgrpo-compiled-{hashlib.sha256(json.dumps(targets, sort_keys=True).encode()).hexdigest()[:16]}"
+
+
+def compile_once(cache: Path, sm: int, sms: int, family: dict) -> Optional[str]:
+    """The model's kernels for this GPU compiled into the run's cache before the first step, by one process: FA4
+    compiles what it lacks in every rank at once (280 s a step on 8 B300s: Dao-AILab/flash-attention#2635). The
+    first rank here to lock the cache compiles (build.py, without launching anything on the GPU); the others wait,
+    then find its mark and load. None when this rank compiled nothing (the mark was there)."""
+    from vlmgrpo.fa4kernels import build
+
+    targets = run_targets(sm, sms, family)
+    mark = compiled_mark(cache, targets)
+    with open(cache / ".vlmgrpo-compile.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, however this process ends
+        if mark.exists():
+            return None
+        with tempfile.NamedTemporaryFile("w", suffix=".json", dir=cache, delete=False) as stream:
+            json.dump(targets, stream)
+        started = time.monotonic()
+        try:
+            done = subprocess.run([sys.executable, build.__file__, "build", "--out", str(cache), "--targets",
+                                   stream.name, "--jobs", "1"], capture_output=True, text=True)
+        finally:
+            os.unlink(stream.name)
+            shutil.rmtree(cache / ".cutlass", ignore_errors=True)  # the DSL's own scratch
+        if done.returncode != 0:  # the first step compiles instead, as without this
+            log.warning("flash-attention 4 kernels: compiling them before the first step failed; each rank compiles "
+                        "what it lacks at its first step: %s", (done.stderr or done.stdout).strip()[-500:])
+            return None
+        mark.touch()
+        keys = json.loads((cache / "manifest.json").read_text())["gpus"]["this GPU"]["keys"]
+        return f"{keys} kernels in {time.monotonic() - started:.0f} s"
+
+
+def prepare(output_dir: str, model: Optional[dict] = None, environ=os.environ) -> str:
+    """Set FA4's cache up for this process before it is imported, seeded from the image, and the model's kernels the
+    image lacks compiled once for all ranks (model: its family, model_family); the one line that says where this
+    GPU's kernels come from (logged by the caller's rank 0 only)."""
     import torch
 
     device = torch.cuda.current_device()
@@ -128,6 +207,10 @@ def prepare(output_dir: str, environ=os.environ) -> str:
     cache.mkdir(parents=True, exist_ok=True)
     if source is not None:
         seed(source, cache)
+    if model is not None and missing_cases(model, shipped, source is not None):
+        compiled = compile_once(cache, major * 10 + minor, sms, model)
+        if compiled:
+            line += f"; this model's that the image lacks were compiled here once, before the first step ({compiled})"
     environ[CACHE_ENABLED] = "1"
     environ[CACHE_DIR] = str(cache)
     return line

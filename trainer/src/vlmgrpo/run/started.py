@@ -45,9 +45,11 @@ def start(prepared: PreparedRun) -> StartedRun:
     trl_args = build_trl_config(prepared.config, prepared.deepspeed)
     attention = choose_attention(prepared.config.model.attn_implementation)
     if attention == FA4:  # before the model loads, which imports FA4: it reads its cache's place at import
-        from vlmgrpo.fa4kernels.runtime import prepare
+        from vlmgrpo.fa4kernels.runtime import model_family, prepare
+        from vlmgrpo.models.loading import load_model_config
 
-        line = prepare(str(trl_args.output_dir))
+        family = model_family(load_model_config(prepared.config.model.model_name_or_path))
+        line = prepare(str(trl_args.output_dir), family)
         if int(os.environ.get("RANK", "0")) == 0:
             log.info("%s", line)
     return StartedRun(prepared, trl_args, attention)
