@@ -62,8 +62,10 @@ def dropped_in(tmp_path, monkeypatch):
 def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
     dropped_in("custom_hello", phase="libraries")
     dropped_in("custom_needs_gpu", phase="gpu", needs=("gpu",), body="raise AssertionError('ran without a GPU')")
-    dropped_in("custom_needs_absent", phase="gpu", needs=("imagegen_absent_component", "gpu"),
+    dropped_in("custom_needs_absent", phase="gpu", needs=("vllm", "gpu"),  # a component this environment lacks
                body="raise AssertionError('ran in an image without its component')")
+    dropped_in("custom_needs_misspelt", phase="gpu", needs=("vlm", "gpu"),  # fails: never a silent skip for good
+               body="raise AssertionError('ran with a need nobody judges')")
     dropped_in("custom_broken", phase="gpu", body="raise RuntimeError('its library is broken')")
     report = run_selftest(str(tmp_path / "absent.json"), skip_train=True)
     names = [c["name"] for c in report["checks"]]
@@ -74,7 +76,9 @@ def test_a_module_dropped_into_the_package_is_a_check(dropped_in, tmp_path):
         assert found["custom.custom_needs_gpu"] == {"name": "custom.custom_needs_gpu", "status": "skip",
                                                     "detail": "no GPU visible"}
     assert found["custom.custom_needs_absent"] == {  # attached by what the image has: not applicable, even for --require-gpu
-        "name": "custom.custom_needs_absent", "status": "skip", "detail": "imagegen-absent-component not installed"}
+        "name": "custom.custom_needs_absent", "status": "skip", "detail": "vllm not installed"}
+    misspelt = found["custom.custom_needs_misspelt"]
+    assert misspelt["status"] == "fail" and "custom_needs_misspelt needs 'vlm', which is neither" in misspelt["detail"]
     assert found["custom.custom_broken"] == {"name": "custom.custom_broken", "status": "fail",
                                              "detail": "RuntimeError: its library is broken"}
     assert names[-1] == "train.tiny_grpo"  # a broken check hides no other

@@ -30,6 +30,7 @@ from imagegen.stages.results import FAIL, SKIP, Check, TestResult
 
 # the needs that are not component keys
 NATIVE, MATRIX, GPU, INVENTORY, EXPECTED = "native", "matrix", "gpu", "inventory", "expected"
+NEEDS_JUDGED = (NATIVE, MATRIX, GPU, INVENTORY, EXPECTED)
 # The report's sections, in order: the image's own facts (labels, USER), its commands, its inventory and what is
 # judged by it (ELF machines, versions, the tag), the engine's GPU runtime, then the image's own selftest.
 PHASES = ("image", "commands", "inventory", "inside", "gpu", "selftest")
@@ -76,7 +77,16 @@ def unmet_need(module: ModuleType, context: Context) -> tuple[str, str] | None:
 def run_checks(context: Context) -> list[Check]:
     """Every check on one image; one the engine could not run (a ContainerError) fails its names."""
     return context.runner.run_checks(discovered(context.runner), context, lambda need: judge(need, context), Check,
-                                     containers.ContainerError)
+                                     containers.ContainerError, known=known_needs(context))
+
+
+def known_needs(context: Context) -> tuple[str, ...]:
+    """The needs judged here: its own, and the component keys of the matrix (those of the image's entry, or of the
+    image's own expected.json for an image given by reference): a module naming another fails, saying which."""
+    if context.image is not None:
+        return NEEDS_JUDGED + context.image.plan.components.keys
+    found = context.inventory() or {}
+    return NEEDS_JUDGED + tuple(((found.get("expected") or {}).get("labels") or {}))
 
 
 def test_image(ref: str, image: LockedImage | None, require_gpu: bool, skip_train: bool, inventory_program: str,

@@ -11,7 +11,9 @@ A check module says:
   PHASE  one of its side's phases: modules run, and report, phase by phase, by module name within a phase;
   NEEDS  what it applies to. The side judges each need (judge(need) -> None when met, else (status, why)); the runner
          asks them in order, GPU last but for the needs that look at the GPU (after_gpu), stops at the first unmet one
-         and reports the module's names with it, without calling the module: a check never asks whether it applies;
+         and reports the module's names with it, without calling the module: a check never asks whether it applies.
+         Each side declares the needs it judges (component keys of the matrix among them): a module naming another
+         fails its names, saying which (a misspelt need would otherwise skip the check for good);
   run(context) -> its results, each made by the side's result(name, status, detail).
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Collection, Iterable, Optional, Sequence, Tuple, Type, Union
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 GPU = "gpu"  # the need both sides judge last: not applicable (a skip) beats no GPU (a failure with --require-gpu)
@@ -71,13 +73,27 @@ def unmet_need(needs: Sequence[str], judge: Callable[[str], Unmet], after_gpu: S
     return None
 
 
+def unknown_need(module: Any, known: Collection[str]) -> Optional[str]:
+    """Why a module's NEEDS cannot be judged (one names a need its side does not declare), None when all can."""
+    for need in module.NEEDS:
+        if need not in known:
+            return (f"{module.__name__} needs {need!r}, which is neither a need this side judges nor a component of "
+                    f"the matrix it knows ({', '.join(sorted(known))}): correct the module's NEEDS")
+    return None
+
+
 def run_checks(modules: Iterable[Any], context: Any, judge: Callable[[str], Unmet],
                result: Callable[[str, str, str], Any], failure: Union[Type[BaseException], Tuple[Type[BaseException], ...]],
-               describe: Callable[[BaseException], str] = str, after_gpu: Sequence[str] = ()) -> list:
-    """The results of the modules, each applied by its needs; a module that raises `failure` fails its names with
-    describe(the exception), without hiding the others."""
+               describe: Callable[[BaseException], str] = str, after_gpu: Sequence[str] = (),
+               known: Collection[str] = ()) -> list:
+    """The results of the modules, each applied by its needs (each of which must be in `known`, else it fails);
+    a module that raises `failure` fails its names with describe(the exception), without hiding the others."""
     results: list = []
     for module in modules:
+        unknown = unknown_need(module, known)
+        if unknown:
+            results += [result(name, FAIL, unknown) for name in module.NAMES]
+            continue
         unmet = unmet_need(module.NEEDS, judge, after_gpu)
         if unmet:
             results += [result(name, *unmet) for name in module.NAMES]

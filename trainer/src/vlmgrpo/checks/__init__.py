@@ -44,6 +44,12 @@ LIBRARIES_FROM_TORCH = "libraries_from_torch"
 # Needs this machine answers by looking (vlmgrpo.checks._needs); ON_GPU ones look at the GPU, so are asked after "gpu".
 PROBED = {"compiled_code": compiled_code, "base_cuda": base_cuda, "cuda_torch": cuda_torch, "fa4_arch": fa4_arch}
 ON_GPU = ("fa4_arch",)
+# The components of the matrix (keys of matrix.yaml's component table) a check may need: the image's expected.json
+# names only its own, so they are declared here (tests/test_check_needs.py holds them to the matrix's table).
+COMPONENT_NEEDS = ("flash_attn", "flash_attn_4", "deepspeed", "vllm", "jupyterlab")
+# Every need this side judges (has, judge_of): a module naming another fails (checkrunner.unknown_need).
+NEEDS_JUDGED = (GPU, EXPECTED, TRAIN, LIBRARIES_FROM_TORCH, VERSIONS, CUDA_ARCHS, TOOLKIT, RDMA, *PROBED,
+                *COMPONENT_NEEDS)
 # The report's sections, in order: what was installed, the libraries as built, the CUDA toolkit, each component's
 # own checks, the driver, work on the GPU, then the two-step training run (the slowest, last).
 PHASES = ("versions", "libraries", "toolkit", "components", "driver", "gpu", "train")
@@ -159,4 +165,4 @@ def run_checks(context: Context, modules: Optional[list] = None) -> list[dict[st
     exception in one (one broken library) fails its names without hiding the other checks."""
     gpu = functools.lru_cache(maxsize=1)(gpu_visible)  # asked once, and only when a check needs a GPU
     return checkrunner.run_checks(discover() if modules is None else modules, context, judge_of(context, gpu), result,
-                                  Exception, lambda exc: f"{type(exc).__name__}: {exc}"[:1000], ON_GPU)
+                                  Exception, lambda exc: f"{type(exc).__name__}: {exc}"[:1000], ON_GPU, NEEDS_JUDGED)
