@@ -47,6 +47,14 @@ class Limits:
         "help": "Seconds a request's headers and body may take to arrive: a connection still sending its headers "
                 "is closed, a body still arriving is answered 408.", "flag": "--read-timeout", "min": 0.1})
     engine: Optional[str] = None  # the engine serving: the fields it fails on are refused (allowlist.ENGINE_FAILS_ON)
+    # The model's special tokens (serve.special_tokens): text holding one is refused, as the engine would read it as
+    # the token (an image placeholder without its image fails there; a turn marker forges a turn)
+    special_tokens: tuple[str, ...] = ()
+
+
+# What an image may be: OpenAI's (PNG, JPEG, WEBP, a GIF that is not animated), by the format the bytes say. The
+# engine decodes every frame of an animation: a 83 KB GIF of 100 frames of 2048x2048 took it from 0.82 to 3.30 GB.
+IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 
 
 class RequestProblem(Exception):
@@ -68,6 +76,12 @@ def image_problem(raw: bytes, limits: Limits) -> Optional[str]:
 
     try:
         with Image.open(io.BytesIO(raw)) as image:
+            if image.format not in IMAGE_FORMATS:
+                return (f"the image is {image.format or 'of a format this server does not take'}; send PNG, JPEG, "
+                        "WEBP or a GIF that is not animated")
+            if getattr(image, "is_animated", False):
+                return ("the image is animated (more than one frame), which the engine would decode frame by frame; "
+                        "send one still image")
             width, height = image.size
             if width * height > limits.max_image_pixels:
                 return (f"the image is {width} x {height} pixels, over this server's limit of "
@@ -82,6 +96,10 @@ def _data_url_problem(url: str, limits: Limits) -> Optional[str]:
     header, _, payload = url.partition(",")
     if ";base64" not in header:
         return "a data: URL for an image must be base64 (data:image/png;base64,...)"
+    media_type = header[len("data:"):].split(";")[0].strip().lower()
+    if media_type not in IMAGE_FORMATS.values():
+        return (f"a data: URL of type {media_type or 'none'} is not an image; send "
+                f"{', '.join(sorted(IMAGE_FORMATS.values()))}")
     if len(payload) > limits.max_image_bytes * 4 // 3 + 4:
         return f"the image is over this server's limit of {limits.max_image_bytes} bytes"
     try:
@@ -156,7 +174,25 @@ def check_chat_request(raw: bytes, served_name: str, limits: Limits = Limits()) 
         problem = url_problem(url, limits)
         if problem:
             raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
+    for where, text in texts(body):
+        token = next((token for token in limits.special_tokens if token in text), None)
+        if token:
+            raise RequestProblem(400, f"{where} holds {token!r}, one of the model's special tokens, which the engine "
+                                      "would read as that token; leave it out of the text", where)
     return body
+
+
+def texts(body: dict):
+    """(where, text) of each text a request's messages carry: string contents, text parts, names."""
+    for i, message in enumerate(body["messages"]):
+        content = message.get("content")
+        if isinstance(content, str):
+            yield f"messages[{i}].content", content
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            if part["type"] == "text":
+                yield f"messages[{i}].content[{j}].text", part["text"]
+        if isinstance(message.get("name"), str):
+            yield f"messages[{i}].name", message["name"]
 
 
 def image_sizes(body: dict) -> list[tuple[int, int]]:
@@ -173,13 +209,7 @@ def image_sizes(body: dict) -> list[tuple[int, int]]:
 def prompt_text(body: dict) -> str:
     """Every text the chat template is given, as the tokenizer counts it: string contents, text parts and names
     (images and the template itself add more tokens)."""
-    texts = []
-    for message in body["messages"]:
-        content = message.get("content")
-        texts += [content] if isinstance(content, str) else []
-        texts += [part["text"] for part in content if part["type"] == "text"] if isinstance(content, list) else []
-        texts += [message["name"]] if isinstance(message.get("name"), str) else []
-    return "\n".join(texts)
+    return "\n".join(text for _, text in texts(body))
 
 
 def check_prompt_length(tokens: int, body: dict, limits: Limits) -> None:

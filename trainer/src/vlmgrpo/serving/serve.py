@@ -266,10 +266,12 @@ def serve(settings: ServeSettings) -> int:
     try:
         wait_until_ready(engine.process, socket_path, log_path)
         threading.Thread(target=engine.watch, name="engine-watch", daemon=True).start()
-        limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model), engine=engine_name)
+        processor = model_processor(settings.model)
+        limits = dataclasses.replace(settings.limits, max_context=model_context(settings.model), engine=engine_name,
+                                     special_tokens=special_tokens(processor))
         drain = Drain(settings.shutdown_grace_s)
         app = build_app(socket_path, settings.served_name, engine_model_id(settings, engine_name),
-                        limits, prompt_tokens(settings.model), drain)
+                        limits, prompt_tokens(processor), drain)
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
         if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
@@ -322,17 +324,37 @@ def headers_in_time(seconds: float):
     return Protocol
 
 
-def prompt_tokens(model: str) -> Optional[Callable[[str, list], int]]:
-    """How many tokens the model makes of a prompt's text and of its images, given as (height, width) (what the
-    front checks a prompt's length with, before the engine works on a prompt longer than the model's context).
-    Images count where the model's processor says how many tokens an image of a size makes (as vLLM asks it), else
-    the engine checks them; None when the model has no tokenizer to load here."""
+def model_processor(model: str):
+    """The model's processor (or tokenizer), which the front counts and checks prompts with; None when it does not
+    load here (the engine still checks)."""
     try:
         from transformers import AutoProcessor
 
-        processor = AutoProcessor.from_pretrained(model)
+        return AutoProcessor.from_pretrained(model)
     except Exception as exc:  # a model whose processor does not load here: the engine still checks
-        log.warning("no processor of %s loaded here (%s): prompt lengths are left to the engine", model, exc)
+        log.warning("no processor of %s loaded here (%s): prompt lengths and special tokens are left to the engine",
+                    model, exc)
+        return None
+
+
+def special_tokens(processor) -> tuple[str, ...]:
+    """The model's special tokens as text (its chat template's turn markers, its image placeholders): the engine
+    reads them in a client's text as the tokens themselves."""
+    if processor is None:
+        return ()
+    tokenizer = getattr(processor, "tokenizer", processor)
+    found = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    found |= {token.content for token in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()
+              if getattr(token, "special", False)}
+    return tuple(sorted(token for token in found if isinstance(token, str) and token))
+
+
+def prompt_tokens(processor) -> Optional[Callable[[str, list], int]]:
+    """How many tokens the model makes of a prompt's text and of its images, given as (height, width) (what the
+    front checks a prompt's length with, before the engine works on a prompt longer than the model's context).
+    Images count where the model's processor says how many tokens an image of a size makes (as vLLM asks it), else
+    the engine checks them; None without a processor (model_processor)."""
+    if processor is None:
         return None
     tokenizer = getattr(processor, "tokenizer", processor)
     per_image = _image_tokens(processor)
