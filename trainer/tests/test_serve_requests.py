@@ -125,7 +125,8 @@ def test_a_field_the_engine_fails_on_is_refused_when_it_serves():
 def encoded(image_format: str, frames: int = 1, size=(32, 32), media_type: str = "") -> str:
     buffer = BytesIO()
     images = [Image.new("RGB", size, color) for color in ("yellow", "blue", "red")[:frames]]
-    images[0].save(buffer, format=image_format, **({"save_all": True, "append_images": images[1:]} if frames > 1 else {}))
+    animation = {"save_all": True, "append_images": images[1:]} if frames > 1 else {}
+    images[0].save(buffer, format=image_format, **animation)
     kind = media_type or f"image/{image_format.lower()}"
     return f"data:{kind};base64," + base64.b64encode(buffer.getvalue()).decode()
 
