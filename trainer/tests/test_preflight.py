@@ -40,6 +40,16 @@ BAD = [
     (["--set", "eval_strategy=steps"], "key 'eval_strategy': steps needs rows to evaluate on; set val_split_ratio"),
     (["--set", "val_split_ratio=1.0"], "key 'val_split_ratio': must be >= 0 and < 1"),
     (["--nnodes", "2", "--node-rank", "2"], "key 'node_rank': 2 is not below nnodes 2"),
+    # issue 53, item 4: one rule for numbers, finite (a NaN passed every range check; .inf trained to NaN weights)
+    (["--set", "learning_rate=.inf"], "key 'learning_rate': must be a finite number, got inf"),
+    (["--set", "temperature=.nan"], "key 'temperature': must be a finite number, got nan"),
+    (["--set", "top_p=.nan"], "key 'top_p': must be a finite number, got nan"),
+    (["--set", "beta=.nan"], "key 'beta': must be a finite number, got nan"),
+    (["--set", "val_split_ratio=.nan"], "key 'val_split_ratio': must be a finite number, got nan"),
+    (["--set", "judge_timeout=.inf"], "key 'judge_timeout': must be a finite number, got inf"),
+    (["--set", "reward_weights=[1.0, .nan]"], "key 'reward_weights': must be finite numbers, got [1.0, nan]"),
+    # issue 53, item 8: a seed numpy refuses, then a traceback
+    (["--set", "seed=-1"], "key 'seed': must be >= 0 and <= 4294967295 (numpy's random generator takes seeds"),
     # issue 52, item 5: kernels fetched or patched in at the first step (a traceback there before)
     (["--set", "use_liger_kernel=true"], "key 'use_liger_kernel': TRL patches the model with the liger-kernel "
                                          "package, which is not installed here"),

@@ -418,6 +418,16 @@ def test_a_killed_server_takes_its_engine_with_it(tiny):
 
 
 
+@pytest.mark.parametrize("flag", ["--shutdown-grace", "--read-timeout"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_float_flag_is_finite(tiny, flag, value):
+    """issue 53, item 4: a NaN passed the flag's least value, and an infinite grace or timeout never ends."""
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo", "serve", "--model", tiny["model"], flag, value],
+                            env=ENV, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"Invalid value for '{flag}': '{value}' is not a finite number" in \
+        result.stderr and "Traceback" not in result.stderr
+
+
 def test_a_busy_port_is_one_line_before_the_engine_starts(tiny):
     import socket
     import time

@@ -12,6 +12,7 @@ unset on the command line, settled later); required.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -61,9 +62,33 @@ def _kind(annotation, found: dataclasses.Field) -> dict[str, Any]:
         return {"multiple": True}
     if "choices" in meta:
         return {"type": click.Choice(meta["choices"])}
+    if annotation is float:
+        return {"type": FiniteRange(meta["min"]) if "min" in meta else FINITE}
     if "min" in meta:
-        return {"type": (click.IntRange if annotation is int else click.FloatRange)(meta["min"])}
-    return {"type": annotation} if annotation in (int, float) else {}
+        return {"type": click.IntRange(meta["min"])}
+    return {"type": annotation} if annotation is int else {}
+
+
+class _Finite:
+    """A float flag is finite: a NaN passes every bound (each comparison with it is false), and `--shutdown-grace
+    inf` would wait for good."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class FiniteRange(_Finite, click.FloatRange):
+    pass
+
+
+class _FiniteFloat(_Finite, click.types.FloatParamType):
+    pass
+
+
+FINITE = _FiniteFloat()
 
 
 def option(found: dataclasses.Field, annotation, **more: Any):

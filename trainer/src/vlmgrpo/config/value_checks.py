@@ -4,6 +4,7 @@ template. Each failure is one ConfigError line naming where the key was set."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.config.sections import parse_profile_steps
@@ -63,11 +64,18 @@ RANGES: dict[str, tuple[float, bool, str]] = {
     "judge_max_retries": (0, False, "retries"),
     "judge_concurrency": (1, False, "judge calls in flight at once"),
     "judge_max_tokens": (1, False, "tokens"),
+    "seed": (0, False, "numpy's random generator takes seeds from 0 to 2**32 - 1"),
+    "data_seed": (0, False, "numpy's random generator takes seeds from 0 to 2**32 - 1"),
 }
 # key -> (highest allowed, whether the highest is excluded)
 UPPER: dict[str, tuple[float, bool]] = {"top_p": (1, False), "val_split_ratio": (1, True),
+                                        "seed": (2**32 - 1, False), "data_seed": (2**32 - 1, False),
                                         "master_port": (65535, False), "metrics_port": (65535, False),
                                         "vllm_gpu_memory_utilization": (1, False), "vllm_server_port": (65535, False)}
+
+
+def _number(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def _bounds_problem(key: str, value) -> str | None:
@@ -77,14 +85,33 @@ def _bounds_problem(key: str, value) -> str | None:
     too_high = high is not None and (value >= high if open_high else value > high)
     if not (too_low or too_high):
         return None
-    bounds = f"{'>' if open_low else '>='} {low:g}"
+    bounds = f"{'>' if open_low else '>='} {_number(low)}"
     if high is not None:
-        bounds += f" and {'<' if open_high else '<='} {high:g}"
+        bounds += f" and {'<' if open_high else '<='} {_number(high)}"
     return f"must be {bounds} ({why}), got {value}"
+
+
+def _not_finite(value) -> bool:
+    """A float that is infinite or not a number, or a list holding one (reward_weights)."""
+    if isinstance(value, (list, tuple)):
+        return any(_not_finite(item) for item in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def non_finite(values: dict):
+    """One rule for numbers: every float a configuration or flag sets is finite. A NaN passes every range check (each
+    comparison with it is false) and an infinity most: `learning_rate: .inf` saved a checkpoint of NaN weights, a
+    `judge_timeout: .inf` never ended. No key documents infinity as a value."""
+    for key, value in values.items():
+        if _not_finite(value):
+            yield key, value
 
 
 def check_ranges(config) -> None:
     values = config.flat()
+    for key, value in non_finite(values):
+        what = "finite numbers" if isinstance(value, list) else "a finite number"
+        raise ConfigError(f"{config.where(key)}: key '{key}': must be {what}, got {value}")
     for key in RANGES:
         problem = _bounds_problem(key, values[key]) if values.get(key) is not None else None
         if problem:
