@@ -144,6 +144,16 @@ def test_a_config_past_the_yaml_bounds_is_one_line_at_once(tmp_path, content, sa
     assert result.exit_code == 2 and result.output.strip().splitlines() == [f"error: {path}{says}"]
 
 
+def test_the_hub_token_is_never_printed():
+    """issue 53, item 11: --print-config printed --hub_token, and OUTPUT/vlmgrpo_config.yaml (0644, the same text)
+    held it in clear."""
+    result = invoke("--hub_token", "hf_secret_of_this_test", "--print-config")
+    assert result.exit_code == 0, result.output
+    assert "hf_secret_of_this_test" not in result.stdout
+    assert yaml.safe_load(result.stdout)["hub_token"] == "<given; not printed or saved>"
+    assert yaml.safe_load(invoke("--print-config").stdout).get("hub_token") is None  # unset stays unset
+
+
 def test_bad_set_value_names_the_command_line():
     result = invoke("--set", "num_generations=many", "--print-config")
     assert result.exit_code == 2 and "command line: key 'num_generations'" in result.output

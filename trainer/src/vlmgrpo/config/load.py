@@ -297,14 +297,21 @@ def effective_values(config: TrainConfig) -> dict[str, Any]:
     return values
 
 
+# TrainingArguments' credentials (the Hub's token): given, used, never printed or saved.
+SECRET_KEYS = ("hub_token", "push_to_hub_token")
+HIDDEN = "<given; not printed or saved>"
+
+
 def dump_config(config: TrainConfig) -> str:
     """The effective configuration as YAML, each key under its help as a comment."""
     from vlmgrpo.rewards.judge import without_userinfo
 
     helps = field_help(config.command)
-    # No user:password@ of a URL in what is printed or saved (judge_url refuses one; this is the second guard).
+    # No user:password@ of a URL in what is printed or saved (judge_url refuses one; this is the second guard), and no
+    # credential: --print-config goes to terminals and logs, OUTPUT/vlmgrpo_config.yaml is readable by others (0644).
     values = {key: without_userinfo(value) if isinstance(value, str) and "://" in value else value
               for key, value in effective_values(config).items()}
+    values.update({key: HIDDEN for key in SECRET_KEYS if values.get(key)})
     # One block mapping (flow style inside: lists on one line); each key's help goes above the line the key starts.
     text = yaml.safe_dump(values, sort_keys=False, default_flow_style=None, width=120)
     keys, lines = iter(values), [f"# launcher: {config.launcher}\n", "\n"]
