@@ -34,6 +34,25 @@ def test_what_is_set_and_writable_stays_and_a_second_call_changes_nothing(tmp_pa
     assert prepare(env) == {}
 
 
+def test_no_writable_place_for_home_is_one_line_and_exit_2(monkeypatch, capsys):
+    """issue 53, item 14: `docker run --read-only` without `--tmpfs /tmp` (HOME, TMPDIR and /tmp all read-only) was
+    a 27-line traceback making a HOME. Here the temporary directory is one no uid can create a directory in."""
+    from click.testing import CliRunner
+
+    from vlmgrpo.commands.cli import main
+
+    monkeypatch.setattr(environment, "writable_temporary_directory", lambda environ: "/proc")
+    env = {"HOME": "/nonexistent", "TMPDIR": "/proc"}
+    with pytest.raises(environment.NoWritableHome, match="no writable directory for HOME: HOME \\(/nonexistent\\)"):
+        prepare(env)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(main, ["info"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.startswith("error: no writable directory for HOME") and "--tmpfs /tmp" in result.output
+    assert environment.main(["true"]) == 2 and "--tmpfs /tmp" in capsys.readouterr().err
+
+
 def test_a_uid_without_a_passwd_entry_gets_a_user_name(tmp_path, monkeypatch):
     """getpass.getuser() (torch's inductor and triton caches) raises for a uid the password database lacks."""
     monkeypatch.setattr(environment, "known_user", lambda uid: False)

@@ -35,13 +35,28 @@ def known_user(uid: int) -> bool:
         return False
 
 
+class NoWritableHome(Exception):
+    """Neither HOME nor a temporary directory is writable: one line, exit 2 (the command cannot keep a file)."""
+
+    def __init__(self, environ: MutableMapping[str, str]):
+        super().__init__(
+            f"no writable directory for HOME: HOME ({environ.get('HOME') or 'unset'}), TMPDIR "
+            f"({environ.get('TMPDIR') or 'unset'}) and /tmp are not writable by uid {os.getuid()} (a read-only root "
+            "filesystem?); give the container a writable /tmp (docker run --read-only --tmpfs /tmp) or HOME (a "
+            "volume, with -e HOME=...)")
+
+
 def prepare(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
     """Set HOME (a fresh directory under the temporary directory when it is unset or not writable), XDG_CACHE_HOME
     and the caches under it (each only when unset), and USER for a uid the password database does not know.
-    Returns what it changed. Idempotent: a child process finds everything in place and changes nothing."""
+    Returns what it changed. Idempotent: a child process finds everything in place and changes nothing.
+    NoWritableHome where no directory for HOME can be made."""
     changed = {}
     if not writable_directory(environ.get("HOME")):
-        changed["HOME"] = tempfile.mkdtemp(prefix="home.", dir=writable_temporary_directory(environ))
+        try:
+            changed["HOME"] = tempfile.mkdtemp(prefix="home.", dir=writable_temporary_directory(environ))
+        except OSError:
+            raise NoWritableHome(environ) from None
         environ["HOME"] = changed["HOME"]
     cache = environ.get("XDG_CACHE_HOME") or os.path.join(environ["HOME"], ".cache")
     for name, value in (("XDG_CACHE_HOME", cache), *((key, os.path.join(cache, sub)) for key, sub in CACHES.items())):
@@ -64,7 +79,11 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m vlmgrpo.environment COMMAND [ARGS...]", file=sys.stderr)
         return 2
-    prepare()
+    try:
+        prepare()
+    except NoWritableHome as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

@@ -58,9 +58,13 @@ def setup_logging() -> None:
 def main() -> None:
     """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
     fine-tuning of language and vision-language models before it."""
-    from vlmgrpo.environment import prepare
+    from vlmgrpo.environment import NoWritableHome, prepare
 
-    prepare()  # a writable HOME and caches for any uid, with or without the image's entrypoint
+    try:
+        prepare()  # a writable HOME and caches for any uid, with or without the image's entrypoint
+    except NoWritableHome as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     setup_logging()
 
 
