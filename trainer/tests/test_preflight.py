@@ -67,6 +67,17 @@ def test_bad_input_is_one_line_before_any_model_loads(tiny, tmp_path, extra, mes
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error: ")
 
 
+@pytest.mark.parametrize("text, says", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply to be a DeepSpeed configuration"),  # issue 53, item 10
+    ("[1, 2]", "a DeepSpeed configuration is a JSON object, not list"),
+])
+def test_a_deepspeed_json_that_is_no_configuration_is_one_line(tiny, tmp_path, text, says):
+    (tmp_path / "ds.json").write_text(text)
+    result = run_train(tiny, tmp_path / "out", "--deepspeed", str(tmp_path / "ds.json"), dry_run=True)
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_output_and_model_paths(tiny, tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")

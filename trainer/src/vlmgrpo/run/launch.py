@@ -154,9 +154,14 @@ def resolve_deepspeed(value: Any) -> Any:
         raise LaunchError(f"--deepspeed {value}: neither a preset ({', '.join(PRESETS)}) nor an existing JSON file")
     if isinstance(value, str) and value:
         try:
-            json.loads(open(value).read())
+            loaded = json.loads(open(value).read())
         except ValueError as exc:
             raise LaunchError(f"--deepspeed {value}: not valid JSON ({exc})") from None
+        except RecursionError:  # nested deeper than Python's stack: json's own error, and no ValueError
+            raise LaunchError(f"--deepspeed {value}: nested too deeply to be a DeepSpeed configuration") from None
+        if not isinstance(loaded, dict):
+            raise LaunchError(f"--deepspeed {value}: a DeepSpeed configuration is a JSON object, not "
+                              f"{type(loaded).__name__}")
     return value
 
 
