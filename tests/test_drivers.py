@@ -163,9 +163,11 @@ def test_matrix_driver_answers_for_r535_r550_and_r580():
     assert "nvidia/cuda bases carry it; images on NVIDIA's wheels (debian12-cu*) or torch's do not." in said
 
 
-@pytest.mark.parametrize("value", ["abc", "5", "550.x", ""])
+# issue 53, item 18: Arabic-Indic digits were read as 550.54; 5,000 digits were a traceback (past int()'s limit)
+@pytest.mark.parametrize("value", ["abc", "5", "550.x", "", "\u0665\u0665\u0660.\u0665\u0664", "5" * 5000])
 def test_matrix_driver_refuses_what_is_not_a_driver_version_in_one_line(value):
-    result = imagegen("matrix", "--driver", value, real_process=value == "abc")
+    result = imagegen("matrix", "--driver", value, real_process=value in ("abc", "5" * 5000))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (f"error: --driver {value}: not an NVIDIA driver version such as "
+    shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
+    assert result.stderr.strip().splitlines()[-1] == (f"error: --driver {shown}: not an NVIDIA driver version such as "
                                                       "550.54.15 (nvidia-smi's \"Driver Version\")")

@@ -23,7 +23,9 @@ from typing import Iterable, Mapping
 
 OPERATORS = ("!=", "<=", ">=", "=", "<", ">")  # dsl.c's operators, the two-character ones tried first
 PROPERTIES = ("cuda", "driver", "arch", "brand")  # what libnvidia-container evaluates; anything else is an error
-VERSION = re.compile(r"\d+(\.\d+)*")
+# ASCII digits (\d takes any script's: "٥٥٠.٥٤" read as 550.54), at most 9 to a part and 10 parts (a driver version
+# of 5,000 digits is past int()'s limit of 4,300): dsl.c reads none of those either.
+VERSION = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9}){0,9}")
 
 
 class RequirementError(ValueError):

@@ -34,7 +34,8 @@ def problem(driver: str) -> str | None:
     """Why `driver` is not a driver version --driver takes; None when it is one."""
     if VERSION.fullmatch(driver) and len(str(branch(driver))) == 3:
         return None
-    return f"--driver {driver}: not an NVIDIA driver version such as 550.54.15 (nvidia-smi's \"Driver Version\")"
+    shown = driver if len(driver) <= 40 else f"{driver[:20]}... ({len(driver)} characters)"
+    return f"--driver {shown}: not an NVIDIA driver version such as 550.54.15 (nvidia-smi's \"Driver Version\")"
 
 
 def report(rows: list[Listed], driver: str, branches: dict[str, str]) -> str:

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 
 VERSION_FILE = "/proc/driver/nvidia/version"
 REQUIREMENT_FORMAT = 1  # of the expected file's "driver" entry (imagegen.matrix.drivers.REQUIREMENT_FORMAT)
-_KERNEL_MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+_KERNEL_MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]{1,9}(?:\.[0-9]{1,9})+)")
 
 
 def found_driver(text: str) -> Optional[str]:
@@ -29,7 +29,7 @@ def found_driver(text: str) -> Optional[str]:
 
 
 def _parts(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version))
+    return tuple(int(part) for part in re.findall(r"[0-9]{1,9}", version))  # ASCII digits, each part bounded
 
 
 def requirement(expected: dict) -> Tuple[Optional[str], Tuple[str, ...]]:
