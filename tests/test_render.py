@@ -118,6 +118,19 @@ def test_a_render_replaces_the_previous_one_whole(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_a_render_into_a_link_replaces_what_it_points_to_again_and_again(tmp_path):
+    """issue 53, item 17: `--out LINK` (a link to an earlier render) left .LINK.previous behind, and every later
+    render there failed with a traceback."""
+    target, link = tmp_path / "renders" / "today", tmp_path / "out"
+    output.write(target, [locked_named("cpu")])
+    link.symlink_to(target)
+    for image in ("cu124-torch2.6", "cpu", "cu124-torch2.6"):
+        output.write(link, [locked_named(image)])
+        assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == [".imagegen-render", image]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "renders"]
+    assert [p.name for p in target.parent.iterdir()] == ["today"]
+
+
 def test_a_failed_render_leaves_nothing_behind(tmp_path):
     templates = tmp_path / "templates"
     shutil.copytree(REPO / "templates", templates)

@@ -58,8 +58,12 @@ def exclusive(path: Path) -> Iterator[None]:
 def replaced_directory(path: Path) -> Iterator[Path]:
     """Yield an empty sibling directory to fill; on success it replaces `path` whole.
 
-    On failure the sibling is removed and `path` is left as it was.
+    On failure the sibling is removed and `path` is left as it was. A `path` that is a symbolic link stays one: what
+    it points to is replaced (renaming the link aside left it behind as .NAME.previous, and the next replacement
+    failed renaming a directory over it).
     """
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -76,7 +80,15 @@ def _swap_into_place(staging: Path, path: Path) -> None:
         staging.rename(path)
         return
     previous = path.with_name(f".{path.name}.previous")
-    shutil.rmtree(previous, ignore_errors=True)
+    _remove(previous)
     path.rename(previous)
     staging.rename(path)
-    shutil.rmtree(previous, ignore_errors=True)
+    _remove(previous)
+
+
+def _remove(path: Path) -> None:
+    """A directory left by an interrupted swap, or anything else of that name (a link, a file)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
