@@ -49,6 +49,9 @@ DEEP = "images: " + "[" * 50_000 + "]" * 50_000 + "\n"
     (b"a: &a [1, *a]\n", ":1: (aliases): the alias *a stands inside its own anchor [yaml]"),
     (b"repository: r\n# caf\xe9\n", ":2: (encoding): not UTF-8: byte 0xe9 at column 6; save the file as UTF-8 "
                                      "[yaml]"),
+    # issue 53, item 19: a NUL on line 706 was reported at line 1
+    (b"repository: r\n" * 705 + b"x: a\x00b\n", ":706: (syntax): character U+0000 at column 5 is not allowed in YAML; "
+                                                  "remove it [yaml]"),
 ])
 def test_a_matrix_past_the_yaml_bounds_is_one_line_at_once(tmp_path, content, says):
     """Refused from the parser's events before anything is built: no second, no memory, no traceback."""

@@ -10,6 +10,7 @@ trainer, its own distribution, reads its YAML with the same rules in vlmgrpo.con
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 
@@ -21,6 +22,9 @@ Path = tuple  # a key path such as ("images", 2, "torch")
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ten times faster
 MAX_DEPTH = 100  # nesting levels: the matrix has 7
 MAX_ALIASED = 10_000  # nodes all aliases of a file may add together: a few anchors reused pass, an exponential fails
+# What YAML refuses in a stream (PyYAML's reader: yaml/reader.py NON_PRINTABLE), found here with its line: the parser's
+# own error carries no line, and was reported at line 1.
+NON_PRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]")
 
 
 @dataclass
@@ -62,6 +66,12 @@ def read(path: FilePath) -> str:
 
 
 def load(text: str, file: str) -> Located:
+    bad = NON_PRINTABLE.search(text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise MatrixError([Problem(file, line, "(syntax)", f"character U+{ord(bad.group()):04X} at column {column} "
+                                   "is not allowed in YAML; remove it", "yaml")])
     try:
         _check_bounds(text, file)
         node = yaml.compose(text, Loader=LOADER)
@@ -75,7 +85,7 @@ def load(text: str, file: str) -> Located:
         located.data = {}
         return located
     twice: list[Problem] = []
-    located.data = _convert(node, (), located, twice)
+    located.data = _convert(node, (), located, twice, yaml.SafeLoader(""))
     if twice:
         raise MatrixError(twice)
     return located
@@ -118,12 +128,14 @@ def _bound(file: str, line: int, key: str, message: str) -> MatrixError:
     return MatrixError([Problem(file, line, key, message, "yaml")])
 
 
-def _convert(node: yaml.Node, path: Path, located: Located, twice: list[Problem]) -> object:
+def _convert(node: yaml.Node, path: Path, located: Located, twice: list[Problem], constructor) -> object:
+    """The node as plain data; constructor: one PyYAML SafeLoader for the whole file (one made for every scalar took
+    a 6 MB matrix 31 s and 1.56 GB)."""
     located.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         result = {}
         for key_node, value_node in node.value:
-            key = _scalar(key_node)
+            key = _scalar(key_node, constructor)
             child = (*path, key)
             line = key_node.start_mark.line + 1
             if child in located.lines and key in result:
@@ -131,15 +143,17 @@ def _convert(node: yaml.Node, path: Path, located: Located, twice: list[Problem]
                                      f"{located.lines[child]} and {line}: YAML would keep the second silently; "
                                      "keep one", "duplicate-key"))
             located.lines[child] = line
-            result[key] = _convert(value_node, child, located, twice)
+            result[key] = _convert(value_node, child, located, twice, constructor)
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), located, twice) for i, item in enumerate(node.value)]
-    return _scalar(node)
+        return [_convert(item, (*path, i), located, twice, constructor) for i, item in enumerate(node.value)]
+    return _scalar(node, constructor)
 
 
-def _scalar(node: yaml.Node) -> object:
+def _scalar(node: yaml.Node, constructor) -> object:
     if not isinstance(node, yaml.ScalarNode):
         # Complex keys are not part of our format; keep them visible in errors.
         return str(node)
-    return yaml.SafeLoader(" ").construct_object(node, deep=True)
+    value = constructor.construct_object(node, deep=True)
+    constructor.constructed_objects.clear()  # a scalar is built once: nothing to remember for the next
+    return value
