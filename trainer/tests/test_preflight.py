@@ -78,6 +78,26 @@ def test_a_deepspeed_json_that_is_no_configuration_is_one_line(tiny, tmp_path, t
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_a_folder_of_someone_else_s_files_or_a_system_directory_is_no_output(tiny, tmp_path):
+    """issue 53, item 5: an existing --output holding a user's README.md and config.json had both replaced, exit 0;
+    `--output /` and `/etc` passed --dry-run as root."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("notes")
+    (mine / "config.json").write_text("{}")
+    result = run_train(tiny, mine, dry_run=True)
+    assert result.exit_code == 2 and f"{mine} is not empty (README.md, config.json) and holds no earlier run" in \
+        result.output and "--overwrite-output" in result.output
+    assert run_train(tiny, mine, "--overwrite-output", dry_run=True).exit_code == 0
+    assert (mine / "README.md").read_text() == "notes"
+    for system, says in (("/", "/ is the file system's root"), ("/etc", "/etc is the system directory /etc"),
+                         ("/usr/share/x", "/usr/share/x is inside the system directory /usr")):
+        result = run_train(tiny, system, "--overwrite-output", dry_run=True)
+        assert result.exit_code == 2 and says in result.output, result.output
+    (tmp_path / "empty").mkdir()
+    assert run_train(tiny, tmp_path / "empty", dry_run=True).exit_code == 0
+
+
 def test_output_and_model_paths(tiny, tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")

@@ -14,7 +14,7 @@ from PIL import Image
 
 from vlmgrpo.serving.requests import (Limits, RequestProblem, check_chat_request, check_prompt_length, engine_error,
                                       prompt_text)
-from vlmgrpo.serving.serve import model_processor, prompt_tokens, special_tokens
+from vlmgrpo.serving.tokens import model_processor, prompt_tokens, special_tokens
 
 
 def png_url(size=(32, 32)) -> str:

@@ -211,37 +211,40 @@ def worker(mode: str) -> None:
         def set_materialize_grads(self, value):
             pass
 
-    def empty(*shape):
-        return torch.empty(*shape, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-
     with FakeTensorMode():
         for case in work:
-            d, ratio, kv = case["head_dim"], case["ratio"], case["kv_heads"]
-            options = dict(softmax_scale=d ** -0.5, causal=case["causal"], deterministic=False)
             for shape in case["shapes"]:
-                context = Context()
-                if case["path"] == "dense":
-                    batch, length = shape  # transformers' (batch, heads, length, dim), transposed
-                    q = empty(batch, kv * ratio, length, d).transpose(1, 2)
-                    k, v = (empty(batch, kv, length, d).transpose(1, 2) for _ in range(2))
-                    out, _ = interface.FlashAttnFunc.forward(context, q, k, v, **options)
-                    interface.FlashAttnFunc.backward(context, torch.empty_like(out), None)
-                    continue
-                sequences, tokens, longest = shape
-                q, k, v = empty(tokens, kv * ratio, d), empty(tokens, kv, d), empty(tokens, kv, d)
-                starts = torch.empty(sequences + 1, dtype=torch.int32, device="cuda")
-                if case["path"] == "varlen-tensor":
-                    longest = torch.empty((), dtype=torch.int32, device="cuda")
-                out, _ = interface.FlashAttnVarlenFunc.forward(
-                    context, q, k, v, cu_seqlens_q=starts, cu_seqlens_k=starts, max_seqlen_q=longest,
-                    max_seqlen_k=longest, **options)
-                interface.FlashAttnVarlenFunc.backward(context, torch.empty_like(out), None)
+                replay(torch, interface, Context(), case, shape)
     kinds: dict[str, int] = {}
     for name in compiles:
         kinds[name] = kinds.get(name, 0) + 1
     keys = len(list(Path(os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"]).rglob("*.o")))
     json.dump({"fingerprint": _compute_source_fingerprint(), "compiles": len(compiles), "compiled_kinds": kinds,
                "keys": keys, "mode": mode}, sys.stdout)
+
+
+def replay(torch, interface, context, case: dict, shape: list) -> None:
+    """One training call of FA4, forward then backward, as transformers makes it (fake tensors: nothing runs)."""
+    def empty(*sizes):
+        return torch.empty(*sizes, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+
+    d, ratio, kv = case["head_dim"], case["ratio"], case["kv_heads"]
+    options = dict(softmax_scale=d ** -0.5, causal=case["causal"], deterministic=False)
+    if case["path"] == "dense":
+        batch, length = shape  # transformers' (batch, heads, length, dim), transposed
+        q = empty(batch, kv * ratio, length, d).transpose(1, 2)
+        k, v = (empty(batch, kv, length, d).transpose(1, 2) for _ in range(2))
+        out, _ = interface.FlashAttnFunc.forward(context, q, k, v, **options)
+        interface.FlashAttnFunc.backward(context, torch.empty_like(out), None)
+        return
+    sequences, tokens, longest = shape
+    q, k, v = empty(tokens, kv * ratio, d), empty(tokens, kv, d), empty(tokens, kv, d)
+    starts = torch.empty(sequences + 1, dtype=torch.int32, device="cuda")
+    if case["path"] == "varlen-tensor":
+        longest = torch.empty((), dtype=torch.int32, device="cuda")
+    out, _ = interface.FlashAttnVarlenFunc.forward(context, q, k, v, cu_seqlens_q=starts, cu_seqlens_k=starts,
+                                                   max_seqlen_q=longest, max_seqlen_k=longest, **options)
+    interface.FlashAttnVarlenFunc.backward(context, torch.empty_like(out), None)
 
 
 def hardware_info_from_environment() -> None:

@@ -226,6 +226,24 @@ def check_output_apart(where: str, output: str, sources: dict[str, Optional[str]
                               "it is read from; choose an --output outside it")
 
 
+# The operating system's own trees, and the top directories other things live in: never a run's output.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys", "/usr")
+SHARED_TOPS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var")
+# What a run writes into its output besides an earlier run's checkpoints and logs: not a sign of anyone else's files.
+RUN_OWN = ("vlmgrpo_config.yaml", "runs", ".fa4-kernels")
+
+
+def system_directory(output: str) -> Optional[str]:
+    """What kind of system directory the output is (the file system's root, /etc, /usr/lib, ...), or None."""
+    path = os.path.realpath(os.path.expanduser(output))
+    if path in SHARED_TOPS:
+        return "the file system's root" if path == "/" else f"the system directory {path}"
+    for tree in SYSTEM_TREES:
+        if path == tree or path.startswith(tree + os.sep):
+            return f"inside the system directory {tree}" if path != tree else f"the system directory {tree}"
+    return None
+
+
 def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
     """The output directory is writable, apart from the model, and holds no earlier run unless told to resume it or
     start over; the checkpoint to resume from: --resume's, or after a restart the newest one (None: from step 0)."""
@@ -234,6 +252,10 @@ def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
     check_output_apart(f"{where}: key 'output_dir'", output, {
         "the model (model_name_or_path)": config.model.model_name_or_path,
         "the adapter (adapter_name_or_path)": config.model.adapter_name_or_path})
+    system = system_directory(output)
+    if system:
+        raise ConfigError(f"{where}: key 'output_dir': {output} is {system}, which a run must not write into; choose "
+                          "a directory of its own (a new one under your home, a volume, or the job's scratch)")
     problem = unwritable_directory(output)
     if problem:
         raise ConfigError(f"{where}: key 'output_dir': {problem}")
@@ -250,6 +272,13 @@ def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
         raise ConfigError(f"{where}: key 'output_dir': {output} already holds an earlier run ({shown}); continue it "
                           "with --resume auto, start over with --overwrite-output (removes its checkpoints and "
                           "logs), or choose another --output")
+    others = sorted(os.listdir(output)) if os.path.isdir(output) else []
+    others = [name for name in others if name not in RUN_OWN]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ConfigError(f"{where}: key 'output_dir': {output} is not empty ({shown}) and holds no earlier run: the "
+                          "run would write its model, config and logs over what is there; choose a new or empty "
+                          "--output, or pass --overwrite-output to write into it anyway")
     return resume
 
 
