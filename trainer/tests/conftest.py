@@ -57,12 +57,33 @@ def tiny_text(tmp_path_factory):
     return make_tiny(tmp_path_factory.mktemp("tiny-text"), rows=8, family="qwen2")
 
 
+def merged(defaults, extra) -> list:
+    """A test's defaults with what `extra` gives instead: the command line refuses a key given twice (an option, a
+    --set key), so an option or --set key of `extra` replaces the defaults' (every one of a repeated option)."""
+    def items(args):
+        found, args, i = [], [str(arg) for arg in args], 0
+        while i < len(args):
+            takes = args[i].startswith("--") and "=" not in args[i] and i + 1 < len(args) \
+                and not args[i + 1].startswith("--")
+            found.append((args[i], args[i + 1] if takes else None))
+            i += 2 if takes else 1
+        return found
+
+    def key(item):
+        option, value = item
+        return f"--set {value.split('=')[0].strip()}" if option == "--set" and value else option
+
+    given = {key(item) for item in items(extra)}
+    kept = [item for item in items(defaults) if key(item) not in given or not item[0].startswith("--")]
+    return [word for item in kept + items(extra) for word in item if word is not None]
+
+
 def train_args(tiny, output, *extra):
     """A small, fast run; the dense shaping reward (tests only) makes gradients non-zero for a random policy."""
-    return ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
-            "--output", output, "--num-generations", "4", "--batch-size", "4", "--max-completion-length", "12",
-            "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
-            "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:token_sum]", *extra]
+    return merged(["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                   "--output", output, "--num-generations", "4", "--batch-size", "4", "--max-completion-length", "12",
+                   "--set", "gradient_accumulation_steps=1", "--set", "learning_rate=0.001",
+                   "--set", f"reward_funcs=[iou, format, {TESTS / 'shaping.py'}:token_sum]"], extra)
 
 
 def read_jsonl(path):
@@ -71,9 +92,9 @@ def read_jsonl(path):
 
 def sft_args(tiny_text, output, *extra):
     """A small, fast SFT run on all three formats of the tiny text model's rows."""
-    return ["sft", "--model", tiny_text["model"], "--data", tiny_text["messages"], "--data", tiny_text["sharegpt"],
-            "--data", tiny_text["alpaca"], "--output", output, "--batch-size", "4", "--set", "logging_steps=1",
-            "--set", "learning_rate=0.01", *extra]
+    return merged(["sft", "--model", tiny_text["model"], "--data", tiny_text["messages"], "--data",
+                   tiny_text["sharegpt"], "--data", tiny_text["alpaca"], "--output", output, "--batch-size", "4",
+                   "--set", "logging_steps=1", "--set", "learning_rate=0.01"], extra)
 
 
 LORA = ["--set", "use_lora=true", "--set", "lora_r=4", "--set", "lora_alpha=8"]

@@ -123,3 +123,24 @@ def test_help_all_lists_every_grpo_field_and_help_stays_short():
     assert all(f"--{name} " in help_all for name, _, _ in grpo_fields())
     assert "--epsilon_high VALUE" in help_all
     assert "--epsilon_high VALUE" not in in_process("train", "--help", check=True).stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    # issue 53, item 7: a key given twice took the last value silently (the YAML refuses a key written twice)
+    (["--learning_rate", "1e-5", "--learning_rate", "0.5"],
+     "error: command line: --learning_rate and --learning_rate both give key 'learning_rate'; give it once"),
+    (["--output_dir", "/tmp/b"], "error: command line: --output and --output_dir both give key 'output_dir'"),
+    (["--reward_funcs", "iou", "--reward_funcs", "format"],
+     "error: command line: --reward_funcs and --reward_funcs both give key 'reward_funcs'; give it once"),
+    (["--set", "beta=0.1", "--beta", "0.2"], "error: command line: --set beta=... and --beta both give key 'beta'"),
+    (["--set", "beta=0.1", "--set", "beta=0.2"], "error: command line: --set beta=... is given twice; give it once"),
+    (["--output", "/tmp/b"], "Error: --output is given twice; give it once"),
+])
+def test_a_key_given_twice_on_the_command_line_is_refused(tiny, tmp_path, args, says):
+    from click.testing import CliRunner
+
+    from vlmgrpo.commands.cli import main
+
+    result = CliRunner().invoke(main, ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root",
+                                       tiny["image_root"], "--output", str(tmp_path / "out"), *args, "--dry-run"])
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output, result.output

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ENV
+from conftest import ENV, merged
 from vlmgrpo.commands.cli import main
 
 
 def run_train(tiny, output, *extra, dry_run=False):
-    args = ["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
-            "--output", str(output), "--num-generations", "2", "--batch-size", "2", "--max-steps", "1", *extra]
+    args = merged(["train", "--model", tiny["model"], "--data", tiny["data"], "--image-root", tiny["image_root"],
+                   "--output", str(output), "--num-generations", "2", "--batch-size", "2", "--max-steps", "1"], extra)
     return CliRunner().invoke(main, args + (["--dry-run"] if dry_run else []))
 
 

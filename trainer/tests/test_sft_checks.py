@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from conftest import LORA, in_process, sft_args
+from conftest import LORA, in_process, merged, sft_args
 from vlmgrpo.data.chat import validate_chat_row
 from vlmgrpo.commands.cli import main
 from vlmgrpo.data.datasets import load_data
@@ -207,8 +207,8 @@ def test_the_command_says_one_line_before_the_weights_load(tiny_text, junk_weigh
     bad = write_jsonl(tmp_path / "bad.jsonl", [
         {"instruction": "x", "output": "y"}, {"messages": [{"role": "bot", "content": "x"}]}])
     fill = {"bad": bad, "tmp": tmp_path}
-    args = ["sft", "--model", junk_weights, "--data", tiny_text["alpaca"], "--output", tmp_path / "out",
-            *(str(value).format(**fill) for value in extra)]
+    args = merged(["sft", "--model", junk_weights, "--data", tiny_text["alpaca"], "--output", tmp_path / "out"],
+                  [str(value).format(**fill) for value in extra])
     result = in_process(*args)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()

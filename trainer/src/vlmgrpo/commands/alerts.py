@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import click
 
 from vlmgrpo.commands.fields import options, take, with_options
-from vlmgrpo.commands.options import fail
+from vlmgrpo.commands.options import OnceCommand, fail
 from vlmgrpo.errors import UserError
 from vlmgrpo.run.alerts import AlertSettings, prometheus_rule, rules_file
 
@@ -20,7 +20,7 @@ class RulesFormat:
         "help": "prometheus: a rules file (rule_files:); operator: a PrometheusRule for the Prometheus Operator."})
 
 
-@click.command("alert-rules")
+@click.command("alert-rules", cls=OnceCommand)
 @with_options(options(RulesFormat), options(AlertSettings))
 def alert_rules_command(**given) -> None:
     """Print alert rules for training runs scraped by Prometheus: unhealthy, no progress, loss or reward not finite,

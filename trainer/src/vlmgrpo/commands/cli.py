@@ -12,7 +12,7 @@ from typing import Any, Optional
 import click
 
 from vlmgrpo.commands.fields import options, take, with_options
-from vlmgrpo.commands.options import collect_overrides, fail, trl_help
+from vlmgrpo.commands.options import OnceGroup, collect_overrides, fail, trl_help
 from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags, help_all_option
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
@@ -54,7 +54,7 @@ def setup_logging() -> None:
     log.propagate = False
 
 
-@click.group()
+@click.group(cls=OnceGroup)
 def main() -> None:
     """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
     fine-tuning of language and vision-language models before it."""
@@ -104,8 +104,9 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
     exit_on_signal_until_training()  # first: the imports below take seconds
     check_driver()
     try:
-        overrides = collect_overrides(options)
-        overrides.update(flag_overrides(recipe, extra))
+        said: dict[str, str] = {}  # how the command line gave each key: one key given twice is an error
+        overrides = collect_overrides(options, said)
+        overrides.update(flag_overrides(recipe, extra, said))
         launch = discover_launch(overrides)  # before config.load's TRL import: a contradiction is said at once
         from vlmgrpo.config.load import dump_config, load_config
         from vlmgrpo.run.preflight import clear_earlier_run
@@ -152,10 +153,10 @@ def not_checked(config) -> str:
     return "not checked (devices): " + "; ".join(devices)
 
 
-def flag_overrides(recipe: Recipe, extra: tuple[str, ...]) -> dict[str, Any]:
+def flag_overrides(recipe: Recipe, extra: tuple[str, ...], said: dict[str, str]) -> dict[str, Any]:
     from vlmgrpo.commands.flags import parse_flags
 
-    overrides, notes = parse_flags(extra, recipe)
+    overrides, notes = parse_flags(extra, recipe, said)
     for note in notes:
         log.warning(note)
     return overrides

@@ -115,8 +115,18 @@ def _resolve(flag: str, kinds: dict[str, str]) -> tuple[str, str, bool]:
                       "lists every flag)")
 
 
-def parse_flags(args: typing.Sequence[str], recipe) -> tuple[dict[str, Any], list[str]]:
-    """The overrides the flags set, and one note per flag that was read but sets nothing (printed as warnings)."""
+def given_twice(said: dict[str, str], key: str, how: str) -> None:
+    """Record that `how` gives `key`; a ConfigError when something gave it already (a flag, --set or an option)."""
+    if key in said:
+        raise ConfigError(f"command line: {said[key]} and {how} both give key '{key}'; give it once")
+    said[key] = how
+
+
+def parse_flags(args: typing.Sequence[str], recipe, said: dict[str, str] | None = None
+                ) -> tuple[dict[str, Any], list[str]]:
+    """The overrides the flags set, and one note per flag that was read but sets nothing (printed as warnings); said:
+    what gave each key already (options.collect_overrides): a key given twice is an error."""
+    said = {} if said is None else said
     flags, loose = split_flags(args)
     notes = []
     for word in loose:
@@ -135,6 +145,7 @@ def parse_flags(args: typing.Sequence[str], recipe) -> tuple[dict[str, Any], lis
             key, value = _resume(value)
             if key is None:
                 continue
+        given_twice(said, key, flag)
         overrides[key] = (not value) if negated else value
     return overrides, notes
 

@@ -11,7 +11,7 @@ from typing import Optional
 import click
 
 from vlmgrpo.commands.fields import options, take, with_options
-from vlmgrpo.commands.options import fail
+from vlmgrpo.commands.options import OnceCommand, fail
 from vlmgrpo.errors import UserError
 from vlmgrpo.image.lab import DEFAULT_PORT, announcement, copy_example, plan_lab
 
@@ -29,7 +29,7 @@ class LabSettings:
         "help": "Copy the example notebook into the folder unless a file of its name is there."})
 
 
-@click.command("lab")
+@click.command("lab", cls=OnceCommand)
 @with_options(options(LabSettings))
 def lab_command(**given) -> None:
     """JupyterLab on this image's stack, with a token always required: JUPYTER_TOKEN's, else a new one printed once.

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from vlmgrpo.commands import flags
 from vlmgrpo.commands.trl_help import HELP as TRL_HELP
 from vlmgrpo.config.sections import RunConfig, field_default, field_help
 from vlmgrpo.errors import UserError
@@ -31,16 +32,43 @@ def config_key(name: str) -> str:
     return RENAMED.get(name, name)
 
 
-def collect_overrides(options: dict[str, Any]) -> dict[str, Any]:
-    set_values, overrides = options.pop("set_values"), {}
+def collect_overrides(options: dict[str, Any], said: dict[str, str] | None = None) -> dict[str, Any]:
+    """The keys the options and --set give; said: each key -> how the command line gave it (filled here), so that a
+    key given twice, by two spellings or two sources, is one error and not the last one silently."""
+    set_values, overrides, said = options.pop("set_values"), {}, {} if said is None else said
     if set_values:  # config.load imports TRL (seconds): only when needed, so a launch contradiction is said at once
         from vlmgrpo.config.load import parse_set
 
         overrides = parse_set(set_values)
+        said.update({key: f"--set {key}=..." for key in overrides})
     for option, value in options.items():
         if value is not None and value != ():
-            overrides[config_key(option)] = list(value) if isinstance(value, tuple) else value
+            key = config_key(option)
+            flags.given_twice(said, key, f"--{option.replace('_', '-')}")
+            overrides[key] = list(value) if isinstance(value, tuple) else value
     return overrides
+
+
+class OnceCommand(click.Command):
+    """A command whose options are each given once: click keeps the last of `--output A --output B` silently (an
+    option that takes several, `multiple`, or counts its uses excepted)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        seen = set()
+        for param in order:
+            if isinstance(param, click.Option) and not (param.multiple or param.count):
+                if param.name in seen:
+                    raise click.UsageError(f"{' / '.join(param.opts + param.secondary_opts)} is given twice; give "
+                                           "it once", ctx)
+                seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+
+class OnceGroup(click.Group):
+    command_class = OnceCommand
+
+
 
 
 def section_help(section: type, name: str, more: str = "") -> dict[str, Any]:
@@ -75,7 +103,6 @@ def all_flags_text(recipe) -> str:
     """Every field of the command's TRL config and of the model's as a flag, with TRL's help (the copy in
     trl_fields.json, by trainer/scripts/trl_help.py: listing them imports no TRL), then vlmgrpo's sections' fields
     and VLM-R1's ignored arguments."""
-    from vlmgrpo.commands.flags import IGNORED
     from vlmgrpo.config import sections
 
     FIELDS = json.loads((Path(__file__).with_name("trl_fields.json")).read_text(encoding="utf-8"))
@@ -92,5 +119,5 @@ def all_flags_text(recipe) -> str:
         formatter.write_dl([(f"--{f.name}", f.metadata.get("help", "")) for section in ours
                             for f in dataclasses.fields(section)])
     with formatter.section("VLM-R1's grpo_jsonl.py arguments that set nothing here (accepted, with a warning)"):
-        formatter.write_dl([(f"--{name}", why) for name, why in IGNORED.items()])
+        formatter.write_dl([(f"--{name}", why) for name, why in flags.IGNORED.items()])
     return formatter.getvalue()

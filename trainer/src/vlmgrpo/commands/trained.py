@@ -11,7 +11,7 @@ from typing import Optional
 import click
 
 from vlmgrpo.commands.fields import flag, option_fields, options, take, with_options
-from vlmgrpo.commands.options import collect_overrides, fail
+from vlmgrpo.commands.options import OnceCommand, collect_overrides, fail
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import ConfigError, UserError
 from vlmgrpo.evaluation.settings import EvalSettings
@@ -39,7 +39,7 @@ class EvalInputs:
         "help": "Check the config and every row, print a summary, load no weights."})
 
 
-@click.command("eval")
+@click.command("eval", cls=OnceCommand)
 @with_options(options(EvalInputs, "config_path", "model", "adapter", "data", "image_root"), options(EvalSettings),
               options(EvalInputs, "set_values", "dry_run"))
 def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
@@ -74,7 +74,7 @@ def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
         fail(error)
 
 
-@click.command("serve", context_settings={"ignore_unknown_options": True})
+@click.command("serve", context_settings={"ignore_unknown_options": True}, cls=OnceCommand)
 @with_options(options(ServeSettings, "model", "served_name", "host", "port"),
               options(Limits, "api_key", "allowed_media_domains", "max_image_bytes", "max_image_pixels", "max_images",
                       "max_body_bytes", "max_in_flight", "read_timeout_s"),

@@ -137,6 +137,8 @@ def parse_set(items: typing.Iterable[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set: expected key=value, got {item!r}")
+        if key.strip() in values:
+            raise ConfigError(f"command line: --set {key.strip()}=... is given twice; give it once")
         try:
             values[key.strip()] = load_yaml(raw) if raw else ""
         except YamlRefused as exc:
