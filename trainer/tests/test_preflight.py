@@ -48,6 +48,8 @@ BAD = [
     (["--set", "val_split_ratio=.nan"], "key 'val_split_ratio': must be a finite number, got nan"),
     (["--set", "judge_timeout=.inf"], "key 'judge_timeout': must be a finite number, got inf"),
     (["--set", "reward_weights=[1.0, .nan]"], "key 'reward_weights': must be finite numbers, got [1.0, nan]"),
+    # issue 53, item 9: a callable that is no reward passed, then an 80-line traceback at step 1
+    (["--set", "reward_funcs=[iou, os:system]"], "reward 'os:system': os.system is not a reward function: TRL calls"),
     # issue 53, item 8: a seed numpy refuses, then a traceback
     (["--set", "seed=-1"], "key 'seed': must be >= 0 and <= 4294967295 (numpy's random generator takes seeds"),
     # issue 52, item 5: kernels fetched or patched in at the first step (a traceback there before)
@@ -96,6 +98,24 @@ def test_a_folder_of_someone_else_s_files_or_a_system_directory_is_no_output(tin
         assert result.exit_code == 2 and says in result.output, result.output
     (tmp_path / "empty").mkdir()
     assert run_train(tiny, tmp_path / "empty", dry_run=True).exit_code == 0
+
+
+def test_a_reward_file_named_in_a_config_is_the_one_beside_it(tiny, tmp_path, monkeypatch):
+    """issue 53, item 9: a relative file.py:function in a YAML was imported from the current directory: a same-named
+    file there was run."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mine.py").write_text("def score(prompts, completions, **kwargs):\n"
+                                                 "    return [0.0 for _ in completions]\n")
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "mine.py").write_text("raise SystemExit('the wrong file was imported')\n")
+    config = tmp_path / "configs" / "run.yaml"
+    config.write_text("reward_funcs: [iou, mine.py:score]\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    result = run_train(tiny, tmp_path / "out", "--config", str(config), "--print-config")
+    assert result.exit_code == 0, result.output
+    assert f"reward_funcs: [iou, '{tmp_path / 'configs' / 'mine.py'}:score']" in result.output
+    result = run_train(tiny, tmp_path / "out", "--config", str(config), dry_run=True)  # imports the rewards
+    assert result.exit_code == 0 and "the wrong file" not in result.output, result.output
 
 
 def test_output_and_model_paths(tiny, tmp_path):

@@ -237,6 +237,14 @@ def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, 
     return config
 
 
+def beside(config_file: str, reward: str) -> str:
+    """A relative path/to/file.py:function of a configuration file, made relative to that file's directory."""
+    module, sep, function = reward.rpartition(":")
+    if not sep or not module.endswith(".py") or os.path.isabs(module):
+        return reward
+    return f"{os.path.join(os.path.dirname(os.path.abspath(config_file)), module)}:{function}"
+
+
 def resolve_rewards(config: TrainConfig) -> None:
     """VLM-R1's names accuracy and format as its grpo_jsonl.py means them, by is_reward_customized_from_vlm_module
     (rewards.vlm_r1_reward). A config that says accuracy meant IoU here before this followed VLM-R1, so what it means
@@ -244,6 +252,10 @@ def resolve_rewards(config: TrainConfig) -> None:
     from vlmgrpo.rewards import FORMAT, FORMAT_ANSWER, IOU, reward_meaning, vlm_r1_reward
 
     reward = config.reward
+    if config.origins.get("reward_funcs") == config.source and os.path.isfile(config.source):
+        # A file.py:function the configuration names is the file beside it, as a path in it is read: not a file of
+        # that name in whatever directory the command runs in (which was imported and run).
+        reward.reward_funcs = [beside(config.source, name) for name in reward.reward_funcs]
     flag = reward.is_reward_customized_from_vlm_module
     resolved = [vlm_r1_reward(name, flag) for name in reward.reward_funcs]
     method = getattr(config.data, "reward_method", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import importlib.util
 import re
 from pathlib import Path
@@ -146,7 +147,24 @@ def load_custom(spec: str) -> RewardFunc:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError(f"reward '{spec}': {module_name} has no function {function_name}")
+    if not takes_reward_arguments(function):
+        raise ConfigError(f"reward '{spec}': {module_name}.{function_name} is not a reward function: TRL calls one "
+                          "as f(prompts=..., completions=..., **the row's columns) and takes a list of floats back")
     return function
+
+
+def takes_reward_arguments(function) -> bool:
+    """Whether TRL's call of a reward, f(prompts=..., completions=..., **columns), binds to the function's signature
+    (os:system passed the preflight, then failed at step 1 with an 80-line traceback)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: not one of ours
+        return False
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    positional_only = any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in parameters)
+    # Other required names (a row's column: solution) are TRL's to pass, from the data
+    return (takes_any or {"prompts", "completions"} <= named) and not positional_only
 
 
 def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
