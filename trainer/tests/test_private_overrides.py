@@ -18,6 +18,9 @@ EXPECTED = {
     # checkpoint.py: resume restores the weights through from_pretrained (transformers#43701).
     ("transformers.trainer.Trainer", "_load_from_checkpoint"):
         "(self, resume_from_checkpoint: str, model: torch.nn.modules.module.Module | None = None) -> None",
+    # checkpoint.py: a state torch's weights_only load refuses is one line, not a traceback.
+    ("transformers.trainer.Trainer", "_load_optimizer_and_scheduler"): "(self, checkpoint: str | None) -> None",
+    ("trl.trainer.grpo_trainer.GRPOTrainer", "_load_optimizer_and_scheduler"): "(self, checkpoint)",
 }
 TRAINER_CLASSES = {"train": grpo.trainer_class, "sft": sft.trainer_class}
 
