@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -120,7 +121,9 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
     model_config = ModelConfig(model_name_or_path=tiny["model"], attn_implementation=settings.attention)
     args = grpo_config(settings, output, use_vllm)  # finished first, as run/started.py does: TRL sets the device
     processor = load_processor(model_config)
-    model = load_model(model_config, vision=True, attention=choose_attention(model_config.attn_implementation))
+    attention = choose_attention(model_config.attn_implementation)
+    kernels = image_kernels(attention, tiny["model"], output)  # as run/started.py does, where an image cache is named
+    model = load_model(model_config, vision=True, attention=attention)
     space = answer_box_space("auto", model.config.model_type)
     data = load_data([tiny["data"]], tiny["image_root"], validate=validate_row)
     timer = step_timer(settings.device)
@@ -129,7 +132,21 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
         reward_funcs=build_rewards(["iou", "format"], space, resize_function(processor), None),
         train_dataset=to_hf_dataset(data.samples, REC_QUESTION_TEMPLATE), callbacks=[timer])
     trainer.rollouts = []
+    trainer.kernels = kernels
     return trainer, timer
+
+
+def image_kernels(attention: str, model: str, output: Path) -> Optional[str]:
+    """With flash-attention 4 and VLMGRPO_FA4_KERNELS naming a cache (what an image holds): the run's cache seeded
+    from it, as a run's start does (vlmgrpo.fa4kernels.runtime.prepare), and its line; None otherwise: FA4 then
+    compiles at the first call, its cache off."""
+    from vlmgrpo.fa4kernels.runtime import KERNELS_VARIABLE, model_family, prepare
+    from vlmgrpo.models.attention import FA4
+    from vlmgrpo.models.loading import load_model_config
+
+    if attention != FA4 or not os.environ.get(KERNELS_VARIABLE):
+        return None
+    return prepare(str(output), model_family(load_model_config(model)))
 
 
 def grpo_run(tiny: dict, settings: RunSettings, output: Path, use_vllm: bool) -> dict:
@@ -146,6 +163,7 @@ def grpo_run(tiny: dict, settings: RunSettings, output: Path, use_vllm: bool) ->
     setup = time.perf_counter() - started
     trainer.train()
     result = {"status": "measured", "attention": trainer.model.config._attn_implementation,
+              **({"fa4_kernels": trainer.kernels} if trainer.kernels else {}),
               "steps": len(timer.seconds), "setup_seconds": round(setup, 2),
               "step_seconds_first": round(timer.seconds[0], 4) if timer.seconds else None,
               **step_figures(timer.seconds), **rollout_figures(trainer.rollouts), **memory_figures(settings.device)}
@@ -302,3 +320,47 @@ def flash_attn_4_part(tiny: dict, settings: RunSettings, output: Path) -> dict:
     if installed("flash-attn-4") is None:
         return skipped("flash-attn-4 is not installed")
     return measure_part(lambda: grpo_run(tiny, settings, output, use_vllm=False))
+
+
+def fa4_cached_part(tiny: dict, settings: RunSettings, args_line: list[str], output: Path) -> dict:
+    """The grpo_fa4_hd128 part with the kernels built beforehand (fa4_cached_run), where it can run."""
+    from vlmgrpo.models.attention import installed
+
+    if settings.device != "cuda":
+        return skipped("flash-attention 4 needs a CUDA GPU")
+    if installed("flash-attn-4") is None:
+        return skipped("flash-attn-4 is not installed")
+    return measure_part(lambda: fa4_cached_run(tiny, args_line, output))
+
+
+def fa4_cached_run(tiny: dict, args_line: list[str], output: Path) -> dict:
+    """flash-attention 4 with its kernels compiled beforehand, as an image ships them: build.py compiles, without
+    launching anything, the model's attention for this GPU (its architecture and SM count) into a cache (timed: what
+    the image's build spends), then the grpo_fa4_hd128 part runs in a fresh process (FA4 reads its cache's place at
+    import) with VLMGRPO_FA4_KERNELS naming it: its first step is the one to compare with SDPA's."""
+    import json
+    import subprocess
+
+    import torch
+
+    from vlmgrpo.fa4kernels import build
+    from vlmgrpo.fa4kernels.runtime import KERNELS_VARIABLE, model_family, run_targets
+    from vlmgrpo.models.loading import load_model_config
+
+    major, minor = torch.cuda.get_device_capability()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    targets = run_targets(major * 10 + minor, sms, model_family(load_model_config(tiny["model"])))
+    cache = output / "image-kernels"
+    cache.mkdir(parents=True, exist_ok=True)
+    (output / "targets.json").write_text(json.dumps(targets))
+    started = time.perf_counter()
+    subprocess.run([sys.executable, build.__file__, "build", "--out", str(cache), "--targets",
+                    str(output / "targets.json")], check=True, capture_output=True, text=True)
+    built = json.loads((cache / "manifest.json").read_text())["gpus"]["this GPU"]
+    run = subprocess.run([sys.executable, *args_line, "--parts", "grpo_fa4_hd128", "--out", str(output / "run.json")],
+                         env={**os.environ, KERNELS_VARIABLE: str(cache)}, capture_output=True, text=True)
+    if run.returncode != 0 and not (output / "run.json").exists():
+        raise RuntimeError(f"the cached run failed: {run.stderr.strip()[-300:]}")
+    part = json.loads((output / "run.json").read_text())["parts"]["grpo_fa4_hd128"]
+    return {**part, "kernels_built": built["keys"], "build_seconds": round(time.perf_counter() - started, 1),
+            "build_compiles": built["compiles"]}

@@ -17,6 +17,8 @@ Parts (each measured, skipped with its reason, or failed with its error; one fai
 - grpo_sdpa_hd128, grpo_fa4_hd128: the grpo part on the tiny model with heads of 128 (flash-attention 4's kernels
   take 64 to 256; the tiny model's are 16), with SDPA and with flash-attention 4 (skipped where flash-attn-4 is not
   installed), text model and vision tower alike;
+- grpo_fa4_cached_hd128: grpo_fa4_hd128 with FA4's kernels compiled beforehand for this GPU and the model, as an image
+  ships them (vlmgrpo/fa4kernels: the build's seconds and kernels, then the run in a fresh process, its first step);
 - grpo_vllm: the same with TRL's colocated vLLM, only where vLLM imports (else "skipped: vLLM not installed").
 --parts picks some of them (a lent GPU machine with only minutes can run them in two calls).
 
@@ -51,7 +53,8 @@ SMOKE_SIZES = {"steps": 2, "num_generations": 2, "batch_size": 2, "completion_le
 
 
 # Every part, in the order they run; --parts picks some.
-PARTS = ("conv3d", "attention", "gpu_checks", "grpo", "grpo_sdpa_hd128", "grpo_fa4_hd128", "grpo_vllm")
+PARTS = ("conv3d", "attention", "gpu_checks", "grpo", "grpo_sdpa_hd128", "grpo_fa4_hd128", "grpo_fa4_cached_hd128",
+         "grpo_vllm")
 WIDE_HEAD_DIM = 128  # the hd128 parts' tiny model: heads flash-attention 4 runs (it takes 64 to 256)
 # --hd128-shape 3b: the hd128 parts' model with Qwen2.5-VL-3B-Instruct's layer sizes (its config.json), random bf16
 # weights and the tiny vocabulary: step time and memory of a real size where no weights can be downloaded. Its vision
@@ -195,7 +198,7 @@ def measure_all(args: argparse.Namespace, device: str, work: Path) -> dict:
     if not grpo_parts:
         return parts
     made = measures.measure_part(lambda: {"status": "measured", **make_data(args, work)})
-    if made["status"] == "measured" and {"grpo_sdpa_hd128", "grpo_fa4_hd128"} & set(grpo_parts):
+    if made["status"] == "measured" and any(part.endswith("hd128") for part in grpo_parts):
         # flash-attention 4's kernels take heads of 64 to 256: the tiny model with 128, its data unchanged
         made_wide = measures.measure_part(lambda: {**made, "model": str(make_model(
             work / f"{args.hd128_shape}_hd128", head_dim=WIDE_HEAD_DIM, family="qwen2_5_vl", shape=args.hd128_shape,
@@ -214,6 +217,10 @@ def measure_all(args: argparse.Namespace, device: str, work: Path) -> dict:
         elif name == "grpo_fa4_hd128":
             parts[name] = measures.flash_attn_4_part(
                 tiny, dataclasses.replace(settings, attention="flash_attention_4"), work / name)
+        elif name == "grpo_fa4_cached_hd128":
+            again = [__file__, "--hd128-shape", args.hd128_shape, "--work-dir", str(work / name / "run"),
+                     *(f"--{key.replace('_', '-')}={getattr(args, key)}" for key in GPU_SIZES)]
+            parts[name] = measures.fa4_cached_part(tiny, settings, again, work / name)
         else:  # grpo_vllm, last: colocated vLLM keeps part of the GPU's memory for the rest of the process
             parts[name] = measures.vllm_part(tiny, settings, work / name)
     return parts
@@ -255,8 +262,9 @@ def table(result: dict) -> str:
         elif name == "conv3d":
             figures = (f"forward {part['cudnn_on_forward_ms']} ms cuDNN on / {part['cudnn_off_forward_ms']} ms off; "
                        f"fwd+bwd {part['cudnn_on_forward_backward_ms']} / {part['cudnn_off_forward_backward_ms']} ms")
-        else:
-            figures = (f"{part['attention']}: {part['step_seconds_mean']} s/step, "
+        else:  # the first step apart: with FA4 it holds the kernels' compiling, or their loading from a cache
+            figures = (f"{part['attention']}: first step {part['step_seconds_first']} s, {part['step_seconds_mean']} "
+                       "s/step after, "
                        f"{part['rollout_tokens_per_second']} rollout tokens/s, "
                        f"peak {part['peak_memory_allocated_gib']} GiB allocated")
         lines.append(f"{name:<16} {part['status']:<9} {figures}")
