@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from conftest import ENV, read_jsonl, train_args
-from vlmgrpo.run.checkpoint import latest_checkpoint
+from vlmgrpo.run.checkpoint import RECORD, latest_checkpoint
 from vlmgrpo.run.launch import needs_launch, torchrun_command, worker_of
 from vlmgrpo.config.sections import RunConfig
 from vlmgrpo.run.storage import is_out_of_space
@@ -110,3 +110,23 @@ def test_a_disk_that_fills_during_a_checkpoint_ends_the_run_with_one_line(tiny, 
     assert "the newest complete checkpoint is checkpoint-1: free space, then continue with --resume auto" in error[0]
     assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-1"]
     assert latest_checkpoint(str(output)) == str(output / "checkpoint-1")  # what --resume auto continues from
+
+
+@pytest.mark.slow
+def test_a_file_size_limit_hit_during_a_checkpoint_ends_the_run_with_one_line(tiny, tmp_path):
+    """issue 53, item 13: `ulimit -f` (RLIMIT_FSIZE, as schedulers set it) under a checkpoint's largest file was a
+    78-line traceback (EFBIG), not the one line a full disk gets."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_500_000, resource.RLIM_INFINITY))
+
+    output = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo", *map(str, train_args(
+        tiny, output, "--max-steps", "2", "--save-steps", "1"))], capture_output=True, text=True, env=ENV, timeout=300,
+        preexec_fn=limited)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "grew past this process's file size limit (1.5 MB: ulimit -f" in error[0], \
+        result.stderr[-2000:]
+    assert not [path for path in output.glob("checkpoint-*") if not (path / RECORD).exists()]  # none half-written

@@ -16,7 +16,8 @@ from vlmgrpo.run.launch import restart_count, write_stop_marker
 from vlmgrpo.run.metrics import MetricsView, drop_steps_after
 from vlmgrpo.run.started import StartedRun
 from vlmgrpo.run.preflight import RUN_LOGS
-from vlmgrpo.run.storage import checkpoint_bytes, disk_full, is_out_of_space, warn_if_few_checkpoints_fit
+from vlmgrpo.run.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
+                                  past_file_size_limit, warn_if_few_checkpoints_fit)
 
 log = logging.getLogger("vlmgrpo")
 
@@ -76,6 +77,8 @@ def train_and_save(started: StartedRun, monitor) -> int:
     try:
         trainer.train(resume_from_checkpoint=prepared.resume)
     except Exception as error:
+        if is_past_file_size_limit(error):
+            raise past_file_size_limit(str(output), trainer.state.global_step) from None
         if not is_out_of_space(error, str(output), need):
             raise
         raise disk_full(str(output), trainer.state.global_step, need) from None

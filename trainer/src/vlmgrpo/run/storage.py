@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 from typing import Optional
 
@@ -17,6 +18,9 @@ FEW_CHECKPOINTS = 3
 # ("StorageFull", "os error 28"), torch.save's zip writer ("file write failed", which names no cause).
 _FULL = ("no space left on device", "storagefull", "os error 28", "disk quota exceeded")
 _WRITE_FAILED = ("file write failed", "unexpected pos")
+# How a file grown past the process's file size limit (ulimit -f, RLIMIT_FSIZE, as schedulers set it) shows: errno 27
+# (EFBIG; Python ignores SIGXFSZ, so the write fails instead of the process being killed), "File too large".
+_TOO_LARGE = ("file too large", "os error 27")
 
 
 class DiskFullError(UserError):
@@ -63,11 +67,48 @@ def is_out_of_space(error: BaseException, output: str, need: int) -> bool:
     return False
 
 
-def disk_full(output: str, step: int, need: int) -> DiskFullError:
-    """Remove the checkpoint being written (incomplete: resume skips it anyway) and say what to do, in one line."""
+def file_size_limit() -> Optional[int]:
+    """This process's limit on the size of a file it writes (ulimit -f), in bytes; None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def is_past_file_size_limit(error: BaseException) -> bool:
+    """The error, or one it was raised from, says a file grew past the file size limit; or a write failed (torch's
+    zip writer names no cause) while there is such a limit."""
+    seen: Optional[BaseException] = error
+    while seen is not None:
+        text = str(seen).lower()
+        if getattr(seen, "errno", None) == 27 or any(mark in text for mark in _TOO_LARGE):
+            return True
+        if any(mark in text for mark in _WRITE_FAILED) and file_size_limit() is not None:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def past_file_size_limit(output: str, step: int) -> DiskFullError:
+    """Remove the checkpoint being written and say, in one line, that the file size limit stopped it."""
+    removed = _remove_incomplete(output)
+    newest = latest_checkpoint(output)
+    return DiskFullError(
+        f"a file of the checkpoint of step {step} under {output} grew past this process's file size limit "
+        f"({megabytes(file_size_limit() or 0)}: ulimit -f, as a scheduler may set it)"
+        + (f"; removed the incomplete {', '.join(os.path.basename(p) for p in removed)}" if removed else "")
+        + "; raise the limit (ulimit -f unlimited, or the scheduler's own option), then "
+        + ("continue with --resume auto" if newest else "start again"))
+
+
+def _remove_incomplete(output: str) -> list[str]:
     removed = [path for path in checkpoint_dirs(output) if not is_complete(path)]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def disk_full(output: str, step: int, need: int) -> DiskFullError:
+    """Remove the checkpoint being written (incomplete: resume skips it anyway) and say what to do, in one line."""
+    removed = _remove_incomplete(output)
     newest = latest_checkpoint(output)
     return DiskFullError(
         f"the disk under {output} filled while the checkpoint of step {step} was written (a checkpoint takes about "
