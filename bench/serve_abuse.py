@@ -4,8 +4,10 @@ The tiny model served by `vlmgrpo serve` (transformers serve on the CPU). NORMAL
 84 x 84 image, greedy, TOKENS tokens each: the same work), first alone, then with one client of each abusive kind
 looping beside them, from before the first normal request until the last is answered: an input_image part of a server
 file, of a loopback URL and of a 144-megapixel image, a client's chat template (chat_template_kwargs), an input_text
-part of 80k tokens, JSON nested 100k deep, seed 2**70, and a client that sends long requests (3,000 tokens, streamed
-and not, in turn) and hangs up after a second.
+part of 80k tokens, JSON nested 100k deep, seed 2**70, an animated GIF (100 frames of 2048 x 2048), 8 PNGs of
+4096 x 4096 in one request (issue 53: the engine decoded every frame; the front decoded on its event loop), and a
+client that sends long requests (3,000 tokens, streamed and not, in turn) and hangs up after a second. Beside them a
+prober asks /health every 0.1 s (a liveness probe; goal: each answered within 0.5 s).
 
 transformers serve generates one request at a time, so which of the NORMAL waits longest is chance: each answer is
 compared with the answer of the same rank in the run alone (the k-th fastest with the k-th fastest). Goal (issue 45):
@@ -33,6 +35,7 @@ from .common import VLMGRPO, goal, run, table
 NORMAL, TOKENS = 50, 16
 ROUNDS = int(os.environ.get("BENCH_SERVE_ROUNDS", "3"))  # first answers vary between rounds: RESULTS.md, section 17
 GOAL_RATIO = 3.0
+HEALTH_GOAL_S, HEALTH_EVERY_S = 0.5, 0.1
 MODEL = "rec-tiny"
 HANG_UP_S, LONG_TOKENS = 1.0, 3000
 HANGING_UP = "long requests, hung up after 1 s"
@@ -59,6 +62,15 @@ def _asking(part: dict, **fields) -> bytes:
                        "max_tokens": TOKENS, **fields}).encode()
 
 
+def animated_gif(size: tuple[int, int], frames: int) -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    images = [Image.new("L", size, shade % 256) for shade in range(frames)]
+    images[0].save(buffer, "GIF", save_all=True, append_images=images[1:])
+    return "data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
 def abusive_bodies(secret: Path, loopback: str, huge_image: str) -> dict[str, bytes]:
     """One request of each kind the issue lists (the client that hangs up aside), by what the table calls it."""
     question = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": TOKENS}
@@ -73,6 +85,11 @@ def abusive_bodies(secret: Path, loopback: str, huge_image: str) -> dict[str, by
         "JSON nested 100k deep": (b'{"model": "' + MODEL.encode() + b'", "messages": ' + b"[" * 100_000
                                   + b"]" * 100_000 + b"}"),
         "seed 2**70": json.dumps({**question, "seed": 2 ** 70}).encode(),
+        "an animated GIF: 100 frames of 2048 x 2048": _asking(
+            {"type": "image_url", "image_url": {"url": animated_gif((2048, 2048), 100)}}),
+        "8 PNGs of 4096 x 4096": json.dumps({"model": MODEL, "max_tokens": TOKENS, "messages": [{
+            "role": "user", "content": [*[{"type": "image_url", "image_url": {"url": png_url((4096, 4096))}}] * 8,
+                                        {"type": "text", "text": QUESTION}]}]}).encode(),
     }
 
 
@@ -109,6 +126,7 @@ def abusing(port: int, kinds: dict[str, bytes | None], count: int, body: bytes) 
     context = multiprocessing.get_context("fork")
     stop, said = context.Event(), context.Queue()
     abusers = [context.Process(target=abuse, args=(port, kind, raw, stop, said)) for kind, raw in kinds.items()]
+    abusers.append(context.Process(target=probe_health, args=(port, stop, said)))
     for process in abusers:
         process.start()
     time.sleep(2)  # each abuser has sent its first
@@ -117,7 +135,28 @@ def abusing(port: int, kinds: dict[str, bytes | None], count: int, body: bytes) 
     seen = dict(said.get(timeout=600) for _ in abusers)
     for process in abusers:
         process.join(timeout=60)
-    return results, {kind: seen[kind] for kind in kinds}
+    return results, {kind: seen[kind] for kind in (*kinds, HEALTH)}
+
+
+HEALTH = "GET /health every 0.1 s (a probe)"
+
+
+def probe_health(port: int, stop, said) -> None:
+    """Ask /health again and again until stop: (HEALTH, (its statuses counted, the slowest answer))."""
+    statuses, slowest = Counter(), 0.0
+    while not stop.is_set():
+        started = time.monotonic()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            connection.request("GET", "/health")
+            statuses[connection.getresponse().status] += 1
+        except OSError:
+            statuses[0] += 1
+        finally:
+            connection.close()
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(HEALTH_EVERY_S)
+    said.put((HEALTH, (statuses, slowest)))
 
 
 def abuse(port: int, kind: str, body: bytes | None, stop, said) -> None:
@@ -205,11 +244,20 @@ def verdict(alone: list[tuple[int, float]], beside: list[tuple[int, float]]) -> 
             f"{max(s for _, s in beside) / max(s for _, s in alone):.2f} x the last alone.")
 
 
+def health_verdict(seen: dict) -> str:
+    statuses, slowest = seen[HEALTH]
+    answered = statuses.get(200, 0) == sum(statuses.values())
+    return (f"/health, asked every {HEALTH_EVERY_S:g} s beside all of them: {sum(statuses.values())} probes, "
+            f"{statuses.get(200, 0)} answered 200, the slowest in {slowest:.2f} s (goal < {HEALTH_GOAL_S:g} s each: "
+            f"{goal(answered and slowest < HEALTH_GOAL_S)}).")
+
+
 def refused_verdict(found: dict) -> str:
     """The round without the client that hangs up, judged alone, and why that client's round differs."""
     answered = all(status == 200 for status, _ in found["refused"])
     rank, was, now, worst = worst_rank(found["alone"], found["refused"])
-    return (f"Beside the seven refused kinds alone: answer {rank} the slowest against its rank, {worst:.2f} x "
+    refused = len(found["seen"]) - 2  # the kinds, less the one that hangs up and the health probe
+    return (f"Beside the {refused} refused kinds alone: answer {rank} the slowest against its rank, {worst:.2f} x "
             f"({was:.2f} s -> {now:.2f} s; goal <= {GOAL_RATIO:g} x: {goal(answered and worst <= GOAL_RATIO)}). "
             f"The client that hangs up is a different case: its request is a valid one until it hangs up, and "
             f"transformers serve generates a vision model's requests one at a time (its continuous batching takes "
@@ -265,21 +313,24 @@ def section(work: Path, count: int = NORMAL) -> str:
     run([*VLMGRPO, "make-tiny", "--out", str(work / "tiny"), "--rows", "8"])
     found = measure(work / "tiny" / "model", work, count)
     (work / "serve_abuse.json").write_text(said(found))
+    kinds = len(found["seen"]) - 1  # the abusive kinds, the health probe aside
     return ("## 17. Serving beside abusive clients (`vlmgrpo serve`, issue 45)\n\n"
             f"The tiny model served by `vlmgrpo serve` (transformers serve, CPU). {count} normal requests at once "
             f"(an 84 x 84 image and a question, greedy, {TOKENS} tokens each), alone and then with one client of "
-            "each abusive kind below sending its request again and again beside them: the seven the server refuses, "
-            "then all eight, the one that hangs up too. The engine answers one request at a time: each answer is "
-            "compared with the answer of the same rank alone (the k-th fastest with the k-th fastest). "
+            f"each abusive kind below sending its request again and again beside them: the {kinds - 1} the server "
+            f"refuses, then all {kinds}, the one that hangs up too, and a probe of /health. The engine answers one "
+            "request at a time: each answer is compared with the answer of the same rank alone (the k-th fastest "
+            "with the k-th fastest). "
             f"{found['rounds']} rounds of the three, interleaved; each rank's time is the median of its rounds' "
             "(answered: every round's request of that rank).\n\n"
             + table(("normal requests", "answered", "median", "slowest", "slowest / slowest alone",
                      "worst answer / same rank alone"),
-                    rows({f"{count} at once": found["alone"], f"{count} at once, the seven refused beside":
-                          found["refused"], f"{count} at once, all eight beside": found["beside"]}, found["single"]))
+                    rows({f"{count} at once": found["alone"], f"{count} at once, the {kinds - 1} refused beside":
+                          found["refused"], f"{count} at once, all {kinds} beside": found["beside"]}, found["single"]))
             + "\n\n" + verdict(found["alone"], found["beside"]) + "\n\n" + refused_verdict(found)
+            + "\n\n" + health_verdict(found["seen"])
             + "\n\nThe abusive clients, while the normal "
-            "requests of the rounds beside all eight ran:\n\n"
+            f"requests of the rounds beside all {kinds} ran:\n\n"
             + table(("abusive client", "requests", "answers (status x count)", "slowest answer"),
                     abuse_rows(found["seen"])))
 
