@@ -20,7 +20,7 @@ PATH_GOAL_S = 300  # the whole path, make-tiny to an answered query
 
 def serve_and_query(model: Path, work: Path) -> tuple[float, float]:
     """(seconds from `vlmgrpo serve` to ready, seconds for one chat completion with an image, the official client)."""
-    from vlmgrpo.serving.serve import free_port, wait_for_health
+    from vlmgrpo.processes import free_port, wait_for_health
 
     port = free_port()
     started = time.monotonic()

@@ -273,7 +273,7 @@ def said(found: dict) -> str:
 
 
 def serving(model: Path, work: Path) -> tuple[subprocess.Popen, int]:
-    from vlmgrpo.serving.serve import free_port, wait_for_health
+    from vlmgrpo.processes import free_port, wait_for_health
 
     port = free_port()
     with open(work / "serve.log", "w") as log:
