@@ -87,10 +87,17 @@ def abusive_bodies(secret: Path, loopback: str, huge_image: str) -> dict[str, by
         "seed 2**70": json.dumps({**question, "seed": 2 ** 70}).encode(),
         "an animated GIF: 100 frames of 2048 x 2048": _asking(
             {"type": "image_url", "image_url": {"url": animated_gif((2048, 2048), 100)}}),
-        "8 PNGs of 4096 x 4096": json.dumps({"model": MODEL, "max_tokens": TOKENS, "messages": [{
-            "role": "user", "content": [*[{"type": "image_url", "image_url": {"url": png_url((4096, 4096))}}] * 8,
-                                        {"type": "text", "text": QUESTION}]}]}).encode(),
     }
+
+
+LARGE = "8 PNGs of 4096 x 4096 (a valid request)"
+
+
+def large_images_body() -> bytes:
+    """A request the front takes (8 images at its pixel limit), each image decoded by the front, then the engine."""
+    return json.dumps({"model": MODEL, "max_tokens": TOKENS, "messages": [{
+        "role": "user", "content": [*[{"type": "image_url", "image_url": {"url": png_url((4096, 4096))}}] * 8,
+                                    {"type": "text", "text": QUESTION}]}]}).encode()
 
 
 def post(port: int, body: bytes, timeout: float = 600) -> tuple[int, float]:
@@ -256,13 +263,15 @@ def refused_verdict(found: dict) -> str:
     """The round without the client that hangs up, judged alone, and why that client's round differs."""
     answered = all(status == 200 for status, _ in found["refused"])
     rank, was, now, worst = worst_rank(found["alone"], found["refused"])
-    refused = len(found["seen"]) - 2  # the kinds, less the one that hangs up and the health probe
+    refused = len(found["seen"]) - 3  # the kinds, less the large valid one, the one that hangs up and the probe
     return (f"Beside the {refused} refused kinds alone: answer {rank} the slowest against its rank, {worst:.2f} x "
             f"({was:.2f} s -> {now:.2f} s; goal <= {GOAL_RATIO:g} x: {goal(answered and worst <= GOAL_RATIO)}). "
-            f"The client that hangs up is a different case: its request is a valid one until it hangs up, and "
+            f"The client of large images and the one that hangs up are a different case: their requests are valid "
+            f"(the first's images are at the front's limits), and "
             f"transformers serve generates a vision model's requests one at a time (its continuous batching takes "
-            f"text models only), so a request of its that is in the engine holds it up to {HANG_UP_S:g} s, until "
-            f"the hang-up cancels it, and the answers due first wait that long.")
+            f"text models only), so each of their requests in the engine holds the others: the large one for as long "
+            f"as the engine decodes and reads its images, the hung-up one up to {HANG_UP_S:g} s, until the hang-up "
+            "cancels it.")
 
 
 def said(found: dict) -> str:
@@ -290,7 +299,7 @@ def measure(model: Path, work: Path, count: int = NORMAL, rounds: int = ROUNDS) 
     secret = work / "secret.png"
     secret.write_bytes(base64.b64decode(png_url((32, 32)).split(",", 1)[1]))
     bodies = abusive_bodies(secret, "http://127.0.0.1:9/x.png", png_url((12_000, 12_000), "1"))
-    body = normal_body(png_url((84, 84)))
+    body, large = normal_body(png_url((84, 84))), large_images_body()
     server, port = serving(model, work)
     try:
         post(port, body)  # the first request warms the engine up: not measured
@@ -299,7 +308,7 @@ def measure(model: Path, work: Path, count: int = NORMAL, rounds: int = ROUNDS) 
         for _ in range(rounds):  # interleaved, so that a slow minute of the machine falls on all three alike
             alone.append(normal_round(port, body, count))
             refused.append(abusing(port, bodies, count, body)[0])
-            results, more = abusing(port, {**bodies, HANGING_UP: None}, count, body)
+            results, more = abusing(port, {**bodies, LARGE: large, HANGING_UP: None}, count, body)
             beside.append(results)
             seen = merge_seen(seen, more)
     finally:
@@ -313,19 +322,19 @@ def section(work: Path, count: int = NORMAL) -> str:
     run([*VLMGRPO, "make-tiny", "--out", str(work / "tiny"), "--rows", "8"])
     found = measure(work / "tiny" / "model", work, count)
     (work / "serve_abuse.json").write_text(said(found))
-    kinds = len(found["seen"]) - 1  # the abusive kinds, the health probe aside
+    kinds = len(found["seen"]) - 1  # the abusive kinds, the health probe aside; two send valid requests
     return ("## 17. Serving beside abusive clients (`vlmgrpo serve`, issue 45)\n\n"
             f"The tiny model served by `vlmgrpo serve` (transformers serve, CPU). {count} normal requests at once "
             f"(an 84 x 84 image and a question, greedy, {TOKENS} tokens each), alone and then with one client of "
-            f"each abusive kind below sending its request again and again beside them: the {kinds - 1} the server "
-            f"refuses, then all {kinds}, the one that hangs up too, and a probe of /health. The engine answers one "
-            "request at a time: each answer is compared with the answer of the same rank alone (the k-th fastest "
-            "with the k-th fastest). "
+            f"each abusive kind below sending its request again and again beside them: the {kinds - 2} the server "
+            f"refuses, then all {kinds}, the large valid one and the one that hangs up too, and a probe of /health. "
+            "The engine answers one request at a time: each answer is compared with the answer of the same rank "
+            "alone (the k-th fastest with the k-th fastest). "
             f"{found['rounds']} rounds of the three, interleaved; each rank's time is the median of its rounds' "
             "(answered: every round's request of that rank).\n\n"
             + table(("normal requests", "answered", "median", "slowest", "slowest / slowest alone",
                      "worst answer / same rank alone"),
-                    rows({f"{count} at once": found["alone"], f"{count} at once, the {kinds - 1} refused beside":
+                    rows({f"{count} at once": found["alone"], f"{count} at once, the {kinds - 2} refused beside":
                           found["refused"], f"{count} at once, all {kinds} beside": found["beside"]}, found["single"]))
             + "\n\n" + verdict(found["alone"], found["beside"]) + "\n\n" + refused_verdict(found)
             + "\n\n" + health_verdict(found["seen"])

@@ -124,9 +124,9 @@ def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_it
             "input_text: 80k tokens": "'input_text' is not accepted", "JSON nested 100k deep": "nested too deeply",
             "seed 2**70": "'seed' must be a whole number",
             "an animated GIF: 100 frames of 2048 x 2048": "the image is animated"}
-    decoded = "8 PNGs of 4096 x 4096"  # passes the checks, each image decoded: the load is the point (issue 53)
-    assert set(bodies) == {*says, decoded}
-    assert check_chat_request(bodies.pop(decoded), serve_abuse.MODEL, Limits())
+    assert set(bodies) == set(says)
+    # the large valid one passes the checks, each image decoded: the load is the point (issue 53)
+    assert check_chat_request(serve_abuse.large_images_body(), serve_abuse.MODEL, Limits())
     for kind, body in bodies.items():
         with pytest.raises(RequestProblem, match=says[kind]) as refused:
             check_chat_request(body, serve_abuse.MODEL, Limits())
