@@ -89,31 +89,29 @@ def is_past_file_size_limit(error: BaseException) -> bool:
 
 def past_file_size_limit(output: str, step: int) -> DiskFullError:
     """Remove the checkpoint being written and say, in one line, that the file size limit stopped it."""
-    removed = _remove_incomplete(output)
-    newest = latest_checkpoint(output)
+    removed, newest = _after_failed_checkpoint(output)
     return DiskFullError(
         f"a file of the checkpoint of step {step} under {output} grew past this process's file size limit "
-        f"({megabytes(file_size_limit() or 0)}: ulimit -f, as a scheduler may set it)"
-        + (f"; removed the incomplete {', '.join(os.path.basename(p) for p in removed)}" if removed else "")
-        + "; raise the limit (ulimit -f unlimited, or the scheduler's own option), then "
+        f"({megabytes(file_size_limit() or 0)}: ulimit -f, as a scheduler may set it){removed}; raise the limit "
+        "(ulimit -f unlimited, or the scheduler's own option), then "
         + ("continue with --resume auto" if newest else "start again"))
-
-
-def _remove_incomplete(output: str) -> list[str]:
-    removed = [path for path in checkpoint_dirs(output) if not is_complete(path)]
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed
 
 
 def disk_full(output: str, step: int, need: int) -> DiskFullError:
     """Remove the checkpoint being written (incomplete: resume skips it anyway) and say what to do, in one line."""
-    removed = _remove_incomplete(output)
-    newest = latest_checkpoint(output)
+    removed, newest = _after_failed_checkpoint(output)
     return DiskFullError(
         f"the disk under {output} filled while the checkpoint of step {step} was written (a checkpoint takes about "
-        f"{megabytes(need)}, {megabytes(shutil.disk_usage(output).free)} are free"
-        + (f"; removed the incomplete {', '.join(os.path.basename(p) for p in removed)}" if removed else "")
-        + "); the newest complete checkpoint is "
-        + (f"{os.path.basename(newest)}: free space, then continue with --resume auto" if newest
-           else "none: free space (or set save_total_limit) and start again"))
+        f"{megabytes(need)}, {megabytes(shutil.disk_usage(output).free)} are free{removed}); the newest complete "
+        "checkpoint is " + (f"{os.path.basename(newest)}: free space, then continue with --resume auto" if newest
+                            else "none: free space (or set save_total_limit) and start again"))
+
+
+def _after_failed_checkpoint(output: str) -> tuple[str, Optional[str]]:
+    """Remove the incomplete checkpoints (resume skips them anyway): ("; removed the incomplete ..." or "", the
+    newest complete checkpoint or None)."""
+    removed = [path for path in checkpoint_dirs(output) if not is_complete(path)]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    said = f"; removed the incomplete {', '.join(os.path.basename(p) for p in removed)}" if removed else ""
+    return said, latest_checkpoint(output)
