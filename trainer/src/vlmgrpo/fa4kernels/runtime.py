@@ -46,13 +46,12 @@ def manifest(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
 def changed_sources(shipped: dict) -> list[str]:
     """FA4's source files (those its fingerprint covers) that differ from the ones the image's kernels were compiled
     from: a changed, added or removed file gives the cache another fingerprint, so FA4 would find none of them."""
+    from vlmgrpo.fa4kernels.build import source_digests
+
     spec = importlib.util.find_spec("flash_attn.cute")
     if spec is None or not spec.origin:
         return ["flash_attn/cute (not installed)"]
-    root = Path(spec.origin).resolve().parent
-    installed = {path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-                 for path in sorted(root.rglob("*.py")) if path.is_file()}
-    recorded = shipped.get("sources", {})
+    installed, recorded = source_digests(), shipped.get("sources", {})
     return [f"flash_attn/cute/{name}" for name in sorted(set(installed) | set(recorded))
             if installed.get(name) != recorded.get(name)]
 
