@@ -69,8 +69,6 @@ class OnceGroup(click.Group):
     command_class = OnceCommand
 
 
-
-
 def section_help(section: type, name: str, more: str = "") -> dict[str, Any]:
     """The metadata of an option for a key of one of vlmgrpo's sections (sections.py): its help is that field's, one
     text for the file, `--print-config` and the command line (`more` says what only the command line adds)."""
