@@ -10,8 +10,10 @@ from imagegen.workspace import Workspace
 
 from tests.helpers import FIXTURE_TRAINER, edited, image_named, locked_matrix, problems_of
 
+# Its requirements cut to torch's: the walk of the lock's graph checks them; the real resolver and metadata are
+# tests/test_recipes.py's.
 LIGER = {"name": "liger-kernel", "version": "0.8.5", "index": "https://pypi.org/simple", "required_by": [],
-         "hashes": ["sha256:" + "4" * 64]}
+         "hashes": ["sha256:" + "4" * 64], "requires": ["torch>=2.1.2"]}
 
 
 def add_liger(data):
@@ -30,6 +32,8 @@ def relock_with_liger(workspace: Workspace) -> None:
         section = lock["platforms"][planned.platform]
         section["inputs"] = lock_inputs(planned)
         section["packages"].append(LIGER)
+        torch = next(p for p in section["packages"] if p["name"] == "torch")
+        torch["required_by"] = sorted([*torch["required_by"], LIGER["name"]])
     path.write_text(json.dumps(lock))
 
 

@@ -288,3 +288,22 @@ def test_a_trainer_extras_packages_get_a_step_of_their_own_below_the_stacks():
     assert {"click", "pyyaml"} <= extras
     stack = {line.split("==")[0] for line in steps[-1].wheels}
     assert not extras & stack and extras | stack == {line.split("==")[0] for line in plain[-1].wheels}
+
+
+@pytest.mark.network
+def test_facts_check_finds_a_lock_entry_whose_requirements_were_edited_with_it(tmp_path):
+    """A dependency dropped together with its parent's requirement of it passes the offline walk (the lock is
+    consistent with itself); the index's metadata, read again, says otherwise, at the entry's line."""
+    path = facts_matrix(tmp_path, lambda d: None)
+    data = json.loads((FIXTURE / "locks" / "cpu.json").read_text())
+    section = data["platforms"]["linux/amd64"]
+    section["packages"] = [p for p in section["packages"] if p["name"] != "absl-py"]
+    board = next(p for p in section["packages"] if p["name"] == "tensorboard")
+    board["requires"] = [line for line in board["requires"] if not line.startswith("absl-py")]
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "cpu.json").write_text(json.dumps(data, indent=1))
+    result = imagegen("facts", "check", "--matrix", path)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr
+    assert "locks/cpu.json:" in errors[0] and "platforms.linux/amd64.packages.tensorboard: the index says " \
+        f"tensorboard {board['version']} requires ['absl-py" in errors[0] and "re-lock the image [facts]" in errors[0]

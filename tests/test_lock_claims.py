@@ -36,6 +36,22 @@ def added(data):
     packages(data).append({**entry(data, "click"), "name": "not-required", "required_by": []})
 
 
+def forged(data):
+    """An extra package that claims a parent: the parent's metadata does not require it."""
+    packages(data).append({**entry(data, "click"), "name": "forged", "required_by": ["tensorboard"]})
+
+
+def absl_requirement(data) -> tuple[int, str]:
+    """tensorboard's requirement of absl-py, as its index's metadata writes it, and its place in `requires`."""
+    return next((n, line) for n, line in enumerate(entry(data, "tensorboard")["requires"])
+                if line.startswith("absl-py"))
+
+
+def removed(data):
+    """A transitive dependency dropped: the image, installed with --no-deps, would lack it."""
+    del packages(data)[index_of(data, "absl-py")]
+
+
 # (image, edit, the key path it breaks, what is said there, rule)
 EDITS = {
     "torch": ("cpu", torch_2_0_0, lambda d: (*AMD64, "packages", index_of(d, "torch"), "version"),
@@ -45,10 +61,25 @@ EDITS = {
                "peft 0.21.3, where the matrix pins peft 0.21.2 for cpu: its tag and labels say 0.21.2", "lock-pins"),
     "changed": ("cpu", lambda d: entry(d, "click").update(version="7.0"),
                 lambda d: (*AMD64, "packages", index_of(d, "click"), "version"),
-                "click 7.0 does not meet 'click>=8.0', a requirement the lock was made from", "lock-packages"),
+                "click 7.0 does not meet 'click>=8.0', which the lock was made from", "lock-packages"),
     "added": ("cpu", added, lambda d: (*AMD64, "packages", len(packages(d)) - 1, "name"),
-              "not-required 8.5.1: no requirement the lock was made from and no package in it needs it (its "
-              "required_by is empty)", "lock-packages"),
+              "not-required 8.5.1: no requirement the lock was made from and no package in it requires it (by their "
+              "index's metadata)", "lock-packages"),
+    "forged": ("cpu", forged, lambda d: (*AMD64, "packages", len(packages(d)) - 1, "name"),
+               "forged 8.5.1: no requirement the lock was made from and no package in it requires it (by their "
+               "index's metadata)", "lock-packages"),
+    "removed": ("cpu", removed,
+                lambda d: (*AMD64, "packages", index_of(d, "tensorboard"), "requires", absl_requirement(d)[0]),
+                lambda d: f"tensorboard {entry(d, 'tensorboard')['version']} requires "
+                          f"'{absl_requirement(d)[1]}', and the lock holds no absl-py", "lock-packages"),
+    "transitive": ("cpu", lambda d: entry(d, "absl-py").update(version="0.1"),
+                   lambda d: (*AMD64, "packages", index_of(d, "absl-py"), "version"),
+                   lambda d: f"absl-py 0.1 does not meet '{absl_requirement(d)[1]}', which tensorboard "
+                             f"{entry(d, 'tensorboard')['version']} requires", "lock-packages"),
+    "required-by": ("cpu", lambda d: entry(d, "absl-py").update(required_by=["click"]),
+                    lambda d: (*AMD64, "packages", index_of(d, "absl-py"), "required_by"),
+                    "absl-py: required_by ['click'], where its index's metadata has it required by ['tensorboard']",
+                    "lock-packages"),
     "duplicated": ("cpu", lambda d: packages(d).append(dict(entry(d, "click"))),
                    lambda d: (*AMD64, "packages", len(packages(d)) - 1, "name"),
                    "'click' is listed twice (also at packages[5]): one entry per package", "lock-format"),
@@ -79,11 +110,13 @@ def test_a_lock_that_belies_its_claims_is_refused_at_its_line_and_key(tmp_path, 
     matrix = locked_matrix(tmp_path)
     path = tmp_path / "locks" / f"{image}.json"
     data = json.loads(path.read_text())
+    says = says(data) if callable(says) else says  # of the lock before the edit
     edit(data)
     text = json.dumps(data, indent=1)
     path.write_text(text)
     line = jsonsource.line_of(text, where(data))
-    assert f'"{[part for part in where(data) if isinstance(part, str)][-1]}"' in text.splitlines()[line - 1]
+    last = where(data)[-1]  # a key is on its line; an item of a list is its line
+    assert (f'"{last}"' if isinstance(last, str) else json.dumps(says.split("'")[1])) in text.splitlines()[line - 1]
     problem = (f"{path}:{line}: {format_path(where(data))}: {says}; run `imagegen lock --matrix {matrix} --image "
                f"{image}` [{rule}]")
     result = imagegen("validate", *on(matrix))

@@ -171,7 +171,8 @@ def facts_check(workspace, settings: FactsCheckSettings):
     NCCL pins, CUDA runtime, Python range, C++ ABI, torchvision's torch), and of the stack's
     packages (Requires-Python, the torch they require, what their extras require of the other
     pins of each image), the CUDA that PyPI's torch carries into an image without a CUDA base,
-    each lock's pins against its torch wheel, what each PyPI torch wheel was compiled for (archs),
+    each lock's pins against its torch wheel, each lock entry's recorded requirements against its
+    metadata on the index, what each PyPI torch wheel was compiled for (archs),
     and lists flash-attn's GitHub release assets; says where a CUDA line has a newer update
     (cuda-toolkit on PyPI), as a warning; asks each base tag's registry (HTTP API v2) whether the
     tag exists. An index or registry that does

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from packaging.markers import UndefinedEnvironmentName
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -17,7 +16,8 @@ from packaging.version import Version
 from imagegen.core.errors import Problem
 from imagegen.core.platforms import MACHINE
 from imagegen.facts.checker import Checker
-from imagegen.locking import index, lockfile, wheelnames
+from imagegen.locking import index, lockfile, requires, wheelnames
+from imagegen.locking.markers import applies, environment
 from imagegen.matrix.model import ImageEntry
 from imagegen.matrix.plan import PYPI
 
@@ -30,20 +30,6 @@ def check(checker: Checker, locks: dict[str, str]) -> None:
         _check_wheel_cuda(checker, image)
     for path, text in locks.items():
         _check_lock(checker, path, text)
-
-
-def environment(python: str, machine: str = "x86_64", extra: str = "") -> dict[str, str]:
-    """The marker environment of an image's Python on Linux."""
-    return {"python_version": python, "python_full_version": f"{python}.0", "platform_machine": machine,
-            "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "extra": extra,
-            "implementation_name": "cpython", "platform_python_implementation": "CPython"}
-
-
-def applies(requirement: Requirement, env: dict[str, str]) -> bool:
-    try:
-        return requirement.marker is None or requirement.marker.evaluate(env)
-    except UndefinedEnvironmentName:
-        return False
 
 
 def _check_image_requirements(checker: Checker, image: ImageEntry) -> None:
@@ -125,6 +111,7 @@ def _check_lock(checker: Checker, path: str, text: str) -> None:
         checker.report.not_checked[path] = f"not a lock imagegen reads: {error}"
         return
     for platform, lock in sorted(locks.items()):
+        _check_requires(checker, (path, text, platform), lock)
         pinned = {p.name: p.version for p in lock.packages}
         python, machine = lock.inputs.get("python", ""), MACHINE.get(platform, "")
         what = f"{path} ({platform}): torch {pinned.get('torch')}"
@@ -141,6 +128,24 @@ def _check_lock(checker: Checker, path: str, text: str) -> None:
             if wanted and applies(requirement, env):
                 name = canonicalize_name(requirement.name)
                 _compare_pin(checker, (path, text, platform), name, pinned.get(name), wanted[0], wheel.filename)
+
+
+def _check_requires(checker: Checker, where: tuple[str, str, str], lock: lockfile.Lock) -> None:
+    """Each entry's recorded requirements (what the lock's graph is checked by, offline) against its index's metadata
+    now: an entry whose requirements were edited with it is found here."""
+    path, text, platform = where
+    try:
+        said = requires.read_requires(lock.packages, lock.inputs.get("python", ""), MACHINE.get(platform, ""))
+    except index.PackageIndexError as error:
+        checker.report.not_checked[f"{path} ({platform}): its packages' requirements"] = str(error)
+        return
+    for package in lock.packages:
+        checker.report.checked += 1
+        if list(said[package.name]) != list(package.requires):
+            checker.report.disagreements.append(Problem(
+                path, _line_of(text, platform, package.name), f"platforms.{platform}.packages.{package.name}",
+                f"the index says {package.name} {package.version} requires {list(said[package.name])}, the lock "
+                f"records {list(package.requires)}: re-lock the image", "facts"))
 
 
 def _compare_pin(checker: Checker, where: tuple[str, str, str], name: str, locked: str | None, wanted: str,

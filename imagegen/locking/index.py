@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -87,6 +88,29 @@ def wheel_metadata(file: IndexFile) -> dict[str, list[str]]:
         body, _ = _get(url + ".metadata")
     except PackageIndexError:
         body = _metadata_from_zip(url)
+    return _fields(body)
+
+
+SDIST_LIMIT_BYTES = 256 * 2**20  # an sdist read whole for its PKG-INFO; DeepSpeed's is 2 MB
+
+
+def sdist_metadata(file: IndexFile) -> dict[str, list[str]]:
+    """An sdist's core metadata, from its top-level PKG-INFO (Metadata 2.2+ states Requires-Dist there): an index
+    serves no metadata of its own for an sdist (DeepSpeed publishes nothing else)."""
+    body, _ = _get(file.url.split("#")[0])
+    if len(body) > SDIST_LIMIT_BYTES:
+        raise PackageIndexError(f"{file.filename}: over {SDIST_LIMIT_BYTES >> 20} MiB, not read for its PKG-INFO")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as sdist:
+            member = next(m for m in sdist.getmembers() if m.isfile() and m.name.count("/") == 1
+                          and m.name.endswith("/PKG-INFO"))
+            text = sdist.extractfile(member).read()
+    except (tarfile.TarError, StopIteration, OSError) as error:
+        raise PackageIndexError(f"{file.filename}: no readable PKG-INFO ({error or 'not in the sdist'})") from None
+    return _fields(text)
+
+
+def _fields(body: bytes) -> dict[str, list[str]]:
     message = HeaderParser().parsestr(body.decode("utf-8", errors="replace"))
     fields: dict[str, list[str]] = {}
     for key, value in message.items():

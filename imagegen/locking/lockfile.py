@@ -1,7 +1,8 @@
 """Lock files as plain data: what one image installs, exactly, and what the lock was made from.
 
 A lock file (locks/<image>.json) holds, per platform of the image: every Python distribution with
-its version, its hashes, the index it came from and which packages need it; the flash-attn
+its version, its hashes, the index it came from, which packages need it and what it requires (its index's
+metadata); the flash-attn
 artifact, which no index resolves; the digest the base image's tag pointed to; and the inputs it
 was resolved from. Pure functions: reading, writing (through the caller's atomic writer),
 staleness, install steps.
@@ -19,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen.matrix.yamlsource import format_path
 
-LOCK_VERSION = 1
+LOCK_VERSION = 2  # 2: each entry records its requirements (requires)
 SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
@@ -43,6 +44,7 @@ class LockedPackage:
     hashes: tuple[str, ...]  # "sha256:<hex>", every file of that version on its index
     index: str | None  # the index it was resolved from
     required_by: tuple[str, ...] = ()  # canonical names of the packages that need it; () for a requirement
+    requires: tuple[str, ...] = ()  # its Requires-Dist lines, as its index's metadata writes them (locking.requires)
 
     def requirement_line(self) -> str:
         """A pip requirements line that accepts only these files."""
@@ -130,7 +132,8 @@ def dumps(locks: list[Lock]) -> str:
             "inputs": lock.inputs,
             "base": asdict(lock.base),
             "flash_attn": asdict(lock.flash_attn) if lock.flash_attn else None,
-            "packages": [{**asdict(p), "hashes": list(p.hashes), "required_by": list(p.required_by)}
+            "packages": [{**asdict(p), "hashes": list(p.hashes), "required_by": list(p.required_by),
+                          "requires": list(p.requires)}
                          for p in sorted(lock.packages, key=lambda p: p.name)],
         } for lock in sorted(locks, key=lambda lock: lock.platform)},
     }
@@ -160,7 +163,8 @@ def _lock(image: str, platform: str, section: dict, command: str) -> Lock:
         inputs=section["inputs"],
         base=BasePin(**section["base"]),
         packages=tuple(LockedPackage(p["name"], p["version"], tuple(p["hashes"]), p.get("index"),
-                                     tuple(p.get("required_by", ()))) for p in section["packages"]),
+                                     tuple(p.get("required_by", ())), tuple(p["requires"]))
+                  for p in section["packages"]),
         flash_attn=Artifact(**artifact) if artifact else None,
         command=command,
     )
@@ -189,6 +193,10 @@ def _check_packages(platform: str, section: dict) -> None:
                                                                   for h in hashes):
             raise LockFormatError(f"{name}: hashes must be one or more 'sha256:<64 hex digits>', one per file",
                                   (*packages, index, "hashes"))
+        requires = entry.get("requires")
+        if not isinstance(requires, list) or not all(isinstance(line, str) for line in requires):
+            raise LockFormatError(f"{name}: requires must be a list of its Requires-Dist lines",
+                                  (*packages, index, "requires"))
         names[name] = index
     for index, entry in enumerate(section["packages"]):
         missing = [parent for parent in entry.get("required_by", ()) if parent not in names]

@@ -18,13 +18,14 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from imagegen.core import atomic
-from imagegen.locking import index
+from imagegen.core.platforms import MACHINE
+from imagegen.locking import index, requires
 from imagegen.locking.inputs import flash_attn_requirement, lock_inputs
 from imagegen.matrix.plan import PYPI, PlannedImage
 from imagegen.core.errors import UserError
@@ -55,7 +56,7 @@ UNPINNED_NOTE = "its registry did not answer where this lock was made: the build
 def lock_image(plan: PlannedImage, command: str) -> LockOutcome:
     """Resolve one platform of an image; LockError when its stack does not resolve or an index does not answer."""
     inputs = lock_inputs(plan)
-    packages = resolve(plan, inputs["requirements"])
+    packages = with_requires(resolve(plan, inputs["requirements"]), plan)
     base, unpinned = pin_base(plan.base.image)
     flash_attn, unhashed = flash_attn_artifact(plan)
     warnings = [text for text in (unpinned, unhashed) if text]
@@ -79,6 +80,15 @@ def resolve(plan: PlannedImage, requirements: list[str]) -> list[LockedPackage]:
     if done.returncode != 0:
         raise LockError(_uv_reason(done.stderr, plan.torch.index_url))
     return parse_compiled(done.stdout)
+
+
+def with_requires(packages: list[LockedPackage], plan: PlannedImage) -> list[LockedPackage]:
+    """Each package with what its index's metadata says it requires, so the lock's graph can be checked."""
+    try:
+        found = requires.read_requires(packages, plan.version("python"), MACHINE[plan.platform])
+    except index.PackageIndexError as error:
+        raise LockError(f"the index did not give a locked package's metadata: {error}") from None
+    return [replace(package, requires=found[package.name]) for package in packages]
 
 
 def _uv() -> str:
