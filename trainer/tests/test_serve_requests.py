@@ -396,3 +396,29 @@ def test_an_unstreamed_answer_is_put_together_from_the_engine_s_stream():
         completion_from_events(events[:2] + [{"error": "out of memory"}], "rec-tiny")
     with pytest.raises(ValueError, match="no answer"):
         completion_from_events([], "rec-tiny")
+
+
+def test_health_answers_from_the_engine_s_last_answer_without_waiting_on_it(front, monkeypatch):
+    """Bench section 17: asked per probe, /health waited on an engine busy with a valid request (2.73 s). It answers
+    from the background poll now: an engine whose /health hangs is still healthy until its last answer is
+    STALE_S old, then 503; a refused connection is 503 at once."""
+    import time
+
+    from vlmgrpo.serving import engine_health
+
+    client, _, _ = front
+    assert client.get("/health").status_code == 200
+    delay = threading.Event()
+    answered = _Engine.do_GET
+
+    def hanging(self):
+        delay.wait(30)
+        answered(self)
+
+    monkeypatch.setattr(_Engine, "do_GET", hanging)
+    started = time.monotonic()
+    assert client.get("/health").status_code == 200 and time.monotonic() - started < 0.5
+    monkeypatch.setattr(engine_health, "STALE_S", 0.5)
+    time.sleep(0.6)
+    assert client.get("/health").status_code == 503
+    delay.set()

@@ -39,6 +39,7 @@ import urllib.parse
 from typing import Any, Callable, Optional
 
 from vlmgrpo.serving.drain import TICKET, Drain, Tracked
+from vlmgrpo.serving.engine_health import EngineHealth
 from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length,
                                       completion_from_events, engine_error, image_parts, image_problem, image_sizes,
                                       prompt_text)
@@ -116,17 +117,21 @@ def build_app(engine_socket: str, served_name: str, engine_model: str, limits: L
     fetcher = httpx.AsyncClient(follow_redirects=False)
     in_flight = asyncio.Semaphore(limits.max_in_flight)
     drain = drain or Drain()
+    engine_health = EngineHealth()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        await engine_health.ask(client, httpx.HTTPError)
+        watching = asyncio.ensure_future(engine_health.watch(client, httpx.HTTPError))
         yield
+        watching.cancel()
         await client.aclose()
         await fetcher.aclose()
 
     app = FastAPI(title="vlmgrpo serve", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.add_middleware(Tracked, drain=drain)  # inside the key's gate: a request without the key is no ticket
     _require_key(app, limits)
-    _add_health(app, client, httpx.HTTPError, drain)
+    _add_health(app, engine_health, drain)
     _errors_in_openai_shape(app)
     app.get("/v1/models")(lambda: {"object": "list", "data": [{"id": served_name, "object": "model",
                                                                 "owned_by": "vlmgrpo"}]})
@@ -146,6 +151,7 @@ def build_app(engine_socket: str, served_name: str, engine_model: str, limits: L
             except RequestProblem as problem:
                 return _refuse(problem)
             except httpx.TransportError:  # the engine died and is being started again (serve.Engine)
+                engine_health.gone()
                 return _refuse(ENGINE_GONE)
             except Exception:  # a fault of ours: still an answer the client's library reads, the traceback logged
                 log.exception("serving a chat request failed")
@@ -188,20 +194,17 @@ async def _checked(request, served_name: str, limits: Limits, fetcher, count_tok
     return body
 
 
-def _add_health(app, client, http_error, drain: Drain) -> None:
-    """GET /health: 200 while the engine answers its own /health within 5 s, else 503 (a probe restarts us); 503
-    once the server is shutting down (a load balancer sends no more)."""
+def _add_health(app, engine_health: EngineHealth, drain: Drain) -> None:
+    """GET /health: 200 while the engine answers its own /health (asked every second in the background: see
+    engine_health), else 503 (a probe restarts us); 503 once the server is shutting down (a load balancer sends no
+    more)."""
     from fastapi.responses import JSONResponse
 
     @app.get("/health")
     async def health():
         if drain.draining:
             return JSONResponse({"status": "shutting down"}, status_code=503)
-        try:
-            answer = await client.get("/health", timeout=5)
-            healthy = answer.status_code == 200
-        except http_error:
-            healthy = False
+        healthy = engine_health.healthy
         return JSONResponse({"status": "ok" if healthy else "engine not answering"}, status_code=200 if healthy
                             else 503)
 
