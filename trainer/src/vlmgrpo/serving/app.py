@@ -40,6 +40,7 @@ from typing import Any, Callable, Optional
 
 from vlmgrpo.serving.drain import TICKET, Drain, Tracked
 from vlmgrpo.serving.engine_health import EngineHealth
+from vlmgrpo.serving.offload import off_the_loop
 from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length,
                                       completion_from_events, engine_error, image_parts, image_problem, image_sizes,
                                       prompt_text)
@@ -84,7 +85,7 @@ async def inline_remote_images(body: dict, limits: Limits, client) -> None:
                             break
             except Exception as exc:  # httpx's errors, whatever the transport says
                 problem = f"{url} could not be fetched ({exc.__class__.__name__})"
-        problem = problem or await asyncio.to_thread(image_problem, raw, limits)  # decoding: off the event loop
+        problem = problem or await off_the_loop(image_problem, raw, limits)  # decoding: off the event loop
         if problem:
             raise RequestProblem(400, f"{where}.image_url: {problem}", where, "invalid_image")
         inline = f"data:{_media_type(raw)};base64," + base64.b64encode(raw).decode()
@@ -189,7 +190,7 @@ async def _checked(request, served_name: str, limits: Limits, fetcher, count_tok
     body = await _checked_body(request, served_name, limits)
     await inline_remote_images(body, limits, fetcher)
     if count_tokens is not None:
-        tokens = await asyncio.to_thread(lambda: count_tokens(prompt_text(body), image_sizes(body)))
+        tokens = await off_the_loop(lambda: count_tokens(prompt_text(body), image_sizes(body)))
         check_prompt_length(tokens, body, limits)
     return body
 
@@ -260,7 +261,7 @@ async def _checked_body(request, served_name: str, limits: Limits) -> dict:
         raise RequestProblem(499, "the client hung up before its request was read") from None
     # Its images are decoded to be checked: in a thread, so that /health, /v1/models and the other clients' requests
     # are answered meanwhile (four requests of 8 PNGs of 4096x4096 held /health 5.8 s on the event loop)
-    return await asyncio.to_thread(check_chat_request, raw, served_name, limits)
+    return await off_the_loop(check_chat_request, raw, served_name, limits)
 
 
 async def _read_body(request, limits: Limits) -> bytes:

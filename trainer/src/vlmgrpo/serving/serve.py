@@ -31,6 +31,7 @@ from pathlib import Path
 from vlmgrpo.errors import ConfigError, LaunchError
 from vlmgrpo.processes import stop_process, wait_for_health
 from vlmgrpo.run.rollouts import VLLM_IMAGES
+from vlmgrpo.serving import offload
 from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
 from vlmgrpo.serving.requests import API_KEY_VARIABLE, Limits
 from vlmgrpo.serving.tokens import model_processor, prompt_tokens, special_tokens
@@ -284,6 +285,7 @@ def serve(settings: ServeSettings) -> int:
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                 timeout_graceful_shutdown=REFUSE_S,
                                 http=headers_in_time(settings.limits.read_timeout_s))
+        offload.loop_first()
         draining_server(config, drain).run()
         return 0
     finally:
