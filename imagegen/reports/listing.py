@@ -95,4 +95,26 @@ def github_indexes(rows: list[Listed]) -> str:
     return json.dumps({"include": [{"image": name} for name in names]}, separators=(",", ":"))
 
 
-FORMATS = {"table": table, "json": as_json, "github": github, "github-indexes": github_indexes}
+def markdown(rows: list[Listed]) -> str:
+    """One row per image, its platforms together, for the documentation (docs/matrix.md's table is this, written by
+    `python -m imagegen.reports.docs`): its versions as its lock pins them, and where it is locked, how many packages
+    each platform's lock holds; no tag, which every relock changes."""
+    chosen = [("image", lambda row: f"`{row.plan.name}`"), *version_columns(rows[0].table), ("lock", _lock_cell)]
+    images = list({row.plan.name: row for row in rows}.values())
+    arches = {name: ", ".join(platforms.ARCH[row.plan.platform] for row in rows if row.plan.name == name)
+              for name in (row.plan.name for row in images)}
+    header = ["image", "platforms", *(name for name, _ in chosen[1:])]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in images:
+        cells = [chosen[0][1](row), arches[row.plan.name], *(cell(row) for _, cell in chosen[1:])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _lock_cell(row: Listed) -> str:
+    if not row.locked:
+        return row.state
+    return f"{len(row.locked.lock.packages)} packages"
+
+
+FORMATS = {"table": table, "json": as_json, "github": github, "github-indexes": github_indexes, "markdown": markdown}

@@ -119,16 +119,7 @@ def build_app(engine_socket: str, served_name: str, engine_model: str, limits: L
     in_flight = asyncio.Semaphore(limits.max_in_flight)
     drain = drain or Drain()
     engine_health = EngineHealth()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        await engine_health.ask(client, httpx.HTTPError)
-        watching = asyncio.ensure_future(engine_health.watch(client, httpx.HTTPError))
-        yield
-        watching.cancel()
-        await client.aclose()
-        await fetcher.aclose()
-
+    lifespan = _lifespan(engine_health, client, fetcher, httpx.HTTPError)
     app = FastAPI(title="vlmgrpo serve", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.add_middleware(Tracked, drain=drain)  # inside the key's gate: a request without the key is no ticket
     _require_key(app, limits)
@@ -160,6 +151,20 @@ def build_app(engine_socket: str, served_name: str, engine_model: str, limits: L
                                              code="server_error"))
 
     return app
+
+
+def _lifespan(engine_health: EngineHealth, client, fetcher, http_error):
+    """The server's life: the engine's health asked at the start and then in the background; the clients closed."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await engine_health.ask(client, http_error)
+        watching = asyncio.ensure_future(engine_health.watch(client, http_error))
+        yield
+        watching.cancel()
+        await client.aclose()
+        await fetcher.aclose()
+
+    return lifespan
 
 
 def _engine_client(httpx, engine_socket: str):
