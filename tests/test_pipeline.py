@@ -2,6 +2,7 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import base64
+import io
 import json
 import re
 import subprocess
@@ -16,11 +17,12 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen.engine import containers
 from imagegen.engine.registry.http import Credentials
-from imagegen.engine.registry.oci import referrers
+from imagegen.engine.registry.oci import attach_artifact, referrers
+from imagegen.stages import provenance, sbom
 
 from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
 from tests.docker_env import build_cache_made_inside, unique_name
-from tests.helpers import REPO, image_named, real_locked_matrix
+from tests.helpers import REPO, image_named, locked_named, real_locked_matrix
 
 
 def read_report(path):
@@ -255,8 +257,9 @@ def assert_sbom_refers_to(pushed: dict, auth_registry) -> None:
     """distribution 2.8 has no referrers API: the SBOM is listed under the OCI fallback tag sha256-<hex>."""
     login = Credentials(auth_registry.username, auth_registry.password)
     assert pushed["sbom_found_by"] == f"the referrers tag {pushed['digest'].replace(':', '-')}"
-    (artifact,) = referrers(auth_registry.host, "vlm-grpo", pushed["digest"], login)
-    assert (artifact["digest"], artifact["artifactType"]) == (pushed["sbom_digest"], "application/vnd.cyclonedx+json")
+    found = {a["artifactType"]: a["digest"] for a in referrers(auth_registry.host, "vlm-grpo", pushed["digest"], login)}
+    assert found == {"application/vnd.cyclonedx+json": pushed["sbom_digest"],
+                     "application/vnd.in-toto+json": pushed["provenance_digest"]}
 
 
 def index_of(auth_registry, tag: str) -> dict:
@@ -348,3 +351,46 @@ def test_build_without_a_selection_is_one_clear_error():
 def test_a_missing_ca_bundle_is_one_clear_error(tmp_path):
     result = imagegen("build", "--image", "cpu", "--ca-bundle", str(tmp_path / "nope.pem"))
     assert result.returncode == 1 and result.stderr.startswith("error: --ca-bundle") and "Traceback" not in result.stderr
+
+
+def test_verify_passes_on_the_pushed_image_and_fails_in_one_line_on_one_pushed_otherwise(
+        cpu_image, cpu_published, auth_registry, docker_client, local_base_image, tmp_path):
+    """`imagegen verify` on the index push published (both platform images), then on images pushed by `docker push`:
+    a foreign one, one with imagegen's labels but nothing attached, and that one with an SBOM and the cpu image's
+    provenance naming another commit."""
+    assert cpu_published["result"].returncode == 0, cpu_published["result"].stderr[-2000:]
+    login = Credentials(auth_registry.username, auth_registry.password)
+
+    def verify(ref):
+        return imagegen("verify", f"{auth_registry.host}/{ref}", "--registry-user", login.username,
+                        "--registry-password-stdin", stdin=login.password + "\n")
+
+    ok = verify(f"vlm-grpo:{cpu_image['ref'].rsplit(':', 1)[1]}")
+    assert ok.returncode == 0 and "error" not in ok.stderr, ok.stderr
+    labels = docker_client.images.get(cpu_image["id"]).labels
+    kept = {k: v for k, v in labels.items() if k in ("io.imagegen.inputs", "org.opencontainers.image.revision")}
+    pushed = {}
+    for name, image_labels in (("foreign", {}), ("plain", kept)):
+        built, _ = docker_client.images.build(fileobj=io.BytesIO(f"FROM {local_base_image}\n".encode()),
+                                              labels=image_labels, tag=f"{auth_registry.host}/vlm-grpo:{name}")
+        for line in docker_client.images.push(f"{auth_registry.host}/vlm-grpo", name, stream=True, decode=True,
+                                              auth_config={"username": login.username, "password": login.password}):
+            assert "error" not in line, line
+            pushed[name] = line.get("aux", {}).get("Digest") or pushed.get(name)
+    assert verify("vlm-grpo:foreign").stderr.splitlines() == [
+        f"error: {auth_registry.host}/vlm-grpo@{pushed['foreign']}: not an image imagegen built (no io.imagegen.inputs "
+        "label)"]
+    bare = f"error: {auth_registry.host}/vlm-grpo@{pushed['plain']}: "
+    assert verify("vlm-grpo:plain").stderr.splitlines() == [bare + "no SBOM refers to it",
+                                                            bare + "no provenance refers to it"]
+    (amd64,) = [r for r in read_report(cpu_published["work"] / "push.json") if r["platform"] == "linux/amd64"]
+    revision = kept["org.opencontainers.image.revision"]
+    said = provenance.statement(locked_named("cpu"), "x", pushed["plain"], {provenance.REVISION_LABEL: "b" * 40})
+    said["predicate"]["buildDefinition"]["internalParameters"]["inputs_digest"] = kept["io.imagegen.inputs"]
+    (tmp_path / "p.json").write_text(json.dumps(said))
+    (tmp_path / "s.json").write_text("{}")
+    for path, kind in ((tmp_path / "p.json", provenance.MEDIA_TYPE), (tmp_path / "s.json", sbom.MEDIA_TYPE)):
+        attach_artifact(auth_registry.host, "vlm-grpo", pushed["plain"], path, kind, login)
+    assert amd64["provenance_digest"] and verify("vlm-grpo:plain").stderr.splitlines() == [
+        bare + f"its provenance names commit {'b' * 40}; the image was built from {revision} (its "
+        "org.opencontainers.image.revision label)"]

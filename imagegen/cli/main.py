@@ -29,5 +29,5 @@ def main():
 
 
 for command in (images.validate, images.matrix, images.render, images.lock, images.facts, stages.build,
-                stages.test_command, stages.push, stages.sbom_command, stages.report):
+                stages.test_command, stages.push, stages.sbom_command, stages.report, stages.verify_command):
     main.add_command(command)

@@ -184,3 +184,26 @@ def report(settings: ReportSettings, workspace):
     report_page.write_pages(out, workspace.templates, workspace.matrix, plan.matrix.repository,
                             listing.listed(plan, plan.images), found, plan.matrix.components)
     click.echo(f"{out / 'index.html'}: {len(plan.images)} image x platform rows")
+
+
+@click.command("verify")
+@click.argument("image_ref", metavar="IMAGE")
+@click.option("--registry-user", default=None, help="User for the registry (default: what `docker login` stored).")
+@click.option("--registry-password-stdin", is_flag=True, help="Read the registry password from stdin.")
+@reports_user_errors
+def verify_command(image_ref, registry_user, registry_password_stdin):
+    """Check a pushed image (REGISTRY/REPOSITORY:TAG or @DIGEST) against what `imagegen push` attached to it.
+
+    Its SBOM and its SLSA provenance refer to its digest, and the provenance names this digest, the commit and the
+    inputs digest its own labels state; an index has each of its platform images checked. Each failure is one line;
+    exits 1 on any. The provenance is not signed yet.
+    """
+    from imagegen.stages import provenance
+
+    problems = provenance.verify(image_ref, registry_credentials(registry_user, registry_password_stdin))
+    for line in problems:
+        click.echo(f"error: {line}", err=True)
+    if not problems:
+        click.echo(f"{image_ref}: its SBOM and provenance refer to it, and the provenance names its digest, commit "
+                   "and inputs")
+    sys.exit(1 if problems else 0)

@@ -252,6 +252,9 @@ def _push_line(result: PushResult) -> str:
             line += f" ({result.layers} layers)"
         if result.sbom_digest:
             line += f"; SBOM {result.sbom_digest} refers to it, found by {result.sbom_found_by}"
+        if result.provenance_digest:
+            line += f"; provenance {result.provenance_digest}"
+        line += f"; provenance not attached: {result.provenance_error}" if result.provenance_error else ""
         return line + (f"; SBOM not attached: {result.sbom_error}" if result.sbom_error else "")
     return f"not pushed {result.image}: {result.reason}"
 

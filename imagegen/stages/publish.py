@@ -9,6 +9,8 @@ its config with the local image's: another build of the same inputs is "already 
 
 from __future__ import annotations
 
+import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from imagegen.engine.registry import oci, skopeo, uncompressed
 from imagegen.engine.registry.http import Credentials, RegistryClient, RegistryError, credentials_for
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import INPUTS_LABEL
-from imagegen.stages import sbom
+from imagegen.stages import provenance, sbom
 from imagegen.stages.results import PushResult, TestResult
 
 
@@ -187,9 +189,26 @@ def push(image: LockedImage, image_id: str, registry: str, force: bool,
         result.status, result.reason = "failed", str(error)
         return result
     _record(result, outcome)
-    if not outcome.refused and sbom_file and version_tags[0] in outcome.pushed_tags:  # a version published earlier has its SBOM
-        _attach_sbom(result, sbom_file, credentials)
+    if not outcome.refused and version_tags[0] in outcome.pushed_tags:  # a version published earlier has them
+        if sbom_file:
+            _attach_sbom(result, sbom_file, credentials)
+        _attach_provenance(result, image, image_id, credentials)
     return result
+
+
+def _attach_provenance(result: PushResult, image: LockedImage, image_id: str, credentials: Credentials | None) -> None:
+    labels = docker_client().images.get(image_id).labels or {}
+    said = provenance.statement(image, f"{result.registry}/{result.repository}", result.digest, labels)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "provenance.intoto.json"
+        path.write_text(json.dumps(said, indent=1, sort_keys=True))
+        try:
+            attached = oci.attach_artifact(result.registry, result.repository, result.digest, path,
+                                           provenance.MEDIA_TYPE, credentials)
+        except UserError as error:
+            result.provenance_error = str(error)
+            return
+    result.provenance_digest = attached.digest
 
 
 def _attach_sbom(result: PushResult, sbom_file: Path, credentials: Credentials | None) -> None:

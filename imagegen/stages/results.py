@@ -98,6 +98,8 @@ class PushResult:
     sbom_digest: str | None = None  # the SBOM artifact that refers to the pushed image
     sbom_found_by: str = ""  # "the referrers API" or "the referrers tag sha256-..."
     sbom_error: str = ""  # why the SBOM was not attached, when the image was pushed all the same
+    provenance_digest: str | None = None  # the SLSA provenance statement that refers to the pushed image
+    provenance_error: str = ""  # why it was not attached, when the image was pushed all the same
     platform: str = platforms.DEFAULT  # platforms.INDEX: the multi-platform index of the image
     compression: str = "gzip"  # of the pushed layers: "gzip" (docker push), "zstd" (skopeo), "none" (uncompressed)
 
