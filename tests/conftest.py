@@ -12,11 +12,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.helpers import REPO
+from tests.test_signing import write_key, write_public
 
 pytest_plugins = ["tests.docker_env"]  # the engine, base image, registry and CA fixtures
 
@@ -97,3 +100,36 @@ def cpu_arm64_image(arm64_base_image, tmp_path_factory) -> dict:
     (test,) = json.loads((work / "test.json").read_text())["images"]
     return {"ref": entry["ref"], "id": entry["image_id"], "report": entry, "test": test, "work": work,
             "output": result.stderr}
+
+
+def read_report(path):
+    """The entries of a report imagegen wrote (build, test, push)."""
+    return json.loads(path.read_text())["images"]
+
+
+@pytest.fixture(scope="session")
+def cpu_published(cpu_image, cpu_arm64_image, auth_registry, tmp_path_factory) -> dict:
+    """The cpu image for both platforms pushed to the private registry by `imagegen push`, after a push without
+    credentials: the push's arguments, its folder and the two results; signed with a key made for it (its folder's
+    cosign.key and cosign.pub). tests/test_pipeline.py and tests/test_verify.py read it.
+
+    The layers go up uncompressed (`--compression none`): that streams both 6 GB images through imagegen's own
+    registry code, where the default gzip push is the engine's `docker push`, which gzipped each platform for minutes
+    on the suite's critical path."""
+    work = tmp_path_factory.mktemp("cpu-published")
+    tested = imagegen("test", "--image", "cpu", "--platform", "linux/amd64", "--skip-train",
+                      "--report", str(work / "amd64.json"))
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    both = read_report(work / "amd64.json") + [cpu_arm64_image["test"]]
+    (work / "test.json").write_text(json.dumps({"kind": "test", "images": both}))
+    key = ec.generate_private_key(ec.SECP256R1())
+    write_key(work / "cosign.key", key)
+    write_public(work / "cosign.pub", key)
+    push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(work / "test.json"),
+            "--compression", "none", "--sign-key", str(work / "cosign.key")]
+    anonymous = imagegen(*push, "--report", str(work / "anonymous.json"), env={"DOCKER_CONFIG": str(work)})
+    started = time.monotonic()
+    result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
+                      "--report", str(work / "push.json"), stdin=auth_registry.password + "\n")
+    print(f"push of the cpu image for two platforms with their SBOMs: {time.monotonic() - started:.1f} s")
+    return {"push": push, "work": work, "anonymous": anonymous, "result": result}

@@ -2,11 +2,9 @@
 FROM a locally made Debian base, torch from a local wheelhouse and the host CA mounted."""
 
 import base64
-import io
 import json
 import re
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,16 +15,11 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen.engine import containers
 from imagegen.engine.registry.http import Credentials
-from imagegen.engine.registry.oci import attach_artifact, referrers
-from imagegen.stages import provenance, sbom
+from imagegen.engine.registry.oci import referrers
 
-from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen
+from tests.conftest import CPU_BUILD_ARGS, WHEELHOUSE, imagegen, read_report
 from tests.docker_env import build_cache_made_inside, unique_name
-from tests.helpers import REPO, image_named, locked_named, real_locked_matrix
-
-
-def read_report(path):
-    return json.loads(path.read_text())["images"]
+from tests.helpers import REPO, image_named, real_locked_matrix
 
 
 @pytest.fixture
@@ -190,30 +183,6 @@ def test_an_image_over_its_max_size_fails_with_its_ten_largest_files(cpu_image, 
     assert report["largest_paths"][0]["path"] in result.stderr
 
 
-@pytest.fixture(scope="module")
-def cpu_published(cpu_image, cpu_arm64_image, auth_registry, tmp_path_factory) -> dict:
-    """The cpu image for both platforms pushed to the private registry by `imagegen push`, after a push without
-    credentials: the push's arguments, its folder and the two results. The rebuild test below finds it there.
-
-    The layers go up uncompressed (`--compression none`): that streams both 6 GB images through imagegen's own
-    registry code, where the default gzip push is the engine's `docker push`, which gzipped each platform for minutes
-    on the suite's critical path."""
-    work = tmp_path_factory.mktemp("cpu-published")
-    tested = imagegen("test", "--image", "cpu", "--platform", "linux/amd64", "--skip-train",
-                      "--report", str(work / "amd64.json"))
-    assert tested.returncode == 0, tested.stderr[-2000:]
-    both = read_report(work / "amd64.json") + [cpu_arm64_image["test"]]
-    (work / "test.json").write_text(json.dumps({"kind": "test", "images": both}))
-    push = ["push", "--image", "cpu", "--registry", auth_registry.host, "--test-report", str(work / "test.json"),
-            "--compression", "none"]
-    anonymous = imagegen(*push, "--report", str(work / "anonymous.json"), env={"DOCKER_CONFIG": str(work)})
-    started = time.monotonic()
-    result = imagegen(*push, "--registry-user", auth_registry.username, "--registry-password-stdin",
-                      "--report", str(work / "push.json"), stdin=auth_registry.password + "\n")
-    print(f"push of the cpu image for two platforms with their SBOMs: {time.monotonic() - started:.1f} s")
-    return {"push": push, "work": work, "anonymous": anonymous, "result": result}
-
-
 def test_push_to_a_private_registry_publishes_both_platforms_under_one_tag_with_their_sboms(
         cpu_image, cpu_arm64_image, cpu_published, auth_registry):
     """The cpu image for linux/amd64 and linux/arm64: each platform's image with its SBOM, then one index
@@ -351,46 +320,3 @@ def test_build_without_a_selection_is_one_clear_error():
 def test_a_missing_ca_bundle_is_one_clear_error(tmp_path):
     result = imagegen("build", "--image", "cpu", "--ca-bundle", str(tmp_path / "nope.pem"))
     assert result.returncode == 1 and result.stderr.startswith("error: --ca-bundle") and "Traceback" not in result.stderr
-
-
-def test_verify_passes_on_the_pushed_image_and_fails_in_one_line_on_one_pushed_otherwise(
-        cpu_image, cpu_published, auth_registry, docker_client, local_base_image, tmp_path):
-    """`imagegen verify` on the index push published (both platform images), then on images pushed by `docker push`:
-    a foreign one, one with imagegen's labels but nothing attached, and that one with an SBOM and the cpu image's
-    provenance naming another commit."""
-    assert cpu_published["result"].returncode == 0, cpu_published["result"].stderr[-2000:]
-    login = Credentials(auth_registry.username, auth_registry.password)
-
-    def verify(ref):
-        return imagegen("verify", f"{auth_registry.host}/{ref}", "--registry-user", login.username,
-                        "--registry-password-stdin", stdin=login.password + "\n")
-
-    ok = verify(f"vlm-grpo:{cpu_image['ref'].rsplit(':', 1)[1]}")
-    assert ok.returncode == 0 and "error" not in ok.stderr, ok.stderr
-    labels = docker_client.images.get(cpu_image["id"]).labels
-    kept = {k: v for k, v in labels.items() if k in ("io.imagegen.inputs", "org.opencontainers.image.revision")}
-    pushed = {}
-    for name, image_labels in (("foreign", {}), ("plain", kept)):
-        built, _ = docker_client.images.build(fileobj=io.BytesIO(f"FROM {local_base_image}\n".encode()),
-                                              labels=image_labels, tag=f"{auth_registry.host}/vlm-grpo:{name}")
-        for line in docker_client.images.push(f"{auth_registry.host}/vlm-grpo", name, stream=True, decode=True,
-                                              auth_config={"username": login.username, "password": login.password}):
-            assert "error" not in line, line
-            pushed[name] = line.get("aux", {}).get("Digest") or pushed.get(name)
-    assert verify("vlm-grpo:foreign").stderr.splitlines() == [
-        f"error: {auth_registry.host}/vlm-grpo@{pushed['foreign']}: not an image imagegen built (no io.imagegen.inputs "
-        "label)"]
-    bare = f"error: {auth_registry.host}/vlm-grpo@{pushed['plain']}: "
-    assert verify("vlm-grpo:plain").stderr.splitlines() == [bare + "no SBOM refers to it",
-                                                            bare + "no provenance refers to it"]
-    (amd64,) = [r for r in read_report(cpu_published["work"] / "push.json") if r["platform"] == "linux/amd64"]
-    revision = kept["org.opencontainers.image.revision"]
-    said = provenance.statement(locked_named("cpu"), "x", pushed["plain"], {provenance.REVISION_LABEL: "b" * 40})
-    said["predicate"]["buildDefinition"]["internalParameters"]["inputs_digest"] = kept["io.imagegen.inputs"]
-    (tmp_path / "p.json").write_text(json.dumps(said))
-    (tmp_path / "s.json").write_text("{}")
-    for path, kind in ((tmp_path / "p.json", provenance.MEDIA_TYPE), (tmp_path / "s.json", sbom.MEDIA_TYPE)):
-        attach_artifact(auth_registry.host, "vlm-grpo", pushed["plain"], path, kind, login)
-    assert amd64["provenance_digest"] and verify("vlm-grpo:plain").stderr.splitlines() == [
-        bare + f"its provenance names commit {'b' * 40}; the image was built from {revision} (its "
-        "org.opencontainers.image.revision label)"]

@@ -182,6 +182,9 @@ class PushSettings:
     registry_user: str | None = registry_user_field()
     registry_password_stdin: bool = registry_password_stdin_field()
     report_path: Path = report_field("push")
+    sign_key: Path | None = field(default=None, metadata={"metavar": "KEY.pem", "help": (
+        "Sign each pushed image and its provenance with this EC private key (PEM; an encrypted one takes its password "
+        "from COSIGN_PASSWORD), as cosign does: `cosign verify --key` and `imagegen verify --key` check them.")})
 
 
 @dataclass(frozen=True)

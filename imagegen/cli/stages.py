@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -137,7 +138,8 @@ def push(selection, settings: PushSettings, workspace):
     sys.exit(pipeline.push_images(images, settings.registry, settings.skip_tests, settings.force, settings.test_report,
                                   settings.report_path, echo=lambda line: click.echo(line, err=True),
                                   inventory_program=program(workspace), credentials=credentials,
-                                  index_only=settings.index_only, compression=settings.compression))
+                                  index_only=settings.index_only, compression=settings.compression,
+                                  sign_key=settings.sign_key))
 
 
 @click.command("sbom")
@@ -190,20 +192,22 @@ def report(settings: ReportSettings, workspace):
 @click.argument("image_ref", metavar="IMAGE")
 @click.option("--registry-user", default=None, help="User for the registry (default: what `docker login` stored).")
 @click.option("--registry-password-stdin", is_flag=True, help="Read the registry password from stdin.")
+@click.option("--key", "key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The public key (PEM) the image and its provenance must be signed with (`push --sign-key`).")
 @reports_user_errors
-def verify_command(image_ref, registry_user, registry_password_stdin):
+def verify_command(image_ref, registry_user, registry_password_stdin, key):
     """Check a pushed image (REGISTRY/REPOSITORY:TAG or @DIGEST) against what `imagegen push` attached to it.
 
     Its SBOM and its SLSA provenance refer to its digest, and the provenance names this digest, the commit and the
-    inputs digest its own labels state; an index has each of its platform images checked. Each failure is one line;
-    exits 1 on any. The provenance is not signed yet.
+    inputs digest its own labels state; with --key, the image and its provenance are signed by that key; an index has
+    each of its platform images checked. Each failure is one line; exits 1 on any.
     """
     from imagegen.stages import provenance
 
-    problems = provenance.verify(image_ref, registry_credentials(registry_user, registry_password_stdin))
+    problems = provenance.verify(image_ref, registry_credentials(registry_user, registry_password_stdin), key)
     for line in problems:
         click.echo(f"error: {line}", err=True)
     if not problems:
-        click.echo(f"{image_ref}: its SBOM and provenance refer to it, and the provenance names its digest, commit "
-                   "and inputs")
+        click.echo(f"{image_ref}: its SBOM and provenance refer to it, the provenance names its digest, commit and "
+                   "inputs" + (f", and both are signed by {key}" if key else ""))
     sys.exit(1 if problems else 0)

@@ -155,7 +155,7 @@ def test_images(image_ref: str | None, images: list[LockedImage], checking: Chec
 
 def push_images(images: list[LockedImage], registry: str, skip_tests: bool, force: bool, test_report: Path,
                 report_path: Path, echo: Echo, inventory_program: str, credentials: Credentials | None = None,
-                index_only: bool = False, compression: str = "gzip") -> int:
+                index_only: bool = False, compression: str = "gzip", sign_key: Path | None = None) -> int:
     """Push each image (each platform's), then the index of each image of several platforms; with
     index_only, only the indexes, of platform images pushed before (by one job per platform)."""
     if index_only:
@@ -175,7 +175,7 @@ def push_images(images: list[LockedImage], registry: str, skip_tests: bool, forc
         sbom_file = sbom.path_for(report_path.parent, image.key)
         sbom.write(sbom_file, sbom.of_image(image_id, inventory_program, client=client))
         results.append(publish.push_if_tested(image, image_id, tests, registry, force, credentials, sbom_file,
-                                              compression))
+                                              compression, sign_key))
         echo(_push_line(results[-1]))
     results += _push_indexes(images, results, registry, force, credentials, echo)
     write_json(report_path, "push", results)

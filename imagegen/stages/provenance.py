@@ -5,20 +5,22 @@ digest beside its SBOM; and the check of a pushed image against it (`imagegen ve
 The statement names the image's digest, the source commit and the builder (the image's own labels, as the build
 wrote them), the matrix entry (the image as plain data), the digest of its lock and of its inputs, and the base it was
 built on. `verify` reads all of it back from the registry: the image's labels, its referrers, the statement.
-Not signed yet: a registry user who can push can also replace the statement, which `verify` would then accept.
+With a key (`push --sign-key`, `verify --key`: stages/signing.py) the image and the statement are signed as cosign
+signs them; without one, a registry user who can push could replace the statement, which `verify` would accept.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from imagegen.engine.registry import oci
 from imagegen.engine.registry.http import Credentials, ImageReference, RegistryClient, check, credentials_for
 from imagegen.locking import lockfile
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import INPUTS_LABEL
-from imagegen.stages import sbom
+from imagegen.stages import sbom, signing
 
 MEDIA_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -62,9 +64,10 @@ def statement(image: LockedImage, name: str, digest: str, labels: dict[str, str]
     }
 
 
-def verify(ref: str, credentials: Credentials | None = None) -> list[str]:
-    """What does not hold of a pushed image (each one line): its SBOM and its provenance refer to it, and the
-    provenance names this digest, the commit and the inputs its own labels state. [] when all holds."""
+def verify(ref: str, credentials: Credentials | None = None, key_path: Path | None = None) -> list[str]:
+    """What does not hold of a pushed image (each one line): its SBOM and its provenance refer to it, the provenance
+    names this digest, the commit and the inputs its own labels state, and with key_path, both are signed by that
+    key. [] when all holds."""
     reference = ImageReference.parse(ref)
     remote = RegistryClient(reference.host, credentials_for(reference.host, credentials))
     manifest = remote.manifest(reference.repository, reference.digest or reference.tag or "latest")
@@ -73,7 +76,8 @@ def verify(ref: str, credentials: Credentials | None = None) -> list[str]:
     if manifest.config_digest is None:  # an index: each platform image is checked
         members = json.loads(manifest.body).get("manifests", [])
         return [line for member in members
-                for line in verify(f"{reference.host}/{reference.repository}@{member['digest']}", credentials)]
+                for line in verify(f"{reference.host}/{reference.repository}@{member['digest']}", credentials,
+                                   key_path)]
     labels = remote.labels(reference.repository, manifest)
     where = f"{reference.host}/{reference.repository}@{manifest.digest}"
     if INPUTS_LABEL not in labels:
@@ -84,7 +88,15 @@ def verify(ref: str, credentials: Credentials | None = None) -> list[str]:
     if MEDIA_TYPE not in kinds:
         return problems + [f"{where}: no provenance refers to it"]
     said = _statement(remote, reference.repository, kinds[MEDIA_TYPE]["digest"])
-    return problems + [f"{where}: {line}" for line in mismatches(said, manifest.digest, labels)]
+    problems += [f"{where}: {line}" for line in mismatches(said, manifest.digest, labels)]
+    if key_path is not None:
+        key = signing.public_key(key_path)
+        found = {what: signing.problems(remote, reference.repository, digest, key)
+                 for digest, what in ((manifest.digest, "it"), (kinds[MEDIA_TYPE]["digest"], "its provenance"))}
+        if found["it"] and found["it"] == found["its provenance"]:  # one cause, one line
+            found = {"it and its provenance": found["it"]}
+        problems += [f"{where}: {what}: {reason}" for what, reasons in found.items() for reason in reasons]
+    return problems
 
 
 def mismatches(said: dict, digest: str, labels: dict[str, str]) -> list[str]:

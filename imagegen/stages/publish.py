@@ -23,7 +23,7 @@ from imagegen.engine.registry import oci, skopeo, uncompressed
 from imagegen.engine.registry.http import Credentials, RegistryClient, RegistryError, credentials_for
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import INPUTS_LABEL
-from imagegen.stages import provenance, sbom
+from imagegen.stages import provenance, sbom, signing
 from imagegen.stages.results import PushResult, TestResult
 
 
@@ -177,7 +177,7 @@ def platform_tags(image: LockedImage) -> tuple[list[str], list[str]]:
 
 def push(image: LockedImage, image_id: str, registry: str, force: bool,
          credentials: Credentials | None = None, sbom_file: Path | None = None,
-         compression: str = "gzip") -> PushResult:
+         compression: str = "gzip", sign_key: Path | None = None) -> PushResult:
     repository = repository_name(image)
     result = PushResult(image=image.name, registry=registry, repository=repository, status="pushed",
                         platform=image.platform, compression=compression)
@@ -193,7 +193,21 @@ def push(image: LockedImage, image_id: str, registry: str, force: bool,
         if sbom_file:
             _attach_sbom(result, sbom_file, credentials)
         _attach_provenance(result, image, image_id, credentials)
+        if sign_key:
+            _sign(result, sign_key, credentials)
     return result
+
+
+def _sign(result: PushResult, sign_key: Path, credentials: Credentials | None) -> None:
+    """The image's digest and its provenance's, each signed under its .sig tag."""
+    key = signing.private_key(sign_key)
+    remote = RegistryClient(result.registry, credentials_for(result.registry, credentials))
+    name = f"{result.registry}/{result.repository}"
+    try:
+        result.signatures = [signing.attach(remote, result.repository, name, digest, key)
+                             for digest in (result.digest, result.provenance_digest) if digest]
+    except UserError as error:
+        result.signature_error = str(error)
 
 
 def _attach_provenance(result: PushResult, image: LockedImage, image_id: str, credentials: Credentials | None) -> None:
@@ -223,12 +237,13 @@ def _attach_sbom(result: PushResult, sbom_file: Path, credentials: Credentials |
 
 def push_if_tested(image: LockedImage, image_id: str, tests: dict[str, TestResult] | None, registry: str,
                    force: bool, credentials: Credentials | None = None,
-                   sbom_file: Path | None = None, compression: str = "gzip") -> PushResult:
+                   sbom_file: Path | None = None, compression: str = "gzip",
+                   sign_key: Path | None = None) -> PushResult:
     """Push the image when its tests passed on this exact image id; tests=None skips the gate."""
     reason = None if tests is None else untested_reason(image, image_id, tests)
     if reason:
         return not_pushed(image, registry, reason)
-    return push(image, image_id, registry, force, credentials, sbom_file, compression)
+    return push(image, image_id, registry, force, credentials, sbom_file, compression, sign_key)
 
 
 def not_pushed(image: LockedImage, registry: str, reason: str, platform: str | None = None) -> PushResult:

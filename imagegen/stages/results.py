@@ -100,6 +100,8 @@ class PushResult:
     sbom_error: str = ""  # why the SBOM was not attached, when the image was pushed all the same
     provenance_digest: str | None = None  # the SLSA provenance statement that refers to the pushed image
     provenance_error: str = ""  # why it was not attached, when the image was pushed all the same
+    signatures: list[str] = field(default_factory=list)  # of the image and its provenance, with --sign-key
+    signature_error: str = ""  # why they were not written, when the image was pushed all the same
     platform: str = platforms.DEFAULT  # platforms.INDEX: the multi-platform index of the image
     compression: str = "gzip"  # of the pushed layers: "gzip" (docker push), "zstd" (skopeo), "none" (uncompressed)
 
