@@ -87,6 +87,7 @@ def test_build_pushes_each_tested_image_with_its_compression_and_says_which(comp
 
     monkeypatch.setattr(publish, "push_image", pushed)
     monkeypatch.setattr(publish, "_attach_sbom", lambda *args: None)
+    monkeypatch.setattr(publish, "_attach_provenance", lambda *args: None)
     said = []
     tested = ImageTestResult(image.name, image.ref(), "passed", image_id="sha256:" + "1" * 64, platform=image.platform)
 

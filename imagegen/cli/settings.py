@@ -188,6 +188,15 @@ class PushSettings:
 
 
 @dataclass(frozen=True)
+class VerifySettings:
+    """What `imagegen verify` is asked, beyond the image."""
+    key: Path | None = field(default=None, metadata={"metavar": "KEY.pub", "help": (
+        "The public key (PEM) the image and its provenance must be signed with (`push --sign-key`).")})
+    registry_user: str | None = registry_user_field()
+    registry_password_stdin: bool = registry_password_stdin_field()
+
+
+@dataclass(frozen=True)
 class MatrixSettings:
     """What `imagegen matrix` is asked, beyond which images and where the workspace is."""
     output_format: str = field(default="table", metadata={

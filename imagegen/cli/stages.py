@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from imagegen.cli.fields import settings_options
 from imagegen.cli.options import (given, load_selected, registry_credentials, reports_user_errors, selection_options,
                                   workspace_options)
-from imagegen.cli.settings import BuildSettings, PushSettings, ReportSettings, SbomSettings, TestSettings
+from imagegen.cli.settings import (BuildSettings, PushSettings, ReportSettings, SbomSettings, TestSettings,
+                                   VerifySettings)
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RenderOptions
 from imagegen.reports import listing
@@ -190,12 +190,9 @@ def report(settings: ReportSettings, workspace):
 
 @click.command("verify")
 @click.argument("image_ref", metavar="IMAGE")
-@click.option("--registry-user", default=None, help="User for the registry (default: what `docker login` stored).")
-@click.option("--registry-password-stdin", is_flag=True, help="Read the registry password from stdin.")
-@click.option("--key", "key", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The public key (PEM) the image and its provenance must be signed with (`push --sign-key`).")
+@settings_options(VerifySettings, into="settings")
 @reports_user_errors
-def verify_command(image_ref, registry_user, registry_password_stdin, key):
+def verify_command(image_ref, settings: VerifySettings):
     """Check a pushed image (REGISTRY/REPOSITORY:TAG or @DIGEST) against what `imagegen push` attached to it.
 
     Its SBOM and its SLSA provenance refer to its digest, and the provenance names this digest, the commit and the
@@ -204,10 +201,11 @@ def verify_command(image_ref, registry_user, registry_password_stdin, key):
     """
     from imagegen.stages import provenance
 
-    problems = provenance.verify(image_ref, registry_credentials(registry_user, registry_password_stdin), key)
+    credentials = registry_credentials(settings.registry_user, settings.registry_password_stdin)
+    problems = provenance.verify(image_ref, credentials, settings.key)
     for line in problems:
         click.echo(f"error: {line}", err=True)
     if not problems:
         click.echo(f"{image_ref}: its SBOM and provenance refer to it, the provenance names its digest, commit and "
-                   "inputs" + (f", and both are signed by {key}" if key else ""))
+                   "inputs" + (f", and both are signed by {settings.key}" if settings.key else ""))
     sys.exit(1 if problems else 0)

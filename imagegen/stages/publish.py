@@ -211,7 +211,11 @@ def _sign(result: PushResult, sign_key: Path, credentials: Credentials | None) -
 
 
 def _attach_provenance(result: PushResult, image: LockedImage, image_id: str, credentials: Credentials | None) -> None:
-    labels = docker_client().images.get(image_id).labels or {}
+    try:
+        labels = docker_client().images.get(image_id).labels or {}
+    except docker.errors.DockerException as error:  # pushed from the engine a moment ago: it went meanwhile
+        result.provenance_error = f"the image's labels could not be read: {error}"
+        return
     said = provenance.statement(image, f"{result.registry}/{result.repository}", result.digest, labels)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "provenance.intoto.json"
