@@ -9,6 +9,7 @@ import pytest
 
 from imagegen.engine.containers import exported_file_paths, image_facts, layer_file_paths
 from imagegen.engine.buildkit import BuildClientError, find_build_client
+from tests.helpers import REPO
 SECRET_VALUE = "s3cret-value-never-in-a-layer"
 
 
@@ -152,3 +153,14 @@ def test_client_from_environment_variable_is_honoured(docker_client, monkeypatch
 def test_builder_needs_buildx(docker_client):
     with pytest.raises(BuildClientError, match="imagegen-no-such-builder"):
         find_build_client(builder="imagegen-no-such-builder")
+
+
+def test_an_engine_older_than_20_10_is_refused_at_start_in_one_line():
+    from imagegen.engine.buildkit import SUPPORTED_ENGINES, engine_refusal
+
+    assert engine_refusal("19.03.15") == (
+        "the Docker Engine here is 19.03.15: imagegen supports Docker Engine 20.10 or newer (its BuildKit builds the "
+        "templates' cache and bind mounts); upgrade the engine")
+    for version in ("20.10.24+dfsg1", "26.1.5+dfsg1", "29.0.1", "", "unknown"):
+        assert engine_refusal(version) is None, version
+    assert f"imagegen supports {SUPPORTED_ENGINES}" in (REPO / "README.md").read_text()

@@ -27,6 +27,10 @@ FALLBACK_DOCKER = "/usr/bin/docker"
 PROBE_TIMEOUT_S = 120
 LOG_TAIL_LINES = 30
 
+# The oldest engine imagegen builds on: Debian 12's 20.10, CI's (trixie's 26 runs beside it: testbed/engine26.py). An
+# older one is refused at start: its BuildKit lacks the cache and bind mounts the templates use.
+OLDEST_ENGINE = (20, 10)
+SUPPORTED_ENGINES = "Docker Engine 20.10 or newer"
 _NO_DAEMON_MARKERS = ("cannot connect to the docker daemon", "is the docker daemon running")
 _PROBE_DOCKERFILE = "FROM scratch\nLABEL org.imagegen.probe=buildkit\n"
 
@@ -183,7 +187,7 @@ class _Attempt:
 
 
 def find_build_client(preferred: str | None = None, builder: str | None = None) -> BuildClient:
-    """Return the first docker CLI that builds with BuildKit.
+    """Return the first docker CLI that builds with BuildKit, on an engine imagegen supports.
 
     `preferred` (the --docker option, else $IMAGEGEN_DOCKER) restricts the search to that
     client. `builder` (a buildx builder name) restricts it to buildx.
@@ -192,9 +196,26 @@ def find_build_client(preferred: str | None = None, builder: str | None = None) 
     attempts: list[_Attempt] = []
     for attempt in _attempts(preferred, builder):
         if attempt.client is not None:
+            engine = _run_quietly([attempt.binary, "version", "--format", "{{.Server.Version}}"], {}).stdout.strip()
+            refused = engine_refusal(engine)
+            if refused:
+                raise BuildClientError(refused)
             return _with_failures(attempt.client, attempts)
         attempts.append(attempt)
     raise BuildClientError(_no_client_message(attempts, preferred, builder))
+
+
+def engine_refusal(version: str) -> str | None:
+    """Why imagegen does not build on an engine of this version (`docker version`'s Server.Version); None when it
+    does, or when the engine does not say (a daemon that answered the probe builds)."""
+    found = re.match(r"(\d+)\.(\d+)", version or "")
+    if not found:
+        return None
+    major, minor = int(found.group(1)), int(found.group(2))
+    if (major, minor) < OLDEST_ENGINE:
+        return (f"the Docker Engine here is {version}: imagegen supports {SUPPORTED_ENGINES} (its BuildKit builds the "
+                "templates' cache and bind mounts); upgrade the engine")
+    return None
 
 
 def _attempts(preferred: str | None, builder: str | None):
