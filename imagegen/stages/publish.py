@@ -220,23 +220,25 @@ def _attach_provenance(result: PushResult, image: LockedImage, image_id: str, cr
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "provenance.intoto.json"
         path.write_text(json.dumps(said, indent=1, sort_keys=True))
-        try:
-            attached = oci.attach_artifact(result.registry, result.repository, result.digest, path,
-                                           provenance.MEDIA_TYPE, credentials)
-        except UserError as error:
-            result.provenance_error = str(error)
-            return
-    result.provenance_digest = attached.digest
+        attached, result.provenance_error = _attached(result, path, provenance.MEDIA_TYPE, credentials)
+    if attached:
+        result.provenance_digest = attached.digest
 
 
 def _attach_sbom(result: PushResult, sbom_file: Path, credentials: Credentials | None) -> None:
+    attached, result.sbom_error = _attached(result, sbom_file, sbom.MEDIA_TYPE, credentials)
+    if attached:
+        result.sbom_digest, result.sbom_found_by = attached.digest, attached.found_by
+
+
+def _attached(result: PushResult, path: Path, media_type: str,
+              credentials: Credentials | None) -> tuple[oci.Attached | None, str]:
+    """`path` attached to the pushed image as an artifact of `media_type`; else None and why."""
     try:
-        attached = oci.attach_artifact(result.registry, result.repository, result.digest, sbom_file,
-                                                   sbom.MEDIA_TYPE, credentials)
+        return oci.attach_artifact(result.registry, result.repository, result.digest, path, media_type,
+                                   credentials), ""
     except UserError as error:
-        result.sbom_error = str(error)
-        return
-    result.sbom_digest, result.sbom_found_by = attached.digest, attached.found_by
+        return None, str(error)
 
 
 def push_if_tested(image: LockedImage, image_id: str, tests: dict[str, TestResult] | None, registry: str,
