@@ -43,12 +43,17 @@ def test_verify_passes_on_the_pushed_image_and_fails_in_one_line_on_one_pushed_o
     kept = {k: v for k, v in labels.items() if k in ("io.imagegen.inputs", "org.opencontainers.image.revision")}
     pushed = {}
     for name, image_labels in (("foreign", {}), ("plain", kept)):
-        built, _ = docker_client.images.build(fileobj=io.BytesIO(f"FROM {local_base_image}\n".encode()),
-                                              labels=image_labels, tag=f"{auth_registry.host}/vlm-grpo:{name}")
-        for line in docker_client.images.push(f"{auth_registry.host}/vlm-grpo", name, stream=True, decode=True,
-                                              auth_config={"username": login.username, "password": login.password}):
-            assert "error" not in line, line
-            pushed[name] = line.get("aux", {}).get("Digest") or pushed.get(name)
+        # rm, forcerm: docker-py's build keeps its intermediate containers otherwise (other tests count containers)
+        docker_client.images.build(fileobj=io.BytesIO(f"FROM {local_base_image}\n".encode()), labels=image_labels,
+                                   tag=f"{auth_registry.host}/vlm-grpo:{name}", rm=True, forcerm=True)
+        try:
+            for line in docker_client.images.push(f"{auth_registry.host}/vlm-grpo", name, stream=True, decode=True,
+                                                  auth_config={"username": login.username,
+                                                               "password": login.password}):
+                assert "error" not in line, line
+                pushed[name] = line.get("aux", {}).get("Digest") or pushed.get(name)
+        finally:
+            docker_client.images.remove(f"{auth_registry.host}/vlm-grpo:{name}")
     assert verify("vlm-grpo:foreign").stderr.splitlines() == [
         f"error: {auth_registry.host}/vlm-grpo@{pushed['foreign']}: not an image imagegen built (no io.imagegen.inputs "
         "label)"]
