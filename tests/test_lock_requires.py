@@ -30,3 +30,16 @@ def test_a_file_the_lock_does_not_hash_is_not_read_while_one_it_does_is_there():
     assert metadata_file([X86_311, X86_312], ["sha256:b"], "3.11", "x86_64") == X86_312  # another wheel of it
     assert metadata_file([SDIST, X86_311], ["sha256:s"], "3.11", "x86_64") == SDIST  # DeepSpeed: an sdist alone
     assert metadata_file([], [], "3.11", "x86_64") is None
+
+
+def test_a_line_holds_by_its_marker_and_the_extras_asked():
+    from imagegen.locking.markers import applicable, holds
+
+    lines = ("a>=1", "b; python_version < '3.12'", "c; extra == 'dev'", "d; extra == 'Math_Verify'",
+             "e; extra == 'x' or python_version >= '3.11'", "f; sys_platform == 'win32'", "not a requirement !")
+    kept = {line.split(";")[0].split(">")[0]: extras for _, line, extras in applicable(lines, "3.11", "x86_64")}
+    assert kept == {"a": None, "b": None, "c": frozenset({"dev"}), "d": frozenset({"math-verify"}), "e": None,
+                    "not a requirement !": None}
+    assert holds("d; extra == 'Math_Verify'", "3.11", "x86_64", kept["d"], {"math-verify"})
+    assert not holds("c; extra == 'dev'", "3.11", "x86_64", kept["c"], {"math-verify"})
+    assert [line for _, line, _ in applicable(lines, "3.12", "x86_64")][1] == "c; extra == 'dev'"  # b: not on 3.12

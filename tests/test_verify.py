@@ -41,19 +41,8 @@ def test_verify_passes_on_the_pushed_image_and_fails_in_one_line_on_one_pushed_o
         "key"]
     labels = docker_client.images.get(cpu_image["id"]).labels
     kept = {k: v for k, v in labels.items() if k in ("io.imagegen.inputs", "org.opencontainers.image.revision")}
-    pushed = {}
-    for name, image_labels in (("foreign", {}), ("plain", kept)):
-        # rm, forcerm: docker-py's build keeps its intermediate containers otherwise (other tests count containers)
-        docker_client.images.build(fileobj=io.BytesIO(f"FROM {local_base_image}\n".encode()), labels=image_labels,
-                                   tag=f"{auth_registry.host}/vlm-grpo:{name}", rm=True, forcerm=True)
-        try:
-            for line in docker_client.images.push(f"{auth_registry.host}/vlm-grpo", name, stream=True, decode=True,
-                                                  auth_config={"username": login.username,
-                                                               "password": login.password}):
-                assert "error" not in line, line
-                pushed[name] = line.get("aux", {}).get("Digest") or pushed.get(name)
-        finally:
-            docker_client.images.remove(f"{auth_registry.host}/vlm-grpo:{name}")
+    pushed = {name: _pushed(docker_client, auth_registry.host, login, name, image_labels, local_base_image)
+              for name, image_labels in (("foreign", {}), ("plain", kept))}
     assert verify("vlm-grpo:foreign").stderr.splitlines() == [
         f"error: {auth_registry.host}/vlm-grpo@{pushed['foreign']}: not an image imagegen built (no io.imagegen.inputs "
         "label)"]
@@ -70,3 +59,19 @@ def test_verify_passes_on_the_pushed_image_and_fails_in_one_line_on_one_pushed_o
     assert amd64["provenance_digest"] and verify("vlm-grpo:plain").stderr.splitlines() == [
         bare + f"its provenance names commit {'b' * 40}; the image was built from {revision} (its "
         "org.opencontainers.image.revision label)"]
+
+
+def _pushed(docker_client, host: str, login: Credentials, tag: str, labels: dict, base: str) -> str:
+    """An image of the base with these labels, pushed by `docker push` as vlm-grpo:TAG: its digest."""
+    # rm, forcerm: docker-py's build keeps its intermediate containers otherwise (other tests count containers)
+    docker_client.images.build(fileobj=io.BytesIO(f"FROM {base}\n".encode()), labels=labels,
+                               tag=f"{host}/vlm-grpo:{tag}", rm=True, forcerm=True)
+    digest = None
+    try:
+        for line in docker_client.images.push(f"{host}/vlm-grpo", tag, stream=True, decode=True,
+                                              auth_config={"username": login.username, "password": login.password}):
+            assert "error" not in line, line
+            digest = line.get("aux", {}).get("Digest") or digest
+    finally:
+        docker_client.images.remove(f"{host}/vlm-grpo:{tag}")
+    return digest

@@ -87,8 +87,10 @@ def _package_mismatches(plan: PlannedImage, lock: Lock, entries: Entries) -> lis
     packages = ("platforms", plan.platform, "packages")
     pinned = {canonicalize_name(component.distribution) for component, _ in component_pins(plan)}
     walk = _Walk(entries, (lock.inputs.get("python", ""), MACHINE.get(plan.platform, "")), packages, pinned)
+    python, machine = walk.where
     walk.run([(line, None, ("platforms", plan.platform, "inputs", "requirements", number))
-              for number, line in enumerate(lock.inputs.get("requirements", ()))])
+              for number, line in enumerate(lock.inputs.get("requirements", ()))
+              if markers.parsed(line) is None or markers.line_applies(line, python, machine)])
     found = walk.found
     for name, (index, package) in entries.items():
         parents = sorted(walk.parents.get(name, set()) - {None})
@@ -124,9 +126,6 @@ class _Walk:
         if requirement is None:
             self.found.append(Mismatch(where, "not a requirement", "lock-packages"))
             return []
-        extras = ("", *sorted(self.extras[parent])) if parent else ("",)
-        if not any(markers.line_applies(line, *self.where, extra) for extra in extras):
-            return []
         name = canonicalize_name(requirement.name)
         index, package = self.entries.get(name, NONE)
         who = f"{parent} {self.entries[parent][1].version} requires" if parent else "the lock was made from"
@@ -140,9 +139,11 @@ class _Walk:
                                        f"{str(requirement)!r}, which {who}", "lock-packages"))
         new = name not in self.parents
         self.parents.setdefault(name, set()).add(parent if parent != name else None)  # its own extra: no parent
-        added = set(requirement.extras) - self.extras.setdefault(name, set())
+        added = {canonicalize_name(extra) for extra in requirement.extras} - self.extras.setdefault(name, set())
         if not (new or added):
             return []
-        self.extras[name] |= added
+        self.extras[name] |= {canonicalize_name(extra) for extra in added}
+        asked = self.extras[name]
         return [(line, name, (*self.packages, index, "requires", number))
-                for number, line in enumerate(package.requires)]
+                for number, line, extras in markers.applicable(package.requires, *self.where)
+                if extras is None or markers.holds(line, *self.where, extras, asked)]
