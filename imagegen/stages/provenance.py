@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from imagegen.engine.registry import oci
-from imagegen.engine.registry.http import Credentials, ImageReference, RegistryClient, check, credentials_for
+from imagegen.engine.registry.http import Credentials, ImageReference, RegistryClient, credentials_for
 from imagegen.locking import lockfile
 from imagegen.render.locked import LockedImage
 from imagegen.render.tags import INPUTS_LABEL
@@ -38,9 +38,9 @@ def lock_digest(image: LockedImage) -> str:
 
 def statement(image: LockedImage, name: str, digest: str, labels: dict[str, str]) -> dict:
     """The provenance of `image`, pushed as `name` (registry/repository) at `digest`, built with `labels`."""
-    revision = labels.get(REVISION_LABEL)
+    revision, locked = labels.get(REVISION_LABEL), lock_digest(image)
     dependencies = [{"uri": f"imagegen:locks/{image.name}.json#{image.platform}",
-                     "digest": {"sha256": lock_digest(image).removeprefix("sha256:")}}]
+                     "digest": {"sha256": locked.removeprefix("sha256:")}}]
     if revision:
         dependencies.insert(0, {"uri": "git+source", "digest": {"gitCommit": revision}})
     if image.lock.base.digest:
@@ -55,7 +55,7 @@ def statement(image: LockedImage, name: str, digest: str, labels: dict[str, str]
                 "buildType": BUILD_TYPE,
                 "externalParameters": {"image": image.name, "platform": image.platform,
                                        "matrix_entry": image.as_dict()},
-                "internalParameters": {"inputs_digest": image.inputs_digest, "lock_digest": lock_digest(image)},
+                "internalParameters": {"inputs_digest": image.inputs_digest, "lock_digest": locked},
                 "resolvedDependencies": dependencies,
             },
             "runDetails": {"builder": {"id": labels.get(BUILDER_LABEL, "imagegen")},
@@ -122,8 +122,4 @@ def mismatches(said: dict, digest: str, labels: dict[str, str]) -> list[str]:
 
 def _statement(remote: RegistryClient, repository: str, artifact_digest: str) -> dict:
     artifact = remote.manifest(repository, artifact_digest)
-    layer = json.loads(artifact.body)["layers"][0]["digest"]
-    url = f"{remote.base_url}/v2/{remote.path(repository)}/blobs/{layer}"
-    response = remote.request("GET", url)
-    check(response, f"GET {url}")
-    return response.json()
+    return json.loads(remote.blob(repository, json.loads(artifact.body)["layers"][0]["digest"]))

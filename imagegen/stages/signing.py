@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def signatures(remote: RegistryClient, repository: str, digest: str) -> list[Sig
     if found is None:
         return []
     layers = json.loads(found.body).get("layers", [])
-    return [Signature(_get_blob(remote, repository, layer["digest"]),
+    return [Signature(remote.blob(repository, layer["digest"]),
                       layer.get("annotations", {}).get(SIGNATURE_ANNOTATION, "")) for layer in layers]
 
 
@@ -135,21 +136,11 @@ def _names(data: bytes, digest: str) -> bool:
 
 
 def _blob(remote: RegistryClient, repository: str, data: bytes, media_type: str) -> dict:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    start = remote.request("POST", f"{remote.base_url}/v2/{remote.path(repository)}/blobs/uploads/")
-    check(start, "POST blob upload")
-    location = start.headers["Location"]
-    if location.startswith("/"):
-        location = remote.base_url + location
-    joiner = "&" if "?" in location else "?"
-    put = remote.request("PUT", f"{location}{joiner}digest={digest}", data=data,
-                         headers={"Content-Type": "application/octet-stream"})
-    check(put, f"PUT blob {digest}")
-    return {"mediaType": media_type, "digest": digest, "size": len(data)}
-
-
-def _get_blob(remote: RegistryClient, repository: str, digest: str) -> bytes:
-    url = f"{remote.base_url}/v2/{remote.path(repository)}/blobs/{digest}"
-    response = remote.request("GET", url)
-    check(response, f"GET {url}")
-    return response.content
+    """`data` uploaded as a blob through oras-py, as oci.attach_artifact uploads; its descriptor."""
+    descriptor = {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "blob"
+        path.write_bytes(data)
+        check(remote.oras.upload_blob(str(path), remote.container(repository, "signature"), descriptor),
+              f"upload of {descriptor['digest']}")
+    return descriptor

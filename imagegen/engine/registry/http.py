@@ -10,6 +10,8 @@ It imports nothing of imagegen but core: what a tag's contents mean for publicat
 
 from __future__ import annotations
 
+import json
+
 import ipaddress
 import urllib.parse
 from dataclasses import dataclass, field
@@ -153,14 +155,17 @@ class RegistryClient:
                          media_type=response.headers.get("Content-Type", "").split(";")[0] or None,
                          size=int(size) if size else None, body=response.content if method == "GET" else b"")
 
+    def blob(self, repository: str, digest: str) -> bytes:
+        url = f"{self.base_url}/v2/{self.path(repository)}/blobs/{digest}"
+        response = self.request("GET", url)
+        check(response, f"GET {url}")
+        return response.content
+
     def labels(self, repository: str, manifest: Manifest) -> dict[str, str]:
         """The labels of the image a manifest describes, from its config blob."""
         if not manifest.config_digest:
             return {}
-        url = f"{self.base_url}/v2/{self.path(repository)}/blobs/{manifest.config_digest}"
-        response = self.request("GET", url)
-        check(response, f"GET {url}")
-        return (response.json().get("config") or {}).get("Labels") or {}
+        return (json.loads(self.blob(repository, manifest.config_digest)).get("config") or {}).get("Labels") or {}
 
     def copy_tag(self, repository: str, source: str, tag: str) -> None:
         """Point tag at what source holds, in the registry: its manifest put again under the new tag."""
