@@ -47,3 +47,14 @@ def test_a_stale_block_is_found_and_written_again(tmp_path):
              f"{docs.END}\n")
     fresh = docs.refreshed(stale, Workspace.of(root=REPO))
     assert fresh != stale and "| `cpu` | amd64, arm64 |" in fresh and fresh.endswith(f"{docs.END}\n")
+
+
+def test_the_user_guide_says_of_the_line_it_builds_what_the_matrix_says():
+    guide = (REPO / "docs" / "user-guide.md").read_text()
+    said = re.search(r"`(\S+)` is CUDA (\S+) from NVIDIA's wheels \(.*?\) on Debian\s+12, a (\w+) image with (.*?) for "
+                     r"attention", guide, re.S)
+    image = next(i for i in yaml.safe_load(MATRIX_PATH.read_text())["images"] if i["name"] == said[1])
+    defaults = yaml.safe_load(MATRIX_PATH.read_text())["defaults"]
+    attention = ("flash-attention 4" if image.get("flash_attn_4", "none") != "none"
+                 else "flash-attn 2" if image.get("flash_attn", "none") != "none" else "SDPA")
+    assert (said[2], said[3], said[4]) == (image["cuda"], image.get("flavor", defaults["flavor"]), attention), said[0]
