@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -80,11 +80,13 @@ def _run(argv: list[str], what: str) -> None:
 
 def _start_script(root: Path, data: Path, config: Path, shared: tuple[Path, ...]) -> str:
     """Run inside the namespace, in a private mount namespace (its mounts vanish with the daemon): the root made a
-    mount point (the daemon remounts / when it unpacks), its own proc, sysfs and cgroup2, the host's devices, the
-    fresh data root bound over /var/lib/docker, and each shared host folder at its own path (the daemon resolves
-    `docker run -v HOST:...` inside its root)."""
+    mount point (the daemon remounts / when it unpacks), its own proc, sysfs and cgroup2, the host's devices and
+    resolver (the root's copy is debootstrap's, of the day it was made), the fresh data root bound over
+    /var/lib/docker, and each shared host folder at its own path (the daemon resolves `docker run -v HOST:...` inside
+    its root)."""
     binds = "".join(f"mkdir -p {root}{path}; mount --bind {path} {root}{path}; " for path in shared)
-    return (f"set -e; mount --bind {root} {root}; {binds}mount -t proc proc {root}/proc; "
+    return (f"set -e; mount --bind {root} {root}; {binds}mount --bind /etc/resolv.conf {root}/etc/resolv.conf; "
+            f"mount -t proc proc {root}/proc; "
             f"mount -t sysfs sysfs {root}/sys; "
             f"mount -t cgroup2 cgroup2 {root}/sys/fs/cgroup; mount --rbind /dev {root}/dev; "
             f"mkdir -p {data} {root}/var/lib/docker {root}/run/imagegen; mount --bind {data} {root}/var/lib/docker; "
@@ -100,10 +102,42 @@ def _netns(name: str) -> None:
 
 
 @contextmanager
+def _uplink(netns: str) -> Iterator[None]:
+    """The namespace's way out, for builds that fetch from the package index: a veth pair to the host, a default
+    route through it, and the host masquerading what comes from it, as a host's engine reaches the network. The host
+    gains one link and three rules of its own, all removed on leaving: the NAT rule in POSTROUTING, and forwarding
+    to and from the link in DOCKER-USER (the chain Docker leaves to its users: the main engine's FORWARD policy drops
+    the rest); docker0 and Docker's own chains are never named."""
+    n = os.getpid() % 16384
+    subnet, host_address, inner_address = (f"10.226.{n >> 6}.{(n & 63) * 4}/30", f"10.226.{n >> 6}.{(n & 63) * 4 + 1}",
+                                           f"10.226.{n >> 6}.{(n & 63) * 4 + 2}")
+    outer, inner = f"ig26h{n}", f"ig26n{n}"
+    chain = "DOCKER-USER" if not subprocess.run(["iptables", "-n", "-L", "DOCKER-USER"],
+                                                capture_output=True).returncode else "FORWARD"
+    rules = [("nat", "POSTROUTING", "-s", subnet, "!", "-o", outer, "-j", "MASQUERADE"),
+             ("filter", chain, "-i", outer, "-j", "ACCEPT"), ("filter", chain, "-o", outer, "-j", "ACCEPT")]
+    in_ns = ["ip", "netns", "exec", netns]
+    steps = [["ip", "link", "add", outer, "type", "veth", "peer", "name", inner],
+             ["ip", "link", "set", inner, "netns", netns], ["ip", "addr", "add", f"{host_address}/30", "dev", outer],
+             ["ip", "link", "set", outer, "up"], [*in_ns, "ip", "addr", "add", f"{inner_address}/30", "dev", inner],
+             [*in_ns, "ip", "link", "set", inner, "up"], [*in_ns, "ip", "route", "add", "default", "via", host_address],
+             *(["iptables", "-t", table, "-I", chain_name, *spec] for table, chain_name, *spec in rules)]
+    try:
+        for argv in steps:
+            _run(argv, " ".join(argv))
+        yield
+    finally:
+        for table, chain_name, *spec in rules:
+            subprocess.run(["iptables", "-t", table, "-D", chain_name, *spec], capture_output=True)
+        subprocess.run(["ip", "link", "delete", outer], capture_output=True)
+
+
+@contextmanager
 def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = False,
-            max_concurrent_downloads: int = 3, shared: tuple[Path, ...] = ()) -> Iterator[Engine]:
+            max_concurrent_downloads: int = 3, shared: tuple[Path, ...] = (), uplink: bool = False) -> Iterator[Engine]:
     """An empty engine (its data root under `work`) in a namespace of its own, the `shared` host folders visible to
-    it at their own paths; stopped, and its namespace and data removed, on leaving."""
+    it at their own paths; with `uplink`, a way out to the network (_uplink) for its builds; stopped, and its
+    namespace, link and data removed, on leaving."""
     root = prepare(root)
     netns = f"{NETNS_PREFIX}-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -111,11 +145,22 @@ def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = Fals
     config.write_text(json.dumps({"features": {"containerd-snapshotter": containerd_store},
                                   "max-concurrent-downloads": max_concurrent_downloads}))
     _netns(netns)
+    with ExitStack() as stack:
+        stack.callback(subprocess.run, ["ip", "netns", "delete", netns], capture_output=True)
+        if uplink:
+            stack.enter_context(_uplink(netns))
+        stack.callback(shutil.rmtree, work / "data", ignore_errors=True)
+        yield stack.enter_context(_started(root, work, config, netns, shared, containerd_store))
+
+
+@contextmanager
+def _started(root: Path, work: Path, config: Path, netns: str, shared: tuple[Path, ...],
+             containerd_store: bool) -> Iterator[Engine]:
     log_path = work / "dockerd.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private",
                                     "bash", "-c", _start_script(root, work / "data", config,
-                                                                          tuple(p.resolve() for p in shared))],
+                                                                tuple(p.resolve() for p in shared))],
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     host = f"unix://{root / SOCKET}"
     try:
@@ -124,8 +169,6 @@ def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = Fals
                      "containerd" if containerd_store else "overlay2")
     finally:
         _stop(process)
-        subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
-        shutil.rmtree(work / "data", ignore_errors=True)
 
 
 def _wait_for(host: str, process: subprocess.Popen, log_path: Path) -> dict:
@@ -157,16 +200,17 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def registry_in(engine: Engine, storage: Path, work: Path) -> Iterator[str]:
+def registry_in(engine: Engine, storage: Path, work: Path, port: int = REGISTRY_PORT) -> Iterator[str]:
     """docker-registry inside the engine's namespace, serving `storage` (what the host's registry holds); yields
-    "127.0.0.1:PORT" as the engine sees it."""
+    "127.0.0.1:PORT" as the engine sees it. Given the host registry's own port, one name means the same repository
+    on both sides: what the engine pushes, a host process reads under the same reference, and the other way."""
     config = work / "registry-netns.yml"
-    config.write_text(registry.config(REGISTRY_PORT, storage))
+    config.write_text(registry.config(port, storage))
     log_path = work / "registry-netns.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(["ip", "netns", "exec", engine.netns, "docker-registry", "serve", str(config)],
                                    stdout=log, stderr=subprocess.STDOUT)
-    host = f"127.0.0.1:{REGISTRY_PORT}"
+    host = f"127.0.0.1:{port}"
     probe = f"import urllib.request; urllib.request.urlopen('http://{host}/v2/', timeout=2)"
     try:
         deadline = time.monotonic() + registry.START_TIMEOUT_S
