@@ -181,20 +181,22 @@ def image_facts(image: str, *, client: docker.DockerClient | None = None) -> dic
     client = client or docker_client()
     found = _image(client, image)
     config = found.attrs.get("Config") or {}
+    layers = [{"created_by": entry.get("CreatedBy", ""), "size": entry.get("Size", 0)}
+              for entry in reversed(found.history())]  # history is newest first; layers go up
     return {
-        "id": found.id,
+        "id": found.id,  # the config's digest on Docker's own store; the manifest's on the containerd store
         "tags": found.tags,
         "platform": f"{found.attrs.get('Os', 'linux')}/{found.attrs.get('Architecture', '')}",
-        "size": found.attrs.get("Size"),
+        # What the layers unpack to. Not the inspect's Size: on the containerd image store (Docker 29's default) that
+        # is the compressed content, about half of it for the cpu image (tests/test_engine26_pipeline.py); its
+        # history counts what each layer's snapshot holds on disk
+        "size": sum(layer["size"] for layer in layers),
         "labels": config.get("Labels") or {},
         "user": config.get("User") or "",
         "entrypoint": config.get("Entrypoint"),
         "cmd": config.get("Cmd"),
         "created": found.attrs.get("Created"),
-        "layers": [
-            {"created_by": entry.get("CreatedBy", ""), "size": entry.get("Size", 0)}
-            for entry in reversed(found.history())  # history is newest first; layers go up
-        ],
+        "layers": layers,
     }
 
 

@@ -10,10 +10,16 @@ a layer the registry holds is not uploaded again. The engine streams layers in a
 is which (Docker 20.10 names them by a legacy id), so a layer whose size is that of a blob the registry holds
 under one of the image's diff_ids is read and hashed without upload; in the rare case that it turns out to be
 another layer of the same size, the stream is read again and every layer uploaded.
+
+The containerd image store (Docker 26 with it on, 29's default) saves another shape: an OCI layout whose image id
+is its manifest's digest, not its config's, and whose layers are the compressed blobs BuildKit exported. There the
+config is the blob whose rootfs lists the image's diff_ids, and each gzip layer is decompressed as it streams, its
+digest known only once it is read: it is uploaded (a registry keeps one copy of a digest however often it is sent).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -31,6 +37,8 @@ CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 LAYER_MEDIA_TYPE = "application/vnd.docker.image.rootfs.diff.tar"
 CHUNK_BYTES = 64 * 1024 * 1024  # one PATCH of a chunked upload; the spec's chunked upload, which every registry takes
 READ_BYTES = 4 * 1024 * 1024  # of `docker save`'s stream at a time
+CONFIG_MAX_BYTES = 4 * 1024 * 1024  # a blob this small may be the config (an image config is kilobytes)
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass
@@ -46,7 +54,7 @@ class _SizeTwin(Exception):
 
 def push_tag(client: docker.DockerClient, image, remote: RegistryClient, repository: str, tag: str) -> Pushed:
     """Push the engine's image under REGISTRY/REPOSITORY:TAG with uncompressed layers; the config is the image's
-    own, so the manifest's config digest is the local image id."""
+    own (on Docker's own store its digest is the local image id)."""
     diff_ids = list(image.attrs["RootFS"]["Layers"])
     held = {digest: size for digest in set(diff_ids)
             if (size := _blob_size(remote, repository, digest)) is not None}
@@ -59,10 +67,11 @@ def push_tag(client: docker.DockerClient, image, remote: RegistryClient, reposit
     missing = [digest for digest in diff_ids if digest not in layers]
     if missing:
         raise RegistryError(f"the engine's saved {image.id} lacks the layer {missing[0]} its config lists")
-    if _blob_size(remote, repository, image.id) is None:
-        _upload(remote, repository, [config], image.id)
+    config_digest = f"sha256:{hashlib.sha256(config).hexdigest()}"
+    if _blob_size(remote, repository, config_digest) is None:
+        _upload(remote, repository, [config], config_digest)
     manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE,
-                "config": {"mediaType": CONFIG_MEDIA_TYPE, "size": len(config), "digest": image.id},
+                "config": {"mediaType": CONFIG_MEDIA_TYPE, "size": len(config), "digest": config_digest},
                 "layers": [{"mediaType": LAYER_MEDIA_TYPE, "size": layers[digest], "digest": digest}
                            for digest in diff_ids]}
     body = json.dumps(manifest, separators=(",", ":")).encode()
@@ -74,7 +83,7 @@ def push_tag(client: docker.DockerClient, image, remote: RegistryClient, reposit
 
 def _stream(client, image, remote: RegistryClient, repository: str, diff_ids: list[str],
             held: dict[str, int]) -> tuple[Pushed, dict[str, int], bytes | None]:
-    """One pass over `docker save`: (what was sent, each layer's size by digest, the config bytes)."""
+    """One pass over `docker save`: (what was sent, each layer's uncompressed size by digest, the config bytes)."""
     pushed, layers, config = Pushed(digest=""), {}, None
     image_hex = image.id.split(":", 1)[1]
     save = client.api.get_image(image.id, chunk_size=READ_BYTES)
@@ -84,13 +93,57 @@ def _stream(client, image, remote: RegistryClient, repository: str, diff_ids: li
                 continue
             name = member.name.lstrip("./")
             known = f"sha256:{name.rsplit('/', 1)[-1]}" if name.startswith("blobs/sha256/") else None
-            if name in (f"{image_hex}.json", f"blobs/sha256/{image_hex}"):
-                config = saved.extractfile(member).read()
+            content = saved.extractfile(member)
+            if name == f"{image_hex}.json":
+                config = content.read()
             elif name.endswith("/layer.tar") or known in diff_ids:
-                digest = _layer(saved.extractfile(member), member.size, known, remote, repository, diff_ids,
-                                held, pushed)
+                digest = _layer(content, member.size, known, remote, repository, diff_ids, held, pushed)
                 layers[digest] = member.size
+            elif known:  # the containerd store's OCI layout: its config, a manifest, or a compressed layer
+                config = _oci_blob(content, member.size, remote, repository, diff_ids, pushed, layers) or config
     return pushed, layers, config
+
+
+def _is_config(body: bytes, diff_ids: list[str]) -> bool:
+    try:
+        return json.loads(body).get("rootfs", {}).get("diff_ids") == diff_ids
+    except (ValueError, AttributeError):
+        return False
+
+
+def _oci_blob(stream, size: int, remote: RegistryClient, repository: str, diff_ids: list[str], pushed: Pushed,
+              layers: dict[str, int]) -> bytes | None:
+    """A blob of an OCI-layout save: the config's bytes when it is the config; a gzip layer decompressed and sent
+    up; anything else (a manifest, an index) passed over."""
+    if size <= CONFIG_MAX_BYTES:  # Docker 20.10 names its config IMAGE_ID.json, so only this shape gets here
+        body = stream.read()
+        if _is_config(body, diff_ids):
+            return body
+        if not body.startswith(GZIP_MAGIC):
+            return None
+        stream = io.BytesIO(body)
+    elif stream.peek(2)[:2] != GZIP_MAGIC:
+        return None
+    counted = _Counted(gzip.GzipFile(fileobj=stream, mode="rb"))
+    digest = _upload(remote, repository, _chunks(counted), None)
+    if digest not in diff_ids:
+        raise RegistryError(f"a layer the engine saved ({digest}) is not one its config lists: the image changed "
+                            "during the push? push it again")
+    pushed.uploaded.append(digest)
+    layers[digest] = counted.count
+    return None
+
+
+class _Counted:
+    """A stream that counts what was read from it: a decompressed layer's size is known once it is read."""
+
+    def __init__(self, stream):
+        self.stream, self.count = stream, 0
+
+    def read(self, size: int) -> bytes:
+        chunk = self.stream.read(size)
+        self.count += len(chunk)
+        return chunk
 
 
 def _layer(stream, size: int, known: str | None, remote: RegistryClient, repository: str, diff_ids: list[str],
