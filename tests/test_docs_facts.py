@@ -139,3 +139,14 @@ def only_through_the_lab_extra() -> set[str]:
 
     roots = {p["name"] for p in packages if not p["required_by"]}
     return closure(lab) - closure(roots - lab)
+
+
+def test_the_engines_the_readme_says_ci_runs_the_pipeline_on_are_the_ones_the_tests_start():
+    readme = (REPO / "README.md").read_text()
+    said = re.search(r"runs the cpu image on Docker (\S+) and again on Docker (\d+) with the\s+containerd image store",
+                     readme)
+    assert said, "README.md no longer says on which engines CI runs the pipeline"
+    pipeline = (REPO / "tests" / "test_engine26_pipeline.py").read_text()
+    assert "containerd_store=True" in pipeline and "CPU_BUILD_ARGS" in pipeline
+    started = (REPO / "tests" / "test_engine26.py").read_text()  # which asserts the second engine's version
+    assert f'engine.version.startswith("{said.group(2)}.")' in started and said.group(1) == "20.10"
