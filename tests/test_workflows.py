@@ -174,3 +174,18 @@ def test_the_locks_workflow_fails_when_the_strict_facts_check_does_and_still_pro
     assert "imagegen facts check --strict" in facts["run"] and "continue-on-error" not in facts
     after = steps[steps.index(facts) + 1:]
     assert after and all(step.get("if") == "${{ !cancelled() }}" for step in after)
+
+
+def test_every_publish_job_that_pushes_signs_what_it_pushed_keyless():
+    jobs = load_workflow("publish.yml")["jobs"]
+    pushing = {name: job for name, job in jobs.items() if job.get("permissions", {}).get("packages") == "write"}
+    assert set(pushing) == {"image", "index"}
+    for name, job in pushing.items():
+        assert job["permissions"].get("id-token") == "write", name  # the OIDC token Sigstore certifies
+        runs = [step.get("run", "") for step in job["steps"]]
+        pushed_at = next(i for i, run in enumerate(runs) if "imagegen push" in run or "--push" in run)
+        signs = [run for run in runs[pushed_at + 1:] if "cosign sign --yes" in run]
+        assert signs and "push.json" in signs[0], name  # every digest its push report names
+        assert any(step.get("uses", "").startswith("sigstore/cosign-installer@") for step in job["steps"]), name
+    image_signs = next(step["run"] for step in jobs["image"]["steps"] if "cosign sign" in step.get("run", ""))
+    assert ".provenance_digest" in image_signs and '"reports/$KEY/push.json"' in image_signs
