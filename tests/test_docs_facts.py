@@ -150,3 +150,21 @@ def test_the_engines_the_readme_says_ci_runs_the_pipeline_on_are_the_ones_the_te
     assert "containerd_store=True" in pipeline and "CPU_BUILD_ARGS" in pipeline
     started = (REPO / "tests" / "test_engine26.py").read_text()  # which asserts the second engine's version
     assert f'engine.version.startswith("{said.group(2)}.")' in started and said.group(1) == "20.10"
+
+
+def test_the_free_disk_the_readme_says_the_suite_needs_is_what_ci_disk_requires():
+    need = re.search(r"^NEED_GB=\$\{IMAGEGEN_TEST_DISK_GB:-(\d+)\}$", (REPO / ".ci" / "disk").read_text(), re.M)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = re.findall(r"removes build cache \(least recently used first\) only while less than (\d+) GB is free|"
+                      r"refuses to start with less than (\d+) GB free", readme)
+    assert need and len(said) == 2, "README.md no longer says how much free disk .ci/disk wants"
+    assert {n for pair in said for n in pair if n} == {need[1]}, (said, need[1])
+
+
+def test_the_slow_marker_the_documents_define_is_the_one_pytest_registers():
+    registered = re.search(r'"slow: takes over (\d+) s on its own"', (REPO / "pyproject.toml").read_text())
+    assert registered, "pyproject.toml no longer registers the slow marker with its threshold"
+    for readme in (REPO / "README.md", REPO / "trainer" / "README.md"):  # pyproject's testpaths hold both suites
+        said = re.findall(r"`slow` \(over (\d+) s on its own|the tests over (\d+) s each", readme.read_text())
+        assert said, f"{readme.relative_to(REPO)} no longer says what the slow marker means"
+        assert {n for pair in said for n in pair if n} == {registered[1]}, (readme.relative_to(REPO), said)
