@@ -197,3 +197,11 @@ def test_the_slow_marker_the_documents_define_is_the_one_pytest_registers():
         said = re.findall(r"`slow` \(over (\d+) s on its own|the tests over (\d+) s each", readme.read_text())
         assert said, f"{readme.relative_to(REPO)} no longer says what the slow marker means"
         assert {n for pair in said for n in pair if n} == {registered[1]}, (readme.relative_to(REPO), said)
+
+
+def test_the_number_of_largest_files_the_user_guide_says_a_failed_size_budget_lists_is_the_builds():
+    listed = re.search(r"^LARGEST_PATHS = (\d+)\b", (REPO / "imagegen" / "stages" / "build.py").read_text(), re.M)
+    guide = " ".join((REPO / "docs" / "user-guide.md").read_text().split())
+    words = {"5": "five", "10": "ten", "20": "twenty"}
+    assert listed and f"report page list its {words.get(listed[1], listed[1])} largest files:" in guide
+    assert f"smaller its {listed[1]} largest files: SIZE PATH" in guide, "the example failure lists other files"
