@@ -205,3 +205,29 @@ def test_the_number_of_largest_files_the_user_guide_says_a_failed_size_budget_li
     words = {"5": "five", "10": "ten", "20": "twenty"}
     assert listed and f"report page list its {words.get(listed[1], listed[1])} largest files:" in guide
     assert f"smaller its {listed[1]} largest files: SIZE PATH" in guide, "the example failure lists other files"
+
+
+def test_the_health_lines_the_trainer_readme_shows_are_what_the_clock_says_for_its_figures():
+    from vlmgrpo.run.health import StallPolicy, StepClock
+    readme = " ".join((REPO / "trainer" / "README.md").read_text().split())
+    ok = re.search(r"\(`(ok: step (\d+), last progress ([\d.]+) s ago \(limit [^`]*?): \.\.\.\)`\)", readme)
+    stalled = re.search(r"\(`(stalled: no step finished for ([\d.]+) s after step \d+ .*? median step time ([\d.]+) s,"
+                        r" [^`]*)`\)", readme)
+    assert ok and stalled, "trainer/README.md no longer shows /health's two lines"
+    clock = StepClock(StallPolicy(), now=0.0)
+    clock.step_finished(int(ok[2]), float(stalled[3]), now=100.0)
+    assert clock.verdict(100.0 + float(ok[3])).reason.startswith(ok[1] + ": ")
+    assert clock.verdict(100.0 + float(stalled[2])).reason == stalled[1]
+
+
+def test_every_default_a_document_gives_a_config_key_is_its_default():
+    from dataclasses import MISSING, fields
+
+    from vlmgrpo.config import sections
+    defaults = {f.name: f.default for section in (sections.RecDataConfig, sections.RewardConfig, sections.RunConfig)
+                for f in fields(section) if f.default is not MISSING}
+    said = [(path, m) for path in DOCUMENTS for m in
+            re.finditer(r"`(\w+)` \((?:default )?(\d+(?:\.\d+)?)(?: s)?[);:,]", prose(path)) if m[1] in defaults]
+    assert len(said) >= 10, [m[0] for _, m in said]
+    wrong = [f"{path.relative_to(REPO)}: {m[0]}" for path, m in said if float(m[2]) != float(defaults[m[1]])]
+    assert not wrong, f"defaults the config does not have: {wrong}"
