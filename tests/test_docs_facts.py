@@ -231,3 +231,10 @@ def test_every_default_a_document_gives_a_config_key_is_its_default():
     assert len(said) >= 10, [m[0] for _, m in said]
     wrong = [f"{path.relative_to(REPO)}: {m[0]}" for path, m in said if float(m[2]) != float(defaults[m[1]])]
     assert not wrong, f"defaults the config does not have: {wrong}"
+
+
+def test_the_wheels_the_matrix_reference_says_facts_check_reads_at_once_are_its_readers():
+    readers = re.search(r"^READERS = (\d+)\b", (REPO / "imagegen" / "facts" / "check.py").read_text(), re.M)
+    said = re.search(r"by range requests, (\w+) wheels at a time", (REPO / "docs" / "matrix.md").read_text())
+    words = {"four": 4, "six": 6, "eight": 8, "ten": 10, "twelve": 12, "sixteen": 16}
+    assert readers and said and words.get(said[1]) == int(readers[1]), (said and said[0], readers and readers[0])
