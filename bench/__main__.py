@@ -12,14 +12,16 @@ from pathlib import Path
 from imagegen.core import atomic
 
 from . import (arm64, bytecode, cache, cold_start, cuda_wheels, data_scale, engines, examples, lock_install, lock_time,
-               machine, operations, overhead, pulls, render_time, rewards, serve_abuse, size, slurm)
+               machine, operations, overhead, pulls, render_time, reproducible, rewards, serve_abuse, size,
+               slurm)
 from .common import REPO
 
 # Each section's module; its text starts "## N. Title", N being its place here.
 SECTIONS = {"cache": cache, "size": size, "trainer": overhead, "render": render_time, "lock": lock_install,
             "arm64": arm64, "examples": examples, "data": data_scale, "slurm": slurm, "operations": operations,
             "cold": cold_start, "locks": lock_time, "wheels": cuda_wheels, "pulls": pulls, "rewards": rewards,
-            "engines": engines, "serve": serve_abuse, "bytecode": bytecode}
+            "engines": engines, "serve": serve_abuse, "bytecode": bytecode,
+            "reproducible": reproducible}
 
 
 def arguments(argv: list[str]) -> argparse.Namespace:

@@ -132,3 +132,25 @@ def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_it
             check_chat_request(body, serve_abuse.MODEL, Limits())
         assert refused.value.status == 400, kind
     assert check_chat_request(serve_abuse.normal_body(serve_abuse.png_url((84, 84))), serve_abuse.MODEL, Limits())
+
+
+def test_the_reproducibility_section_sorts_a_layer_s_paths_by_how_two_builds_differ():
+    import io
+    import tarfile
+
+    from bench.reproducible import differences, listing
+
+    def layer(files: dict[str, tuple[bytes, int]], compress: bool) -> io.BytesIO:
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w:gz" if compress else "w") as tar:
+            for name, (body, mtime) in files.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(body), mtime
+                tar.addfile(info, io.BytesIO(body))
+        raw.seek(0)
+        return raw
+
+    first = listing(layer({"a": (b"same", 1), "b": (b"one", 1), "c": (b"same", 1), "d": (b"x", 1)}, compress=True))
+    second = listing(layer({"a": (b"same", 1), "b": (b"two", 1), "c": (b"same", 2), "e": (b"x", 1)}, compress=False))
+    assert differences(first, second) == {"bytes": ["b"], "metadata": ["c"], "one only": ["d", "e"]}
+    assert differences(first, first) == {"bytes": [], "metadata": [], "one only": []}
