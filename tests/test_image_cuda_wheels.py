@@ -224,12 +224,15 @@ def test_kernels_the_image_lacks_are_compiled_once_for_all_ranks(wheels_image):
     rank = ("import sys, pathlib; from vlmgrpo.fa4kernels import runtime; "
             "family = {'text': {'hidden_size': 256, 'num_attention_heads': 2, 'num_key_value_heads': 1}}; "
             "print(sys.argv[1], runtime.compile_once(pathlib.Path('/tmp/run'), 90, 132, family))")
-    script = (f"mkdir -p /tmp/run; python -c \"{rank}\" 0 & python -c \"{rank}\" 1 & wait; "
-              f"python {BUILD} verify --out /tmp/run --jobs 1")
+    # each rank's exit status is checked: a bare `wait` answers 0 whatever they did (a CI run once saw neither
+    # rank print, with nothing to say why)
+    script = (f"mkdir -p /tmp/run; python -c \"{rank}\" 0 & first=$!; python -c \"{rank}\" 1 & second=$!; "
+              f"wait $first && wait $second && python {BUILD} verify --out /tmp/run --jobs 1")
     done = docker_cli("run", "--rm", "--entrypoint", "bash", wheels_image["ref"], "-c", script, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = sorted(line for line in done.stdout.splitlines() if line[:2] in ("0 ", "1 "))
     compiled = [line for line in said if line.endswith(" s")]
-    assert len(said) == 2 and len(compiled) == 1 and sum(line.endswith("None") for line in said) == 1, said
+    assert len(said) == 2 and len(compiled) == 1 and sum(line.endswith("None") for line in said) == 1, (
+        said, done.stdout[-3000:], done.stderr[-3000:])
     verified = json.loads(done.stdout.strip().splitlines()[-1])["this GPU"]
     assert verified["compiles"] == 0 and verified["keys"] > 0, verified
