@@ -125,12 +125,7 @@ def _oci_blob(stream, size: int, remote: RegistryClient, repository: str, diff_i
     elif stream.peek(2)[:2] != GZIP_MAGIC:
         return None
     counted = _Counted(gzip.GzipFile(fileobj=stream, mode="rb"))
-    digest = _upload(remote, repository, _chunks(counted), None)
-    if digest not in diff_ids:
-        raise RegistryError(f"a layer the engine saved ({digest}) is not one its config lists: the image changed "
-                            "during the push? push it again")
-    pushed.uploaded.append(digest)
-    layers[digest] = counted.count
+    layers[_send(counted, None, remote, repository, diff_ids, pushed)] = counted.count
     return None
 
 
@@ -158,6 +153,12 @@ def _layer(stream, size: int, known: str | None, remote: RegistryClient, reposit
             raise _SizeTwin()
         pushed.held.append(digest)
         return digest
+    return _send(stream, known, remote, repository, diff_ids, pushed)
+
+
+def _send(stream, known: str | None, remote: RegistryClient, repository: str, diff_ids: list[str],
+          pushed: Pushed) -> str:
+    """Upload one layer's bytes; its digest, which must be one of the config's diff_ids."""
     digest = _upload(remote, repository, _chunks(stream), known)
     if digest not in diff_ids:
         raise RegistryError(f"a layer the engine saved ({digest}) is not one its config lists: the image changed "
