@@ -4,6 +4,8 @@ podman pull the very image back. A layer the registry holds is not sent again.""
 
 from __future__ import annotations
 
+import pytest
+
 from imagegen.engine.registry import uncompressed
 from imagegen.engine.registry.http import RegistryClient
 from imagegen.render.tags import INPUTS_LABEL
@@ -81,3 +83,32 @@ def test_one_image_goes_gzip_to_the_internet_and_uncompressed_to_a_namespace_of_
     kinds = {registry_manifest(host, path, "1.0.0")["layers"][0]["mediaType"]
              for host, path in ((registry, repository), (registry, f"raw/{repository}"))}
     assert kinds == {"application/vnd.docker.image.rootfs.diff.tar.gzip", uncompressed.LAYER_MEDIA_TYPE}
+
+
+def test_read_ahead_yields_every_chunk_in_order_and_raises_the_readers_error_in_the_caller():
+    assert list(uncompressed._read_ahead(iter([b"a", b"b", b"c"]))) == [b"a", b"b", b"c"]
+
+    def broken():
+        yield b"a"
+        raise OSError("the engine's stream ended early")
+
+    chunks = uncompressed._read_ahead(broken())
+    assert next(chunks) == b"a"
+    with pytest.raises(OSError, match="ended early"):
+        next(chunks)
+
+
+def test_read_ahead_stops_reading_when_the_caller_stops():
+    read = []
+
+    def endless():
+        while True:
+            read.append(len(read))
+            yield b"x"
+
+    chunks = uncompressed._read_ahead(endless())
+    assert next(chunks) == b"x"
+    chunks.close()  # the upload failed: the reader must not go on through the engine's stream
+    stopped_at = len(read)
+    assert stopped_at <= 2 + uncompressed.READ_AHEAD_CHUNKS
+    assert len(read) == stopped_at

@@ -23,7 +23,9 @@ import gzip
 import hashlib
 import io
 import json
+import queue
 import tarfile
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -37,6 +39,7 @@ CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 LAYER_MEDIA_TYPE = "application/vnd.docker.image.rootfs.diff.tar"
 CHUNK_BYTES = 64 * 1024 * 1024  # one PATCH of a chunked upload; the spec's chunked upload, which every registry takes
 READ_BYTES = 4 * 1024 * 1024  # of `docker save`'s stream at a time
+READ_AHEAD_CHUNKS = 2  # read while the chunk before is sent: at most this many more CHUNK_BYTES held in memory
 CONFIG_MAX_BYTES = 4 * 1024 * 1024  # a blob this small may be the config (an image config is kilobytes)
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -174,7 +177,7 @@ def _upload(remote: RegistryClient, repository: str, chunks, digest: str | None)
     started = remote.request("POST", base)
     check(started, f"POST {base}")
     location, offset, sha = urllib.parse.urljoin(base, started.headers["Location"]), 0, hashlib.sha256()
-    for chunk in chunks:
+    for chunk in _read_ahead(chunks):
         sha.update(chunk)
         sent = remote.request("PATCH", location, data=chunk, headers={
             "Content-Type": "application/octet-stream", "Content-Length": str(len(chunk)),
@@ -203,6 +206,43 @@ def _blob_size(remote: RegistryClient, repository: str, digest: str) -> int | No
 def _chunks(stream) -> Iterator[bytes]:
     while chunk := stream.read(CHUNK_BYTES):
         yield chunk
+
+
+def _read_ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The chunks, read by a thread while the caller sends the ones before, so that reading the engine's stream and
+    sending to the registry overlap instead of taking turns. An error of the reading is raised here; when the caller
+    stops early, the reader stops at its next chunk."""
+    ahead: queue.Queue = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
+    stopped, end = threading.Event(), object()
+
+    def put(item) -> bool:
+        while not stopped.is_set():
+            try:
+                ahead.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for chunk in chunks:
+                if not put(chunk):
+                    return
+            put(end)
+        except BaseException as error:  # handed to the caller's thread, which raises it
+            put(error)
+
+    reader = threading.Thread(target=read, name="read-ahead", daemon=True)
+    reader.start()
+    try:
+        while (item := ahead.get()) is not end:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stopped.set()
+        reader.join()
 
 
 def _hash(stream) -> str:
