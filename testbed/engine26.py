@@ -11,12 +11,15 @@ serves the very storage directory the host's loopback registry writes (testbed/r
 engine is pulled by this one without any traffic leaving loopback.
 
 Everything it writes is under the work directory (its data root, bind-mounted into the root for one start, so every
-start is an empty engine) or the root itself (its socket and pid file); the main engine's data root, exec root,
-socket, bridge and iptables are never named. It imports nothing but the standard library.
+start is an empty engine) or a run folder of its own (RUN_DIRS/NETNS: its socket and pid file, bound over the root's
+/run/imagegen, the rest of its /run a tmpfs of that start), so two engines run from one root at once (the test suite's
+two sessions each start one); the main engine's data root, exec root, socket, bridge and iptables are never named.
+It imports nothing but the standard library.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -34,8 +37,10 @@ SUITE, MIRROR = "trixie", "http://deb.debian.org/debian"
 PACKAGES = ("docker.io", "iptables", "ca-certificates")  # docker.io depends on containerd, runc and tini
 DEFAULT_ROOT = Path(os.environ.get("IMAGEGEN_ENGINE26_ROOT", Path.home() / ".cache" / "imagegen" / "engine26-root"))
 NETNS_PREFIX = "imagegen-engine26"
-SOCKET, PIDFILE = "run/imagegen/docker.sock", "run/imagegen/docker.pid"  # inside the root
+RUN_DIRS = Path("/run/imagegen-engine26")  # one per start, named by its namespace: its socket and pid file
+SOCKET, PIDFILE = "docker.sock", "docker.pid"  # in that folder, which the root sees as /run/imagegen
 START_TIMEOUT_S, STOP_TIMEOUT_S = 60, 30
+_STARTS = itertools.count()  # a process may run two at once: each start's namespace and run folder its own
 REGISTRY_PORT = 5000  # the namespace's own loopback: nothing else listens there
 
 
@@ -78,21 +83,25 @@ def _run(argv: list[str], what: str) -> None:
         raise EngineError(f"{what} exited {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
 
 
-def _start_script(root: Path, data: Path, config: Path, shared: tuple[Path, ...]) -> str:
+def _start_script(root: Path, data: Path, config: Path, shared: tuple[Path, ...], run: Path) -> str:
     """Run inside the namespace, in a private mount namespace (its mounts vanish with the daemon): the root made a
-    mount point (the daemon remounts / when it unpacks), its own proc, sysfs and cgroup2, the host's devices and
+    mount point (the daemon remounts / when it unpacks), a /run of this start's own (a tmpfs, and `run` over its
+/run/imagegen: the socket and pid file the host reaches), its own proc, sysfs and cgroup2, the host's devices and
     resolver (the root's copy is debootstrap's, of the day it was made), the fresh data root bound over
     /var/lib/docker, and each shared host folder at its own path (the daemon resolves `docker run -v HOST:...` inside
     its root)."""
     binds = "".join(f"mkdir -p {root}{path}; mount --bind {path} {root}{path}; " for path in shared)
-    return (f"set -e; mount --bind {root} {root}; {binds}mount --bind /etc/resolv.conf {root}/etc/resolv.conf; "
+    return (f"set -e; mount --bind {root} {root}; mount -t tmpfs tmpfs {root}/run; mkdir -p {root}/run/imagegen; "
+            f"mount --bind {run} {root}/run/imagegen; "
+            f"{binds}mount --bind /etc/resolv.conf {root}/etc/resolv.conf; "
             f"mount -t proc proc {root}/proc; "
             f"mount -t sysfs sysfs {root}/sys; "
             f"mount -t cgroup2 cgroup2 {root}/sys/fs/cgroup; mount --rbind /dev {root}/dev; "
-            f"mkdir -p {data} {root}/var/lib/docker {root}/run/imagegen; mount --bind {data} {root}/var/lib/docker; "
+            f"mkdir -p {data} {root}/var/lib/docker; mount --bind {data} {root}/var/lib/docker; "
             f"cp {config} {root}/run/imagegen/daemon.json; "
             f"exec chroot {root} dockerd --config-file /run/imagegen/daemon.json --data-root /var/lib/docker "
-            f"--exec-root /run/imagegen/exec -H unix:///{SOCKET} --pidfile /{PIDFILE} --cgroup-parent /{NETNS_PREFIX}")
+            f"--exec-root /run/imagegen/exec -H unix:///run/imagegen/{SOCKET} --pidfile /run/imagegen/{PIDFILE} "
+            f"--cgroup-parent /{NETNS_PREFIX}")
 
 
 def _netns(name: str) -> None:
@@ -107,7 +116,7 @@ def _uplink(netns: str) -> Iterator[None]:
     route through it, and the host masquerading what comes from it, as a host's engine reaches the network. The host
     gains one link and three rules of its own, all removed on leaving: the NAT rule in POSTROUTING, and forwarding
     to and from the link in DOCKER-USER (the chain Docker leaves to its users: the main engine's FORWARD policy drops
-    the rest); docker0 and Docker's own chains are never named."""
+    the rest); docker0 and Docker's own chains are never named. Named by the process: one uplinked engine per process."""
     n = os.getpid() % 16384
     subnet, host_address, inner_address = (f"10.226.{n >> 6}.{(n & 63) * 4}/30", f"10.226.{n >> 6}.{(n & 63) * 4 + 1}",
                                            f"10.226.{n >> 6}.{(n & 63) * 4 + 2}")
@@ -139,7 +148,7 @@ def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = Fals
     it at their own paths; with `uplink`, a way out to the network (_uplink) for its builds; stopped, and its
     namespace, link and data removed, on leaving."""
     root = prepare(root)
-    netns = f"{NETNS_PREFIX}-{os.getpid()}"
+    netns = f"{NETNS_PREFIX}-{os.getpid()}-{next(_STARTS)}"
     work.mkdir(parents=True, exist_ok=True)
     config = work / "daemon.json"
     config.write_text(json.dumps({"features": {"containerd-snapshotter": containerd_store},
@@ -150,19 +159,23 @@ def running(work: Path, root: Path = DEFAULT_ROOT, containerd_store: bool = Fals
         if uplink:
             stack.enter_context(_uplink(netns))
         stack.callback(shutil.rmtree, work / "data", ignore_errors=True)
-        yield stack.enter_context(_started(root, work, config, netns, shared, containerd_store))
+        run = RUN_DIRS / netns
+        shutil.rmtree(run, ignore_errors=True)  # a start killed before it could remove its own
+        run.mkdir(parents=True)
+        stack.callback(shutil.rmtree, run, ignore_errors=True)
+        yield stack.enter_context(_started(root, work, config, netns, shared, containerd_store, run))
 
 
 @contextmanager
 def _started(root: Path, work: Path, config: Path, netns: str, shared: tuple[Path, ...],
-             containerd_store: bool) -> Iterator[Engine]:
+             containerd_store: bool, run: Path) -> Iterator[Engine]:
     log_path = work / "dockerd.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private",
                                     "bash", "-c", _start_script(root, work / "data", config,
-                                                                tuple(p.resolve() for p in shared))],
+                                                                tuple(p.resolve() for p in shared), run)],
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    host = f"unix://{root / SOCKET}"
+    host = f"unix://{run / SOCKET}"
     try:
         version = _wait_for(host, process, log_path)
         yield Engine(host, netns, version["Version"], version["GoVersion"],

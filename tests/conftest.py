@@ -2,7 +2,8 @@
 and the cpu image, built once per session through `imagegen build` as a user runs it.
 
 A test that uses the engine or a registry (any fixture in ENGINE_FIXTURES, directly or through another
-fixture) is marked `docker` here, so `pytest -m "not docker"` leaves it out without each test saying so.
+fixture) is marked `docker` here, so `pytest -m "not docker"` leaves it out without each test saying so. .ci/test runs
+`docker and not beside` in one session and the rest beside it (see beside_order).
 `--image-ref REF` checks an image already built (pulled, or built by CI) instead of building the cpu image.
 """
 
@@ -59,6 +60,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.docker)
+    items.sort(key=beside_order)  # stable: the rest keep pytest's order
+
+
+def beside_order(item) -> int:
+    """Where a test marked `beside` runs in .ci/test's second session, beside the main engine's build tests: first
+    (`first=True`: the tests of Docker 26, an engine of their own, while the other session builds for arm64), or last
+    (those that run the cpu image: by then the other session has built it, and its pushes and gzip leave a core)."""
+    marker = item.get_closest_marker("beside")
+    if marker is None:
+        return 1
+    return 0 if marker.kwargs.get("first") else 2
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import ensure_wheelhouse, imagegen
-from tests.docker_env import BASE_IMAGE, build_cache_made_inside, docker_cli, prune_cache_mount
+from tests.docker_env import (BASE_IMAGE, build_cache_made_inside, docker_cli, one_disk_heavy_module_at_a_time,
+                               prune_cache_mount)
 from tests.test_image_vllm import checks_of
 
 
@@ -36,7 +37,7 @@ def wheels_image(request, local_base_image, docker_client, tmp_path_factory) -> 
     # The wheelhouse holds torch 2.14.1's wheels (the cpu image's): sent to the build only where they are installed,
     # since sending its 3 GB as build context takes about 36 s here.
     wheelhouse = ["--wheelhouse", str(ensure_wheelhouse())] if name == DEVEL else []
-    with build_cache_made_inside(docker_client):
+    with one_disk_heavy_module_at_a_time(name), build_cache_made_inside(docker_client):
         result = imagegen("build", "--image", name, "--platform", "linux/amd64", "--base-image", local_base_image,
                           *wheelhouse, "--test",
                           "--context-dir", str(work / "contexts"), "--report", str(work / "build.json"))

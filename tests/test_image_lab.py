@@ -16,6 +16,10 @@ from vlmgrpo.checks.lab import status_of
 from vlmgrpo.image.lab import EXAMPLE
 from vlmgrpo.processes import wait_for_health
 
+# Runs the cpu image the other session built: .ci/test runs it last in the session beside the main engine's
+# build tests (tests/conftest.py).
+pytestmark = pytest.mark.beside
+
 RUN_TIMEOUT_MS = 600_000  # make-tiny, scoring and two GRPO steps in the cpu image: about a minute here
 
 

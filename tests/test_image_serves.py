@@ -14,6 +14,10 @@ from tests.docker_env import docker_cli as docker, unique_name
 from vlmgrpo.processes import wait_for_health
 from tests.helpers import REPO
 
+# Runs the cpu image the other session built: .ci/test runs it last in the session beside the main engine's
+# build tests (tests/conftest.py).
+pytestmark = pytest.mark.beside
+
 USER = "4321:4321"  # an arbitrary uid, as on a cluster
 
 

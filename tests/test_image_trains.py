@@ -16,6 +16,10 @@ import yaml
 from tests.docker_env import docker_cli as docker, unique_name
 from tests.helpers import REPO
 
+# Runs the cpu image the other session built: .ci/test runs it last in the session beside the main engine's
+# build tests (tests/conftest.py).
+pytestmark = pytest.mark.beside
+
 USER = "4321:4321"  # no such user in the image: HOME and every cache must still work
 VENV_BIN = REPO / ".venv" / "bin"
 

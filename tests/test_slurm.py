@@ -20,7 +20,9 @@ from tests.docker_env import TEST_REPOSITORY, docker_cli
 from testbed.slurm import (CONFIG, ENDED, EXAMPLES, JOB_USER, JOBS, SlurmCluster, build_image, checkpoints,
                                  steps)
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# Runs the cpu image the other session built: .ci/test runs it last in the session beside the main engine's
+# build tests (tests/conftest.py).
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.beside]
 WARNING_S = 120  # --signal=TERM@120: the warning the test's time limit gives
 
 
