@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
@@ -26,7 +27,8 @@ from imagegen.render import wheelhouse as wheel_index
 from imagegen.engine.buildkit import BuildClient
 from imagegen.core.errors import UserError
 from imagegen.render.locked import LockedImage
-from imagegen.render.contexts import WHEELHOUSE, LayerContext, write_files
+from imagegen.render.contexts import LAYER_FILE_TIME, WHEELHOUSE, LayerContext, write_files
+from imagegen.stages.provenance import CREATED_LABEL
 from imagegen.stages.results import BuildResult, LayerResult
 
 CA_BUNDLE_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
@@ -169,7 +171,8 @@ class Builder:
                         f"{self.client.why}", self.guides.get((image.key, context.layer)))
         with self._staged(image, context) as directory:
             outcome = self.client.build(directory, tags, log, labels=labels, secrets=secrets, on_step=self.view.step,
-                                        no_cache=self.no_cache, platform=image.platform)
+                                        no_cache=self.no_cache, platform=image.platform,
+                                        build_args={"SOURCE_DATE_EPOCH": str(source_date_epoch(labels))})
         cached = f"{outcome.cached_steps}/{outcome.total_steps} steps cached"
         self.view.finish(f"{'built' if outcome.ok else 'FAILED'} in {progress.clock(outcome.duration_s)}, {cached}"
                          + ("" if outcome.ok else f", at: {outcome.failed_step}"))
@@ -241,6 +244,15 @@ def missing_base_hint(base: str, log_tail: list[str]) -> str | None:
             "`imagegen lock` for this image to pin what the tag holds now")
 
 
+def source_date_epoch(labels: dict[str, str]) -> int:
+    """The time BuildKit (0.11 and newer; 20.10's is older and ignores it) gives the image config and its history:
+    the commit's, which the final layer's labels state, so that two builds of one commit have one config; the fixed
+    LAYER_FILE_TIME for the layers below, whose image ids, unchanged from commit to commit, keep the next layer's
+    build cache."""
+    created = labels.get(CREATED_LABEL)
+    return int(datetime.fromisoformat(created).timestamp()) if created else LAYER_FILE_TIME
+
+
 def provenance_labels(repo: Path, client: BuildClient) -> dict[str, str]:
     """Where and how an image was made: source revision, time, builder.
 
@@ -256,5 +268,5 @@ def provenance_labels(repo: Path, client: BuildClient) -> dict[str, str]:
         return labels
     if result.returncode == 0 and result.stdout.strip():
         revision, created = result.stdout.split()
-        labels.update({"org.opencontainers.image.revision": revision, "org.opencontainers.image.created": created})
+        labels.update({"org.opencontainers.image.revision": revision, CREATED_LABEL: created})
     return labels

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (locks/cpu.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:e618cc356ec577c3
+FROM imagegen-layer/base:42ead1c108f591ba
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042
@@ -51,5 +51,8 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
 # What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
-COPY expected.json /etc/imagegen/expected.json
-COPY requirements.lock /etc/imagegen/requirements.lock
+# Installed by a RUN step, not COPY: the layer shell gives the files and their folder the layer's fixed time.
+RUN --mount=type=bind,source=expected.json,target=/tmp/imagegen/expected.json \
+    --mount=type=bind,source=requirements.lock,target=/tmp/imagegen/requirements.lock \
+    install -D -m 0644 /tmp/imagegen/expected.json /etc/imagegen/expected.json \
+    && install -D -m 0644 /tmp/imagegen/requirements.lock /etc/imagegen/requirements.lock

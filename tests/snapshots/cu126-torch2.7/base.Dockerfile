@@ -18,6 +18,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
 # (imagegen/matrix/drivers.py), so that its labels and `imagegen matrix --driver` say what it does.
 ENV NVIDIA_REQUIRE_CUDA="cuda>=12.6 brand=unknown,driver>=470,driver<471 brand=grid,driver>=470,driver<471 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=vapps,driver>=470,driver<471 brand=vpc,driver>=470,driver<471 brand=vcs,driver>=470,driver<471 brand=vws,driver>=470,driver<471 brand=cloudgaming,driver>=470,driver<471 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551"
 
+# Every RUN step below runs through imagegen's layer shell (templates/layer-shell.sh): bash with pipefail, then what
+# the step wrote given one fixed time, so that a layer is the same bytes from every build of the same inputs.
+RUN --mount=type=bind,source=layer-shell.sh,target=/tmp/imagegen-layer-shell \
+    /tmp/imagegen-layer-shell "install -m 0755 /tmp/imagegen-layer-shell /usr/local/bin/imagegen-layer-shell"
+SHELL ["/bin/bash", "-o", "pipefail", "/usr/local/bin/imagegen-layer-shell"]
+
 # Keep downloaded packages in the cache mount instead of deleting them after each install.
 RUN rm -f /etc/apt/apt.conf.d/docker-clean \
     && echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' > /etc/apt/apt.conf.d/keep-cache
@@ -30,7 +36,8 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
         ca-certificates \
         python3 \
         python3-venv \
-        python3-dev
+        python3-dev \
+    && rm -rf /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
 
 RUN python3.12 -m venv /opt/venv
 
@@ -42,7 +49,8 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update \
     && apt-get install -y --no-install-recommends \
         ibverbs-providers \
-        ibverbs-utils
+        ibverbs-utils \
+    && rm -rf /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
 
 # What compiles CUDA kernels here: DeepSpeed. nvcc compiles only the device code and hands the
 # host code to a C++ compiler, so g++ is here (vLLM's own Dockerfile installs one for its kernels' JIT too).
@@ -51,7 +59,8 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
     && apt-get install -y --no-install-recommends \
-        g++
+        g++ \
+    && rm -rf /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
 
 # uid 1000 is the usual first user on a host; Ubuntu 24.04 images already give it to "ubuntu".
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.8.0 built for CUDA 12.8 with the ML stack,
 # installed from the image's lock (locks/cu128-torch2.8.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:8808d29b65b0c74a
+FROM imagegen-layer/base:2d0df7344df824f6
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042
@@ -84,5 +84,8 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     && uv pip install --link-mode=copy --no-deps --require-hashes -r /tmp/requirements/stack.txt
 
 # What `vlmgrpo selftest` and `imagegen test` check the image against, and every distribution as the lock pins it.
-COPY expected.json /etc/imagegen/expected.json
-COPY requirements.lock /etc/imagegen/requirements.lock
+# Installed by a RUN step, not COPY: the layer shell gives the files and their folder the layer's fixed time.
+RUN --mount=type=bind,source=expected.json,target=/tmp/imagegen/expected.json \
+    --mount=type=bind,source=requirements.lock,target=/tmp/imagegen/requirements.lock \
+    install -D -m 0644 /tmp/imagegen/expected.json /etc/imagegen/expected.json \
+    && install -D -m 0644 /tmp/imagegen/requirements.lock /etc/imagegen/requirements.lock

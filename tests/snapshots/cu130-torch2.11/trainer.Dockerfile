@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu130-torch2.11: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:ebb55947b3a373f8
+FROM imagegen-layer/framework:b843da4c49bc2b39
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.
@@ -16,7 +16,11 @@ ARG BUILDPLATFORM
 ARG TARGETPLATFORM
 RUN if [ "$TARGETPLATFORM" = "$BUILDPLATFORM" ]; then python -m vlmgrpo.commands.bytecode; fi
 
-COPY entrypoint.sh /usr/local/bin/imagegen-entrypoint
+RUN --mount=type=bind,source=entrypoint.sh,target=/tmp/imagegen-entrypoint \
+    install -m 0755 /tmp/imagegen-entrypoint /usr/local/bin/imagegen-entrypoint
+
+# Docker's own shell again, for what users build FROM this image: the layer shell is for imagegen's steps.
+SHELL ["/bin/sh", "-c"]
 
 ENV IMAGEGEN_EXPECTED=/etc/imagegen/expected.json
 # `vlmgrpo serve` listens on loopback unless told; a container's loopback is its own, so here it listens on every
