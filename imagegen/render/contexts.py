@@ -23,10 +23,11 @@ LAYER_REPOSITORY = "imagegen-layer"
 RENDER_MARKER = ".imagegen-render"
 WHEELHOUSE = "wheelhouse"  # mounted into pip steps; filled at build time, empty in a render
 EXECUTABLES = {"entrypoint.sh", "layer-shell.sh"}
-LAYER_SHELL = "layer-shell.sh"  # the base layer's SHELL: what each RUN step writes gets this file's time
-# The time every file of a context has, so every file a RUN step writes (the layer shell gives them its own file's
-# time). A fixed one, not the commit's: a time that changed with each commit would be an input of every step after
-# it and rebuild each layer on each commit. 2000-01-01: ZIP, which wheels are, holds no time before 1980.
+LAYER_SHELL = "layer-shell.sh"  # the base layer's SHELL: what each RUN step writes gets LAYER_FILE_TIME
+# The time the layer shell gives every file a RUN step writes. A fixed one, not the commit's: a time that changed
+# with each commit would be an input of every step after it and rebuild each layer on each commit. 2000-01-01: ZIP,
+# which wheels are, holds no time before 1980. Not the context files' time: BuildKit sends again only the files of a
+# context whose size or time changed, so a file given a fixed time would go unsent when it changes at the same size.
 LAYER_FILE_TIME = 946684800
 COMPILE_PROBE = "compile-probe.sh"  # run before a source build: one file of torch's headers with the build's -std
 WHEEL_NVCC = "nvidia-cuda-nvcc"  # CUDA 13's compiler as a wheel (CUDA 12's is nvidia-cuda-nvcc-cu12)
@@ -111,7 +112,8 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
     nvcc = lock.package(WHEEL_NVCC)
     cuda_home = wheel_cuda_home(plan, nvcc)
     has_nvcc = plan.has_toolkit or cuda_home is not None
-    base = _layer(plan, "base", base_image, env, {LAYER_SHELL: template_file(env, LAYER_SHELL)}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
+    layer_shell = env.get_template(LAYER_SHELL).render(file_time=LAYER_FILE_TIME).encode()
+    base = _layer(plan, "base", base_image, env, {LAYER_SHELL: layer_shell}, **shared, apt_mirror=options.apt_mirror, base_image=base_image,
                   compilers=plan.compiles_kernels if has_nvcc else ())
     # cuDNN and NCCL (the lock families of the components torch decides) install in a step of their own after the
     # CUDA release's libraries, so that no layer holds over half of the image: a pull fetches layers side by side and
@@ -219,11 +221,9 @@ def trainer_files(trainer_dir: Path) -> dict[str, bytes]:
 
 
 def write_files(directory: Path, files: dict[str, bytes]) -> None:
-    """The files under `directory`, each at LAYER_FILE_TIME (what a step copies keeps its time)."""
     for path, data in files.items():
         target = directory / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         if path in EXECUTABLES:
             target.chmod(0o755)
-        os.utime(target, (LAYER_FILE_TIME, LAYER_FILE_TIME))

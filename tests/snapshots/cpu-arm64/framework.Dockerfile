@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (locks/cpu.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:42ead1c108f591ba
+FROM imagegen-layer/base:d5d9c7052834cc4a
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

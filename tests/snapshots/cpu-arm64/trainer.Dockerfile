@@ -1,6 +1,6 @@
 # imagegen trainer layer for cpu: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:0138c539a0959da6
+FROM imagegen-layer/framework:0e1bcdfba6e91ba8
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

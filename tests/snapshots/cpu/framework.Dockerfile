@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.14.1 built for CUDA 13.0 with the ML stack,
 # installed from the image's lock (locks/cpu.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:8372a011c9868e06
+FROM imagegen-layer/base:a9d48d67d9df69f1
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

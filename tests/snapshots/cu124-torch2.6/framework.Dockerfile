@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.6.0 built for CUDA 12.4 with the ML stack,
 # installed from the image's lock (locks/cu124-torch2.6.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:b7b4349f7803926a
+FROM imagegen-layer/base:47047015d56ba8b3
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

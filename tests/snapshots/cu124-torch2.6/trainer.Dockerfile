@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu124-torch2.6: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:5a8d987ef239fdcc
+FROM imagegen-layer/framework:3953aacb46868cc3
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.7.1 built for CUDA 12.6 with the ML stack,
 # installed from the image's lock (locks/cu126-torch2.7.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:6dd1ca82dd6910ff
+FROM imagegen-layer/base:9487c37b151ad887
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu126-torch2.7: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:e38d339ea7543273
+FROM imagegen-layer/framework:7d3fdc20ec87bf4e
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.

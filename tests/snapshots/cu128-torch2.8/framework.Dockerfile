@@ -1,7 +1,7 @@
 # imagegen framework layer: torch 2.8.0 built for CUDA 12.8 with the ML stack,
 # installed from the image's lock (locks/cu128-torch2.8.json).
 # Rendered from templates/framework.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/base:2d0df7344df824f6
+FROM imagegen-layer/base:137a64c9eca83dd9
 
 # uv installs every step below: the same locked files as pip would, faster (bench/RESULTS.md, section 5).
 # hadolint ignore=DL3042

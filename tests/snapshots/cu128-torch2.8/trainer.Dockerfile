@@ -1,6 +1,6 @@
 # imagegen trainer layer for cu128-torch2.8: the vlmgrpo trainer 0.1.0 and the entrypoint.
 # Rendered from templates/trainer.Dockerfile.j2: edit the template, not this file.
-FROM imagegen-layer/framework:a4da04da70bea1d8
+FROM imagegen-layer/framework:b9e037002895bce6
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
 # needs no index. The source is mounted, not copied: only the installed package lands here.
