@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
+import pytest
 import yaml
 
 from imagegen.reports import docs
@@ -238,3 +240,14 @@ def test_the_wheels_the_matrix_reference_says_facts_check_reads_at_once_are_its_
     said = re.search(r"by range requests, (\w+) wheels at a time", (REPO / "docs" / "matrix.md").read_text())
     words = {"four": 4, "six": 6, "eight": 8, "ten": 10, "twelve": 12, "sixteen": 16}
     assert readers and said and words.get(said[1]) == int(readers[1]), (said and said[0], readers and readers[0])
+
+
+def test_the_qemu_the_readme_says_hangs_importing_torch_is_the_one_installed_here():
+    said = re.findall(r"Debian's QEMU (\d+\.\d+)", " ".join((REPO / "README.md").read_text().split()))
+    assert said, "README.md no longer names the QEMU the arm64 builds run under"
+    installed = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "qemu-user-static"], capture_output=True,
+                               text=True)
+    if installed.returncode:
+        pytest.skip("qemu-user-static is not installed here (.ci/setup --tests installs it)")
+    upstream = re.match(r"(?:\d+:)?(\d+\.\d+)", installed.stdout)  # 1:7.2+dfsg-7+deb12u18: epoch, upstream, Debian's
+    assert set(said) == {upstream[1]}, (said, installed.stdout)
