@@ -71,8 +71,12 @@ def animated_gif(size: tuple[int, int], frames: int) -> str:
     return "data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def abusive_bodies(secret: Path, loopback: str, huge_image: str) -> dict[str, bytes]:
-    """One request of each kind the issue lists (the client that hangs up aside), by what the table calls it."""
+GIF_KIND = "an animated GIF: 100 frames of 2048 x 2048"
+
+
+def abusive_bodies(secret: Path, loopback: str, huge_image: str, gif: str) -> dict[str, bytes]:
+    """One request of each kind the issue lists (the client that hangs up aside), by what the table calls it; `gif`
+    is GIF_KIND's data URL (animated_gif((2048, 2048), 100): 8 s to encode, so the caller makes it)."""
     question = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": TOKENS}
     template = "{% for i in range(10000000) %}x{% endfor %}"  # what a client's template may make the engine do
     return {
@@ -85,8 +89,7 @@ def abusive_bodies(secret: Path, loopback: str, huge_image: str) -> dict[str, by
         "JSON nested 100k deep": (b'{"model": "' + MODEL.encode() + b'", "messages": ' + b"[" * 100_000
                                   + b"]" * 100_000 + b"}"),
         "seed 2**70": json.dumps({**question, "seed": 2 ** 70}).encode(),
-        "an animated GIF: 100 frames of 2048 x 2048": _asking(
-            {"type": "image_url", "image_url": {"url": animated_gif((2048, 2048), 100)}}),
+        GIF_KIND: _asking({"type": "image_url", "image_url": {"url": gif}}),
     }
 
 
@@ -298,7 +301,8 @@ def serving(model: Path, work: Path) -> tuple[subprocess.Popen, int]:
 def measure(model: Path, work: Path, count: int = NORMAL, rounds: int = ROUNDS) -> dict:
     secret = work / "secret.png"
     secret.write_bytes(base64.b64decode(png_url((32, 32)).split(",", 1)[1]))
-    bodies = abusive_bodies(secret, "http://127.0.0.1:9/x.png", png_url((12_000, 12_000), "1"))
+    bodies = abusive_bodies(secret, "http://127.0.0.1:9/x.png", png_url((12_000, 12_000), "1"),
+                            animated_gif((2048, 2048), 100))
     body, large = normal_body(png_url((84, 84))), large_images_body()
     server, port = serving(model, work)
     try:
