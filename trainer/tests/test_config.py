@@ -229,7 +229,7 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     whole groups, and it is VLM-R1's REC run."""
     from conftest import REPO
     from vlmgrpo.run.launch import check_batch
-    from vlmgrpo.run.preflight import check_evaluation, check_reporting
+    from vlmgrpo.run.support import check_evaluation, check_reporting
 
     config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8}, GRPO)
     check_reporting(config)

@@ -3,7 +3,7 @@ files the config goes to and how often it comes back to one it had left. A confi
 there and asked again elsewhere makes a long trip; one prepared once and consumed makes a short one.
 
 A stay is a run of consecutive calls, in one file of vlmgrpo, of functions that receive as an argument the config
-file's path, the TrainConfig, one of its sections, the PreparedRun or the StartedRun (run/started.py; the TRL config
+file's path, the TrainConfig, one of its sections, the RunPlan or the StartedRun (run/started.py; the TRL config
 it finished is derived from the config, not one of its sections, as before it existed); a return is a stay in a file
 the trip had already left. The config's own accessors (TrainConfig.where, is_set, flat: `self` is the config) are
 reading the config, not a visit, and are not counted."""
@@ -30,10 +30,10 @@ class Trip:
         code = frame.f_code
         for index, name in enumerate(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]):
             value = frame.f_locals.get(name)
-            if type(value).__name__ in ("TrainConfig", "PreparedRun", "StartedRun"):
+            if type(value).__name__ in ("TrainConfig", "RunPlan", "StartedRun"):
                 if index == 0 and name == "self" and type(value).__name__ == "TrainConfig":
                     return False  # its own accessor
-                config = getattr(getattr(value, "prepared", value), "config", value)
+                config = getattr(getattr(value, "plan", value), "config", value)
                 self.held.update(id(getattr(config, field.name)) for field in dataclasses.fields(config))
                 return True
             if isinstance(value, str) and value == self.config_path:
@@ -64,5 +64,5 @@ def test_a_config_goes_through_train_with_few_returns(tiny, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     stays = trip.stays()
     returns = len(stays) - len(set(stays))
-    assert {"commands/cli.py", "config/load.py", "run/prepared.py", "run/runner.py"} <= set(stays)  # it was traced
+    assert {"commands/cli.py", "config/load.py", "run/plan.py", "run/runner.py"} <= set(stays)  # it was traced
     assert returns <= MOST_RETURNS, f"{returns} returns in {len(stays)} stays: " + " > ".join(stays)

@@ -229,7 +229,8 @@ def test_an_output_at_or_inside_the_model_or_adapter_is_refused_before_anything_
 def test_overwrite_output_removes_a_linked_checkpoint_s_link_and_keeps_what_it_points_to(tmp_path):
     from vlmgrpo.config.load import load_config
     from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.preflight import clear_earlier_run
+    from vlmgrpo.models.source import ModelSource
+    from vlmgrpo.run.output import clear_earlier_run, plan_output
 
     elsewhere = tmp_path / "kept" / "checkpoint-7"
     elsewhere.mkdir(parents=True)
@@ -237,5 +238,11 @@ def test_overwrite_output_removes_a_linked_checkpoint_s_link_and_keeps_what_it_p
     output = earlier_run(tmp_path / "out")
     (output / "checkpoint-2").symlink_to(elsewhere, target_is_directory=True)
     config = load_config(None, {"output_dir": str(output), "overwrite_output": True}, GRPO)
-    assert clear_earlier_run(config) == ["checkpoint-1", f"checkpoint-2 (a link; {elsewhere} kept)"]
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    planned = plan_output(config, ModelSource(str(model), None, True))
+    assert planned.clear == ("checkpoint-1", "checkpoint-2")  # the plan says what goes; clearing removes it
+    assert clear_earlier_run(planned, config.where("overwrite_output")) == [
+        "checkpoint-1", f"checkpoint-2 (a link; {elsewhere} kept)"]
     assert not os.path.lexists(output / "checkpoint-2") and (elsewhere / "trainer_state.json").is_file()

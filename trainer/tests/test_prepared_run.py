@@ -1,4 +1,4 @@
-"""A run resolves what it needs once (run/prepared.py): the checks before any weights load resolve the resume point,
+"""A run resolves what it needs once (run/plan.py): the checks before any weights load resolve the resume point,
 the DeepSpeed config and the reward functions, and the run uses what they resolved instead of resolving again. The
 process that trains finishes the TRL config and chooses the attention kernel once (run/started.py); the launcher,
 `--dry-run` and `--print-config` do neither (TRL's __post_init__ sets up devices; the choice reads the GPUs)."""
@@ -29,7 +29,7 @@ def count_calls(monkeypatch) -> Counter:
     import vlmgrpo.models.attention  # noqa: F401 - every module on the run's path, loaded before wrapping
     import vlmgrpo.models.loading  # noqa: F401
     import vlmgrpo.run.grpo  # noqa: F401
-    import vlmgrpo.run.preflight  # noqa: F401
+    import vlmgrpo.run.plan  # noqa: F401
     import vlmgrpo.run.runner  # noqa: F401
     import vlmgrpo.run.sft  # noqa: F401
     import vlmgrpo.run.started  # noqa: F401

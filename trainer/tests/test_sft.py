@@ -74,7 +74,7 @@ def test_the_merged_model_has_the_adapter_in_its_weights(tiny_text, lora_run, tm
 def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     """Labels of a real training batch: only the assistant turns' tokens (and their <|im_end|>) count."""
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.prepared import prepare
+    from vlmgrpo.run.plan import make_plan
     from vlmgrpo.run.started import start
     from vlmgrpo.run.sft import SFT
 
@@ -82,7 +82,7 @@ def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
         config = load_config(None, {"model_name_or_path": tiny_text["model"], "data": [tiny_text["messages"]],
                                     "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2,
                                     "max_steps": 1, **overrides}, SFT)
-        trainer = SFT.build_trainer(start(prepare(config)))
+        trainer = SFT.build_trainer(start(make_plan(config)))
         batch = next(iter(trainer.get_train_dataloader()))
         tokenizer = trainer.processing_class
         ids, labels = batch["input_ids"][0], batch["labels"][0]

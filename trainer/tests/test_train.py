@@ -90,14 +90,14 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
 
     from vlmgrpo.config.load import load_config
     from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.prepared import prepare
+    from vlmgrpo.run.plan import make_plan
     from vlmgrpo.run.started import start
 
     overrides = {"model_name_or_path": tiny["model"], "data": [tiny["data"]], "image_root": tiny["image_root"],
                  "output_dir": str(output), "num_generations": 4, "per_device_train_batch_size": 4,
                  "gradient_accumulation_steps": 1, "max_completion_length": 12, "max_steps": 3}
     config = load_config(None, overrides, GRPO)
-    trainer = GRPO.build_trainer(start(prepare(config)))
+    trainer = GRPO.build_trainer(start(make_plan(config)))
     if not fixed:  # what plain transformers/TRL would do
         trainer._load_from_checkpoint = lambda path, model=None: GRPOTrainer._load_from_checkpoint(trainer, path, model)
     snapshot = {}

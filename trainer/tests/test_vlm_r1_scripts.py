@@ -80,7 +80,7 @@ def test_the_gui_script_without_the_flag_scores_accuracy_by_all_match_per_row(ti
     from vlmgrpo.commands.training import RECIPES
     from vlmgrpo.config.load import build_config
     from vlmgrpo.rewards import build_rewards
-    from vlmgrpo.run.preflight import load_checked_data
+    from vlmgrpo.data.rows import load_checked_data
 
     words = script_args("run_grpo_gui.sh", tiny16, tmp_path)
     at = words.index("--is_reward_customized_from_vlm_module")

@@ -99,7 +99,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
                 extra: tuple[str, ...] = ()) -> None:
     """Every training command: load and check the configuration and every row, then train here or through
     torchrun. `extra` is what click did not know: fields as TRL's scripts take them (flags.py)."""
-    from vlmgrpo.run.launch import check_shm, exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
+    from vlmgrpo.run.launch import exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
     check_driver()
@@ -109,32 +109,31 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         overrides.update(flag_overrides(recipe, extra, said))
         launch = discover_launch(overrides)  # before config.load's TRL import: a contradiction is said at once
         from vlmgrpo.config.load import dump_config, load_config
-        from vlmgrpo.run.preflight import clear_earlier_run
+        from vlmgrpo.run.output import clear_earlier_run
 
         config = load_config(config_path, overrides, recipe, launch)
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        from vlmgrpo.run.prepared import prepare
+        from vlmgrpo.run.plan import make_plan
 
-        prepared = prepare(config)
+        plan = make_plan(config)
         if dry_run:
             from vlmgrpo.data.datasets import decode_images
 
-            decode_images(prepared.data)
-            click.echo(prepared.data.summary())
+            decode_images(plan.data)
+            click.echo(plan.data.summary())
             click.echo(not_checked(config))
             return
-        removed = clear_earlier_run(config)
+        removed = clear_earlier_run(plan.output, config.where("overwrite_output"))
         if removed:
-            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), config.trl.output_dir)
-        hint = check_shm(config.run)
-        if hint:
-            log.warning(hint)
+            log.info("--overwrite-output: removed %s from %s", ", ".join(removed), plan.output.directory)
+        if plan.launch.shm_hint:
+            log.warning(plan.launch.shm_hint)
         if needs_launch(config.run):
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
-        sys.exit(recipe.run(prepared))
+        sys.exit(recipe.run(plan))
     except UserError as error:
         fail(error)
 
@@ -202,13 +201,15 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
     """Score completions with the configured rewards, without training: one JSON line per completion,
     {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.preflight import check_model_source, check_rewards, load_scored_rows
+    from vlmgrpo.data.rows import load_scored_rows
+    from vlmgrpo.models.source import check_model_source
+    from vlmgrpo.rewards import reward_functions
     from vlmgrpo.evaluation.score import score_completions
 
     try:
         config = load_config(config_path, collect_overrides(options), RECIPES["train"])
         check_model_source(config)
-        custom = check_rewards(config)  # the custom reward functions, imported once
+        custom = reward_functions(config)  # the custom reward functions, imported once
         for line in score_completions(config, load_scored_rows(config), completions_path, custom):
             click.echo(json.dumps(line))
     except UserError as error:
@@ -223,7 +224,8 @@ def merge(**given) -> None:
     from vlmgrpo.errors import ConfigError
     from vlmgrpo.models.loading import merge_adapter
     from vlmgrpo.access import unwritable_directory
-    from vlmgrpo.run.preflight import check_model, check_output_apart
+    from vlmgrpo.models.source import check_model
+    from vlmgrpo.run.output import check_output_apart
 
     settings = MergeSettings(**take(MergeSettings, given))
     adapter, output = settings.adapter, settings.output

@@ -48,7 +48,8 @@ def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
     by its accuracy method, the mean per data file and overall. Writes OUTPUT/eval.json and OUTPUT/predictions.jsonl."""
     from vlmgrpo.config.load import load_config
     from vlmgrpo.evaluation.evaluate import evaluate
-    from vlmgrpo.run.preflight import check_model_source, load_checked_data
+    from vlmgrpo.data.rows import load_checked_data
+    from vlmgrpo.models.source import check_model_source
 
     settings = EvalSettings(**take(EvalSettings, given))
     try:

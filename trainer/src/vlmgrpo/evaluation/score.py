@@ -60,7 +60,7 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
 
 def score_completions(config: TrainConfig, data: LoadedData, completions_path: str,
                       custom: dict[str, Callable[..., list]]) -> Iterator[dict]:
-    """custom: the custom reward functions by name, as preflight.check_rewards resolved them."""
+    """custom: the custom reward functions by name, as rewards.reward_functions resolved them."""
     from vlmgrpo.models.loading import answer_space_and_resize, load_processor
     from vlmgrpo.rewards.judge import Judge
     from vlmgrpo.rewards import build_rewards

@@ -185,10 +185,22 @@ def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
     return custom
 
 
+def reward_functions(config) -> dict[str, RewardFunc]:
+    """The rewards part of the run plan (run/plan.py): every reward name known or importable, one weight for each;
+    the custom functions by name, imported (the built-in ones are made with the model: build_rewards)."""
+    names = config.reward.reward_funcs
+    custom = check_reward_names(names, config.where("reward_funcs"))
+    weights = config.trl.reward_weights
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(f"{config.where('reward_weights')}: key 'reward_weights': {len(weights)} weights for "
+                          f"{len(names)} reward_funcs {names}")
+    return custom
+
+
 def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFunc], threshold: Optional[float],
                   judge=None, tokenizer=None, custom: Optional[dict[str, RewardFunc]] = None):
     """judge: the llm method's (judge.Judge), for jsonl_accuracy; tokenizer: the model's, for length; custom: the
-    custom functions check_reward_names resolved (a prepared run's), else resolved here."""
+    custom functions check_reward_names resolved (a run plan's), else resolved here."""
     factories = {
         IOU: lambda: make_iou_reward(answer_space, resize, threshold),
         IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),

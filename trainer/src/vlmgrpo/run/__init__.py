@@ -1,3 +1,3 @@
-"""A training run: the preflight checks, the launch (torchrun, schedulers' variables), TRL's GRPO and SFT trainers with
+"""A training run: its plan (plan.py), the launch (torchrun, schedulers' variables), TRL's GRPO and SFT trainers with
 our callbacks, checkpoints, metrics, the /health endpoint and alert rules. Imports every package below it: the
 leaves, rewards, config, data and models."""

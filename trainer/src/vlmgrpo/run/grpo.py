@@ -13,7 +13,9 @@ from vlmgrpo.run.recipe import Option, Recipe
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
-    from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.models.source import ModelSource
+    from vlmgrpo.run.launch import LaunchPlan
+    from vlmgrpo.run.recipe import Work
     from vlmgrpo.run.started import StartedRun
 
 log = logging.getLogger("vlmgrpo")
@@ -108,27 +110,29 @@ class GrpoRecipe(Recipe):
 
         return (ModelConfig, RecDataConfig, RewardConfig, RunConfig)
 
-    def validate(self, config: TrainConfig) -> PreparedRun:
-        """Config values, paths, the model kind, batch shape, every row: all before any weights load."""
+    def plan_work(self, config: TrainConfig, model: ModelSource, launch: LaunchPlan) -> Work:
+        """Rollouts that can run here, whole generation batches, the rewards, every row checked for what they need,
+        then a vision-language model: all before any weights load."""
+        from vlmgrpo.data.rows import load_scored_rows
         from vlmgrpo.errors import ConfigError
-        from vlmgrpo.run.launch import check_batch, check_enough_rows, world_size
-        from vlmgrpo.models.loading import cuda_available, is_vision_language
-        from vlmgrpo.run.prepared import PreparedRun
-        from vlmgrpo.run.preflight import check_model_kind, check_rewards, check_run, load_scored_rows
+        from vlmgrpo.models.loading import cuda_available
+        from vlmgrpo.models.source import model_kind
+        from vlmgrpo.rewards import reward_functions
+        from vlmgrpo.run.launch import check_batch, check_enough_rows
+        from vlmgrpo.run.recipe import Work
         from vlmgrpo.run.rollouts import check_vllm
 
-        check_vllm(config, cuda_available)  # first: an image without vLLM cannot run this config at all
-        resolved = check_run(config)
-        check_batch(config, world_size(config.run))
-        rewards = check_rewards(config)
+        check_vllm(config, cuda_available)
+        check_batch(config, launch.world_size)
+        rewards = reward_functions(config)
         data = load_scored_rows(config)
-        check_enough_rows(config, world_size(config.run), len(data.samples))
-        if not is_vision_language(config.model.model_name_or_path):  # reads config.json, which a hub id downloads
-            raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': "
-                              f"{config.model.model_name_or_path} is a text-only causal LM; `train` (GRPO on grounding "
-                              "data) needs a vision-language model such as Qwen2.5-VL (`vlmgrpo sft` trains both kinds)")
-        check_model_kind(config, vision=True)
-        return PreparedRun(config, data, rewards, *resolved, vision=True)
+        check_enough_rows(config, launch.world_size, len(data.samples))
+        model = model_kind(config, model)
+        if not model.vision:
+            raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': {model.base} is a "
+                              "text-only causal LM; `train` (GRPO on grounding data) needs a vision-language model such "
+                              "as Qwen2.5-VL (`vlmgrpo sft` trains both kinds)")
+        return Work(rewards, data, model)
 
     def build_trainer(self, started: StartedRun):
         from vlmgrpo.run.callbacks import ZeroRewardWatchdog
@@ -137,7 +141,7 @@ class GrpoRecipe(Recipe):
         from vlmgrpo.rewards.judge import Judge
         from vlmgrpo.rewards import BOX_REWARDS, build_rewards
 
-        config, data, trl_config = started.prepared.config, started.prepared.data, started.trl_args
+        config, data, trl_config = started.plan.config, started.plan.data, started.trl_args
         processor = load_processor(config.model)
         model = load_model(config.model, vision=True, attention=started.attention)
         space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
@@ -146,7 +150,7 @@ class GrpoRecipe(Recipe):
         judge = Judge.from_config(config.reward, config.where("judge_url"))
         rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
                                 config.reward.iou_threshold, judge, getattr(processor, "tokenizer", processor),
-                                started.prepared.rewards)
+                                started.plan.rewards)
         if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
             add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
         trainer = trainer_class()(

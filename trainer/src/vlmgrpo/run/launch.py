@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -144,6 +146,23 @@ def write_stop_marker(signal_number: int) -> None:
     if path:
         with open(path, "w") as stream:
             stream.write(str(int(signal_number)))
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    world_size: int  # the run's processes: nproc_per_node x nnodes
+    deepspeed: Any  # the DeepSpeed JSON's path (a preset's, shipped in the package); None without
+    shm_hint: Optional[str]  # check_shm's: said before several local processes start
+
+
+def plan_launch(config: TrainConfig) -> LaunchPlan:
+    """The launch part of the run plan (run/plan.py): DeepSpeed's JSON read (a missing or broken one fails here,
+    before any model) and its package present; the world size; /dev/shm's hint."""
+    deepspeed = resolve_deepspeed(config.trl.deepspeed)
+    if deepspeed and importlib.util.find_spec("deepspeed") is None:
+        raise LaunchError(f"deepspeed {config.trl.deepspeed} requested but the deepspeed package is not "
+                          "installed; use an image with DeepSpeed or drop --deepspeed")
+    return LaunchPlan(world_size(config.run), deepspeed, check_shm(config.run))
 
 
 def resolve_deepspeed(value: Any) -> Any:

@@ -1,9 +1,10 @@
 """A training command (`vlmgrpo train`, `vlmgrpo sft`) as one object: its configuration (its TRL config class, with
 the recipe's defaults, and its sections), its command-line options, and the same four parts for every command:
 
-  validate(config) -> PreparedRun    every check that needs no weights, keeping what they resolved (prepared.py);
+  plan_work(config, model, launch)   its own part of the run plan (plan.py), after the parts every command shares:
+                                     the rewards, the rows, a processing class it loaded, each checked (-> Work);
   build_trainer(started)             the TRL trainer, its model and data, from the StartedRun (started.py): the
-                                     PreparedRun, the finished TRL config, the attention kernel;
+                                     RunPlan, the finished TRL config, the attention kernel;
   save(trainer, config)              the final model: one layout for every command (below);
   metrics                            the MetricsView: what metrics.jsonl holds and the stdout line shows.
 
@@ -15,18 +16,30 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from vlmgrpo.run.metrics import MetricsView
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
-    from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.data.datasets import LoadedData
+    from vlmgrpo.models.source import ModelSource
+    from vlmgrpo.run.launch import LaunchPlan
+    from vlmgrpo.run.plan import RunPlan
     from vlmgrpo.run.started import StartedRun
 
 # The final model of every command: full fine-tuning saves it in OUTPUT itself; LoRA saves the adapter (with the
 # processor or tokenizer) in OUTPUT/adapter and, with merge_lora, the adapter merged into its base in OUTPUT/merged.
 ADAPTER_DIR, MERGED_DIR = "adapter", "merged"
+
+
+class Work(NamedTuple):
+    """A recipe's own part of the run plan (RunPlan's fields of the same names)."""
+
+    rewards: Mapping[str, Callable[..., list]]
+    data: LoadedData
+    model: ModelSource  # with its kind (models/source.model_kind)
+    processing_class: Any = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +71,7 @@ class Recipe:
 
         return getattr(trl_configs, self.trl_config)
 
-    def validate(self, config: TrainConfig) -> PreparedRun:
+    def plan_work(self, config: TrainConfig, model: ModelSource, launch: LaunchPlan) -> Work:
         raise NotImplementedError
 
     def build_trainer(self, started: StartedRun):
@@ -77,12 +90,12 @@ class Recipe:
         if config.model.merge_lora and trainer.accelerator.is_main_process:
             merge_adapter(adapter, config.model.model_name_or_path, os.path.join(output, MERGED_DIR))
 
-    def run(self, prepared: PreparedRun) -> int:
+    def run(self, plan: RunPlan) -> int:
         """Train here (one process, or one worker under torchrun), started once (started.py); the exit code."""
         from vlmgrpo.run.runner import run_training
         from vlmgrpo.run.started import start
 
-        return run_training(start(prepared))
+        return run_training(start(plan))
 
     def __repr__(self) -> str:
         return f"<recipe {self.name}: trl.{self.trl_class}>"

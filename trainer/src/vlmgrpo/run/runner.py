@@ -15,7 +15,7 @@ from vlmgrpo.config.load import TrainConfig, dump_config
 from vlmgrpo.run.launch import restart_count, write_stop_marker
 from vlmgrpo.run.metrics import MetricsView, drop_steps_after
 from vlmgrpo.run.started import StartedRun
-from vlmgrpo.run.preflight import RUN_LOGS
+from vlmgrpo.run.output import RUN_LOGS
 from vlmgrpo.run.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
                                   past_file_size_limit, warn_if_few_checkpoints_fit)
 
@@ -52,7 +52,7 @@ def write_run_config(config: TrainConfig, output: Path) -> None:
 
 def run_training(started: StartedRun) -> int:
     """Train to the end or to a signal with the recipe's trainer, metrics and final save; the process exit code."""
-    config, resume, trl_args = started.prepared.config, started.prepared.resume, started.trl_args
+    config, resume, trl_args = started.plan.config, started.plan.output.resume, started.trl_args
     output = Path(trl_args.output_dir)
     if trl_args.process_index == 0:
         write_run_config(config, output)
@@ -68,14 +68,14 @@ def run_training(started: StartedRun) -> int:
 
 
 def train_and_save(started: StartedRun, monitor) -> int:
-    prepared, output = started.prepared, Path(started.trl_args.output_dir)
+    plan, output = started.plan, Path(started.trl_args.output_dir)
     trainer = build_trainer(started, monitor)
     stop = GracefulStop()
     trainer.add_callback(stop)
     stop.install()
     need = checkpoint_bytes(trainer.model, str(output))
     try:
-        trainer.train(resume_from_checkpoint=prepared.resume)
+        trainer.train(resume_from_checkpoint=plan.output.resume)
     except Exception as error:
         if is_past_file_size_limit(error):
             raise past_file_size_limit(str(output), trainer.state.global_step) from None
@@ -90,18 +90,18 @@ def train_and_save(started: StartedRun, monitor) -> int:
         log.warning("stopped by signal after step %d; checkpoint written under %s, continue with --resume auto",
                     trainer.state.global_step, output)
         return stop.exit_code
-    prepared.config.command.save(trainer, prepared.config)
+    plan.config.command.save(trainer, plan.config)
     leave_process_group()
     return 0
 
 
 def build_trainer(started: StartedRun, monitor):
     """The recipe's trainer with our callbacks: metrics, the monitor, the profiler; rank 0 says what it trains."""
-    config, trl_args = started.prepared.config, started.trl_args
+    config, trl_args = started.plan.config, started.trl_args
     output = Path(trl_args.output_dir)
     trainer = config.command.build_trainer(started)
     attach_metrics(trainer, output, config.command.metrics)
-    trainer.add_callback(CheckpointRecord(started.prepared.identity))
+    trainer.add_callback(CheckpointRecord(started.plan.output.identity))
     if monitor is not None:
         trainer.add_callback(MonitorCallback(monitor))
     if config.run.profile_steps:

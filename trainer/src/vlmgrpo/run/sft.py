@@ -18,7 +18,9 @@ from vlmgrpo.run.recipe import Recipe
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
-    from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.models.source import ModelSource
+    from vlmgrpo.run.launch import LaunchPlan
+    from vlmgrpo.run.recipe import Work
     from vlmgrpo.run.started import StartedRun
 
 log = logging.getLogger("vlmgrpo")
@@ -124,32 +126,31 @@ class SftRecipe(Recipe):
 
         return (ModelConfig, DataConfig, RunConfig)
 
-    def validate(self, config: TrainConfig) -> PreparedRun:
-        """Every check that needs no weights: the shared ones, the chat template, every row."""
+    def plan_work(self, config: TrainConfig, model: ModelSource, launch: LaunchPlan) -> Work:
+        """The model's kind, the processing class and its chat template, every row: all before any weights load."""
         from vlmgrpo.data.chat import validate_chat_row
-        from vlmgrpo.models.loading import is_vision_language, load_processing_class
-        from vlmgrpo.run.prepared import PreparedRun
-        from vlmgrpo.run.preflight import check_model_kind, check_run, load_rows
+        from vlmgrpo.data.rows import load_rows
+        from vlmgrpo.models.loading import load_processing_class
+        from vlmgrpo.models.source import model_kind
+        from vlmgrpo.run.recipe import Work
 
-        resolved = check_run(config)
-        vision = is_vision_language(config.model.model_name_or_path)
-        check_model_kind(config, vision)
-        processing_class = load_processing_class(config.model, vision)
-        check_chat_template(config, processing_class, vision)
+        model = model_kind(config, model)
+        processing_class = load_processing_class(config.model, model.vision)
+        check_chat_template(config, processing_class, model.vision)
         data = load_rows(config, validate_chat_row)
-        check_images_fit(data, vision, config.model.model_name_or_path)
-        return PreparedRun(config, data, {}, *resolved, vision=vision, processing_class=processing_class)
+        check_images_fit(data, model.vision, model.base)
+        return Work({}, data, model, processing_class)
 
     def build_trainer(self, started: StartedRun):
         from vlmgrpo.data.chat import to_sft_dataset
         from vlmgrpo.models.loading import load_model, peft_config
 
-        prepared = started.prepared
-        config, data, vision = prepared.config, prepared.data, prepared.vision
+        plan = started.plan
+        config, data, vision = plan.config, plan.data, plan.model.vision
         return trainer_class()(
             model=load_model(config.model, vision, attention=started.attention),
             args=started.trl_args,
-            processing_class=prepared.processing_class,  # the one validate loaded and checked the template of
+            processing_class=plan.processing_class,  # the one plan_work loaded and checked the template of
             train_dataset=to_sft_dataset(data.samples, vision),
             eval_dataset=to_sft_dataset(data.validation, vision) if data.validation else None,
             peft_config=peft_config(config.model),

@@ -1,6 +1,6 @@
-"""A PreparedRun started in the process that trains it (one process, or each torchrun worker), with what only that
+"""A RunPlan started in the process that trains it (one process, or each torchrun worker), with what only that
 process may resolve: the TRL config finished and the attention kernel chosen (with flash-attention 4, its kernel
-cache set up from the image's: vlmgrpo/fa4kernels/runtime.py). `start(prepared)` makes it once per
+cache set up from the image's: vlmgrpo/fa4kernels/runtime.py). `start(plan)` makes it once per
 process (Recipe.run); the runner (runner.py), the recipe's `build_trainer` and the model loading take it and resolve
 none of it again.
 
@@ -22,37 +22,37 @@ from vlmgrpo.errors import ConfigError
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
-    from vlmgrpo.run.prepared import PreparedRun
+    from vlmgrpo.run.plan import RunPlan
 
 log = logging.getLogger("vlmgrpo")
 
 
 @dataclass(frozen=True)
 class StartedRun:
-    prepared: PreparedRun
+    plan: RunPlan
     # The recipe's TRL config (config.trl, an instance of its trl_configs.py class) finished for this process: the
     # values resolved_trl_values sets, and TRL's __post_init__ run. The one TRL config the trainer is given.
     trl_args: Any
     attention: str  # the attn_implementation the model loads with (models/attention.choose_attention)
 
 
-def start(prepared: PreparedRun) -> StartedRun:
+def start(plan: RunPlan) -> StartedRun:
     """The process's part, once: the TRL config finished, then the attention kernel chosen (its one "attention: ..."
     line; a ConfigError for a flash-attention request that cannot run here). TRL first, in the order the run had
     before this step: its __post_init__ puts a torchrun worker on its own GPU before the GPUs are queried."""
     from vlmgrpo.models.attention import FA4, choose_attention
 
-    trl_args = build_trl_config(prepared.config, prepared.deepspeed)
-    attention = choose_attention(prepared.config.model.attn_implementation)
+    trl_args = build_trl_config(plan.config, plan.launch.deepspeed)
+    attention = choose_attention(plan.config.model.attn_implementation)
     if attention == FA4:  # before the model loads, which imports FA4: it reads its cache's place at import
         from vlmgrpo.fa4kernels.runtime import model_family, prepare
         from vlmgrpo.models.loading import load_model_config
 
-        family = model_family(load_model_config(prepared.config.model.model_name_or_path))
+        family = model_family(load_model_config(plan.model.base))
         line = prepare(str(trl_args.output_dir), family)
         if int(os.environ.get("RANK", "0")) == 0:
             log.info("%s", line)
-    return StartedRun(prepared, trl_args, attention)
+    return StartedRun(plan, trl_args, attention)
 
 
 # Old names the recipe, VLM-R1's scripts and users' configs say, and the names transformers 5 gives them: the new
@@ -76,8 +76,8 @@ def under_current_names(trl) -> dict[str, Any]:
 
 
 def resolved_trl_values(config: TrainConfig, deepspeed: Optional[str]) -> dict[str, Any]:
-    """What the worker resolves in the TRL config before TRL sees it: the DeepSpeed JSON as prepared
-    (PreparedRun.deepspeed), bf16 and report_to "auto" for this machine, evaluation when rows are held out, the CPU."""
+    """What the worker resolves in the TRL config before TRL sees it: the DeepSpeed JSON as planned
+    (RunPlan.launch.deepspeed), bf16 and report_to "auto" for this machine, evaluation when rows are held out, the CPU."""
     from vlmgrpo.models.loading import cuda_available
 
     trl = config.trl
@@ -129,7 +129,7 @@ def wandb_offline_without_key() -> None:
 
 def build_trl_config(config: TrainConfig, deepspeed: Optional[str]):
     """config.trl finished: its values resolved for this process and TRL's __post_init__ run (trl_configs.py says
-    why only here); deepspeed: the DeepSpeed JSON as prepared (PreparedRun.deepspeed). A run calls it once, in
+    why only here); deepspeed: the DeepSpeed JSON as planned (RunPlan.launch.deepspeed). A run calls it once, in
     start."""
     try:
         return dataclasses.replace(config.trl, **resolved_trl_values(config, deepspeed))

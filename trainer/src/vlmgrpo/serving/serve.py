@@ -144,7 +144,7 @@ def engine_model_id(settings: ServeSettings, engine: str) -> str:
 def check_model(model: str) -> None:
     """As `train` checks its model: a directory with config.json whose files this uid can read (weights saved 0600
     by another user are otherwise a "file not found" from the engine, after it started), or a hub id."""
-    from vlmgrpo.run.preflight import MODEL, check_source
+    from vlmgrpo.models.source import MODEL, check_source
 
     if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
         raise ConfigError(f"--model {model}: the directory has no config.json; give a model directory (a run's "
