@@ -29,7 +29,8 @@ def count_calls(monkeypatch) -> Counter:
     import vlmgrpo.models.attention  # noqa: F401 - every module on the run's path, loaded before wrapping
     import vlmgrpo.models.loading  # noqa: F401
     import vlmgrpo.run.grpo  # noqa: F401
-    import vlmgrpo.run.plan  # noqa: F401
+    import vlmgrpo.data.rows  # noqa: F401
+    import vlmgrpo.run.output  # noqa: F401
     import vlmgrpo.run.runner  # noqa: F401
     import vlmgrpo.run.sft  # noqa: F401
     import vlmgrpo.run.started  # noqa: F401
