@@ -18,8 +18,9 @@ import pytest
 from conftest import in_process, train_args
 
 SOURCE = str(Path(__import__("vlmgrpo").__file__).parent) + os.sep
-# The issue's goal (37 in its count, before prepare()); 14 at 2d8ea7d; 14 in 29 stays with run/started.py.
-MOST_RETURNS = 15
+# Issue 44's goal was 15 (37 in its count, before prepare()); 14 at 2d8ea7d; 14 in 29 stays with run/started.py;
+# issue 54's is 10: 10 in 30 stays with the run plan (run/plan.py), each owner asked once.
+MOST_RETURNS = 10
 
 
 class Trip:

@@ -99,7 +99,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
                 extra: tuple[str, ...] = ()) -> None:
     """Every training command: load and check the configuration and every row, then train here or through
     torchrun. `extra` is what click did not know: fields as TRL's scripts take them (flags.py)."""
-    from vlmgrpo.run.launch import exit_on_signal_until_training, needs_launch, run_torchrun, torchrun_command
+    from vlmgrpo.run.launch import exit_on_signal_until_training, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
     check_driver()
@@ -108,7 +108,8 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         overrides = collect_overrides(options, said)
         overrides.update(flag_overrides(recipe, extra, said))
         launch = discover_launch(overrides)  # before config.load's TRL import: a contradiction is said at once
-        from vlmgrpo.config.load import dump_config, load_config
+        from vlmgrpo.config.dump import dump_config
+        from vlmgrpo.config.load import load_config
         from vlmgrpo.run.output import clear_earlier_run
 
         config = load_config(config_path, overrides, recipe, launch)
@@ -130,7 +131,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
             log.info("--overwrite-output: removed %s from %s", ", ".join(removed), plan.output.directory)
         if plan.launch.shm_hint:
             log.warning(plan.launch.shm_hint)
-        if needs_launch(config.run):
+        if plan.launch.through_torchrun:
             log.info("launching %s", " ".join(torchrun_command(config.run, sys.argv[1:])))
             sys.exit(run_torchrun(config.run, sys.argv[1:]))
         sys.exit(recipe.run(plan))

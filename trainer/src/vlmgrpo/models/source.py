@@ -64,11 +64,17 @@ def plan_model(config: TrainConfig) -> ModelSource:
 
 
 def model_kind(config: TrainConfig, model: ModelSource) -> ModelSource:
-    """The model with its kind, read from its config.json (no weights), and LoRA targets its language model has."""
-    from vlmgrpo.models.loading import is_vision_language
+    """The model with its kind, read from its config.json (no weights), and LoRA targets its language model has (a
+    new adapter's)."""
+    from vlmgrpo.models.loading import is_vision_language, unmatched_lora_targets
 
     vision = is_vision_language(model.base)
-    check_lora_targets(config, vision)
+    if config.model.use_peft and not config.model.adapter_name_or_path:
+        linear = unmatched_lora_targets(config.model, vision)
+        if linear:
+            raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
+                              f"{', '.join(config.model.lora_target_modules)} match no layer of {model.base}'s "
+                              f"language model; its linear layers are named {', '.join(linear)}")
     return dataclasses.replace(model, vision=vision)
 
 
@@ -136,20 +142,6 @@ def check_model(model, where, origins: dict[str, str]) -> None:
 def check_model_source(config: TrainConfig) -> None:
     """The model (or the base model an adapter names) and the adapter exist and this uid can read them."""
     check_model(config.model, config.where, config.origins)
-
-
-def check_lora_targets(config: TrainConfig, vision: bool) -> None:
-    """What needs the model's config (read, no weights): LoRA targets that exist in its language model."""
-    from vlmgrpo.models.loading import unmatched_lora_targets
-
-    if not config.model.use_peft or config.model.adapter_name_or_path:
-        return
-    linear = unmatched_lora_targets(config.model, vision)
-    if linear:
-        raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
-                          f"{', '.join(config.model.lora_target_modules)} match no layer of "
-                          f"{config.model.model_name_or_path}'s language model; its linear layers are named "
-                          f"{', '.join(linear)}")
 
 
 def check_quantization(config: TrainConfig) -> None:

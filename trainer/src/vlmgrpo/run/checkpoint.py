@@ -28,6 +28,10 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 RECORD = "vlmgrpo_checkpoint.json"
 LOAD_FAILED = "vlmgrpo_load_failed"  # a checkpoint whose weights failed to load: a restart takes the one before
 _warned: set[str] = set()
+# What an earlier run leaves in its output directory besides checkpoints (see callbacks.py and grpo.py).
+RUN_LOGS = ("metrics.jsonl", "completions.jsonl")
+# What a run writes into its output besides an earlier run's checkpoints and logs: not a sign of anyone else's files.
+RUN_OWN = ("vlmgrpo_config.yaml", "runs", ".fa4-kernels")
 
 
 def checkpoint_dirs(output_dir: str) -> list[str]:
@@ -37,6 +41,12 @@ def checkpoint_dirs(output_dir: str) -> list[str]:
     found = [(int(match.group(1)), os.path.join(output_dir, entry)) for entry in os.listdir(output_dir)
              if (match := _CHECKPOINT.match(entry)) and os.path.isdir(os.path.join(output_dir, entry))]
     return [path for _, path in sorted(found)]
+
+
+def earlier_run(output: str) -> list[str]:
+    """What a previous run left in output: its checkpoint directories and logs."""
+    found = [os.path.basename(p) for p in checkpoint_dirs(output)]
+    return found + [name for name in RUN_LOGS if os.path.isfile(os.path.join(output, name))]
 
 
 def is_complete(checkpoint: str) -> bool:

@@ -111,22 +111,21 @@ class GrpoRecipe(Recipe):
         return (ModelConfig, RecDataConfig, RewardConfig, RunConfig)
 
     def plan_work(self, config: TrainConfig, model: ModelSource, launch: LaunchPlan) -> Work:
-        """Rollouts that can run here, whole generation batches, the rewards, every row checked for what they need,
-        then a vision-language model: all before any weights load."""
+        """Rollouts that can run here, the rewards, every row checked for what they need, enough of them for a
+        generation batch (whose groups plan_launch checked), then a vision-language model: all before any weights
+        load."""
         from vlmgrpo.data.rows import load_scored_rows
         from vlmgrpo.errors import ConfigError
         from vlmgrpo.models.loading import cuda_available
         from vlmgrpo.models.source import model_kind
         from vlmgrpo.rewards import reward_functions
-        from vlmgrpo.run.launch import check_batch, check_enough_rows
         from vlmgrpo.run.recipe import Work
         from vlmgrpo.run.rollouts import check_vllm
 
         check_vllm(config, cuda_available)
-        check_batch(config, launch.world_size)
         rewards = reward_functions(config)
         data = load_scored_rows(config)
-        check_enough_rows(config, launch.world_size, len(data.samples))
+        launch.check_rows(len(data.samples))
         model = model_kind(config, model)
         if not model.vision:
             raise ConfigError(f"{config.where('model_name_or_path')}: key 'model_name_or_path': {model.base} is a "
@@ -145,14 +144,18 @@ class GrpoRecipe(Recipe):
         processor = load_processor(config.model)
         model = load_model(config.model, vision=True, attention=started.attention)
         space = answer_box_space(config.reward.answer_box_space, model.config.model_type)
+        resize, peft = resize_function(processor), peft_config(config.model)
         log.info("reading answer boxes in the %s coordinate space (answer_box_space)", space)
         template = config.data.question_template
         judge = Judge.from_config(config.reward, config.where("judge_url"))
-        rewards = build_rewards(config.reward.reward_funcs, space, resize_function(processor),
-                                config.reward.iou_threshold, judge, getattr(processor, "tokenizer", processor),
-                                started.plan.rewards)
-        if data.validation and trl_config.eval_strategy != "no" and set(config.reward.reward_funcs) & set(BOX_REWARDS):
-            add_rec_accuracy(rewards, trl_config, space, resize_function(processor))
+        # REC accuracy on the validation split at every evaluation (eval_rewards/rec_accuracy in metrics.jsonl and
+        # TensorBoard), as a reward of weight 0: it is logged and never moves the advantages.
+        accuracy = bool(data.validation and trl_config.eval_strategy != "no"
+                        and set(config.reward.reward_funcs) & set(BOX_REWARDS))
+        rewards = build_rewards(config.reward.reward_funcs, space, resize, config.reward.iou_threshold, judge,
+                                getattr(processor, "tokenizer", processor), started.plan.rewards, rec_accuracy=accuracy)
+        if accuracy:
+            trl_config.reward_weights = list(trl_config.reward_weights or [1.0] * (len(rewards) - 1)) + [0.0]
         trainer = trainer_class()(
             model=model,
             processing_class=processor,
@@ -160,22 +163,12 @@ class GrpoRecipe(Recipe):
             args=trl_config,
             train_dataset=to_hf_dataset(data.samples, template),
             eval_dataset=to_hf_dataset(data.validation, template) if data.validation else None,
-            peft_config=peft_config(config.model),
+            peft_config=peft,
         )
         if config.reward.dump_completions:
             trainer.completions_path = Path(trl_config.output_dir) / "completions.jsonl"
         trainer.add_callback(ZeroRewardWatchdog(config.reward.zero_reward_patience))
         return trainer
-
-
-def add_rec_accuracy(rewards: list, trl_config, space: str, resize) -> None:
-    """REC accuracy on the validation split at every evaluation (eval_rewards/rec_accuracy in metrics.jsonl and
-    TensorBoard), as a reward of weight 0: it is logged and never moves the advantages."""
-    from vlmgrpo.rewards import make_rec_accuracy
-
-    weights = list(trl_config.reward_weights or [1.0] * len(rewards))
-    rewards.append(make_rec_accuracy(space, resize))
-    trl_config.reward_weights = weights + [0.0]
 
 
 GRPO = GrpoRecipe()

@@ -153,16 +153,37 @@ class LaunchPlan:
     world_size: int  # the run's processes: nproc_per_node x nnodes
     deepspeed: Any  # the DeepSpeed JSON's path (a preset's, shipped in the package); None without
     shm_hint: Optional[str]  # check_shm's: said before several local processes start
+    through_torchrun: bool  # this process launches torchrun (needs_launch), which starts the workers
+    # GRPO's generation batch at this world size (generation_batch: completions, num_generations, how it is made)
+    generation: Optional[tuple[int, int, str]] = None
+
+    def check_rows(self, rows: int) -> None:
+        """TRL's sampler hands out whole generation batches only (completions / num_generations distinct prompts):
+        fewer training rows than one batch train 0 steps and would save the untrained model as the result."""
+        if self.generation is None:
+            return
+        completions, generations, made = self.generation
+        prompts = completions // generations
+        if rows < prompts:
+            raise LaunchError(
+                f"{rows} training row(s) make no whole generation batch of {prompts} prompts ({completions} "
+                f"completions: {made}, / num_generations {generations}): training would run 0 steps; add rows, or "
+                "lower the batch size or gradient_accumulation_steps")
 
 
 def plan_launch(config: TrainConfig) -> LaunchPlan:
     """The launch part of the run plan (run/plan.py): DeepSpeed's JSON read (a missing or broken one fails here,
-    before any model) and its package present; the world size; /dev/shm's hint."""
+    before any model) and its package present; the world size, and for GRPO whole groups of generations in its
+    batches at that size; /dev/shm's hint."""
     deepspeed = resolve_deepspeed(config.trl.deepspeed)
     if deepspeed and importlib.util.find_spec("deepspeed") is None:
         raise LaunchError(f"deepspeed {config.trl.deepspeed} requested but the deepspeed package is not "
                           "installed; use an image with DeepSpeed or drop --deepspeed")
-    return LaunchPlan(world_size(config.run), deepspeed, check_shm(config.run))
+    processes, generation = world_size(config.run), None
+    if getattr(config.trl, "num_generations", None):  # GRPO's config: its batches hold groups of completions
+        check_batch(config, processes)
+        generation = generation_batch(config, processes)
+    return LaunchPlan(processes, deepspeed, check_shm(config.run), needs_launch(config.run), generation)
 
 
 def resolve_deepspeed(value: Any) -> Any:
@@ -215,18 +236,6 @@ def check_batch(config: TrainConfig, processes: int) -> None:
             f"evaluation batch {eval_batch} (per_device_eval_batch_size x {processes} processes) is not divisible "
             f"by {eval_generations} generations; set per_device_eval_batch_size or num_generations_eval"
         )
-
-
-def check_enough_rows(config: TrainConfig, processes: int, rows: int) -> None:
-    """TRL's sampler hands out whole generation batches only (completions / num_generations distinct prompts):
-    fewer training rows than one batch train 0 steps and would save the untrained model as the result."""
-    completions, generations, made = generation_batch(config, processes)
-    prompts = completions // generations
-    if rows < prompts:
-        raise LaunchError(
-            f"{rows} training row(s) make no whole generation batch of {prompts} prompts ({completions} completions: "
-            f"{made}, / num_generations {generations}): training would run 0 steps; add rows, or lower the batch "
-            "size or gradient_accumulation_steps")
 
 
 def shm_bytes(path: str = "/dev/shm") -> Optional[int]:

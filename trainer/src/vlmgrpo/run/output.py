@@ -12,20 +12,16 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from vlmgrpo.access import unwritable_directory
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.checkpoint import checkpoint_dirs, resolve_resume, run_identity
+from vlmgrpo.run.checkpoint import RUN_OWN, earlier_run, resolve_resume, run_identity
 from vlmgrpo.run.launch import restart_count, under_torchrun
 
 if TYPE_CHECKING:
     from vlmgrpo.config.load import TrainConfig
     from vlmgrpo.models.source import ModelSource
 
-# What an earlier run leaves in its output directory besides checkpoints (see callbacks.py and grpo.py).
-RUN_LOGS = ("metrics.jsonl", "completions.jsonl")
 # The operating system's own trees, and the top directories other things live in: never a run's output.
 SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys", "/usr")
 SHARED_TOPS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var")
-# What a run writes into its output besides an earlier run's checkpoints and logs: not a sign of anyone else's files.
-RUN_OWN = ("vlmgrpo_config.yaml", "runs", ".fa4-kernels")
 
 
 @dataclass(frozen=True)
@@ -38,19 +34,54 @@ class OutputPlan:
 
 
 def plan_output(config: TrainConfig, model: ModelSource) -> OutputPlan:
-    """The output checked (check_output) and what the run does with what it holds."""
+    """The output directory apart from the model, no system directory and writable; what the run does with what it
+    holds: it resumes --resume's checkpoint (after a restart the newest one), clears an earlier run with
+    --overwrite-output, and refuses an earlier run or anyone's files otherwise."""
+    output, where = config.trl.output_dir, config.where("output_dir")
+    check_place(output, f"{where}: key 'output_dir'", {
+        "the model (model_name_or_path)": model.base, "the adapter (adapter_name_or_path)": model.adapter})
+    if config.run.resume and config.run.overwrite_output:
+        raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output starts over and --resume "
+                          f"{config.run.resume} continues: give one of them")
     identity = run_identity(config.command.name, model.base)
-    resume = check_output(config, identity)
-    clear = ()
-    if config.run.overwrite_output and not under_torchrun() and config.run.node_rank == 0:
-        clear = tuple(earlier_run(config.trl.output_dir))
-    return OutputPlan(config.trl.output_dir, identity, resume, clear)
+    # A --resume PATH that is no checkpoint, or another run's, fails here, before any weights.
+    resume = resolve_resume(config.run.resume or ("auto" if restart_count() else None), output, identity)
+    found = earlier_run(output)
+    launcher = not under_torchrun()  # a torchrun worker's launcher has checked (and cleared) the output already
+    if config.run.overwrite_output:
+        cleared = tuple(found) if launcher and config.run.node_rank == 0 else ()
+        return OutputPlan(output, identity, resume, cleared)
+    if launcher and not config.run.resume:
+        check_nothing_held(output, f"{where}: key 'output_dir'", found)
+    return OutputPlan(output, identity, resume)
 
 
-def earlier_run(output: str) -> list[str]:
-    """What a previous run left in output: its checkpoint directories and logs."""
-    found = [os.path.basename(p) for p in checkpoint_dirs(output)]
-    return found + [name for name in RUN_LOGS if os.path.isfile(os.path.join(output, name))]
+def check_place(output: str, where: str, sources: dict[str, Optional[str]]) -> None:
+    """Apart from the model it reads, no system directory, writable."""
+    check_output_apart(where, output, sources)
+    system = system_directory(output)
+    if system:
+        raise ConfigError(f"{where}: {output} is {system}, which a run must not write into; choose a directory of its "
+                          "own (a new one under your home, a volume, or the job's scratch)")
+    problem = unwritable_directory(output)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+
+
+def check_nothing_held(output: str, where: str, found: list[str]) -> None:
+    """A run that neither resumes nor starts over writes into an output holding no earlier run and no one's files."""
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(f"{where}: {output} already holds an earlier run ({shown}); continue it with --resume auto, "
+                          "start over with --overwrite-output (removes its checkpoints and logs), or choose another "
+                          "--output")
+    others = sorted(os.listdir(output)) if os.path.isdir(output) else []
+    others = [name for name in others if name not in RUN_OWN]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ConfigError(f"{where}: {output} is not empty ({shown}) and holds no earlier run: the run would write its "
+                          "model, config and logs over what is there; choose a new or empty --output, or pass "
+                          "--overwrite-output to write into it anyway")
 
 
 def check_output_apart(where: str, output: str, sources: dict[str, Optional[str]]) -> None:
@@ -76,44 +107,6 @@ def system_directory(output: str) -> Optional[str]:
         if path == tree or path.startswith(tree + os.sep):
             return f"inside the system directory {tree}" if path != tree else f"the system directory {tree}"
     return None
-
-
-def check_output(config: TrainConfig, identity: dict) -> Optional[str]:
-    """The output directory is writable, apart from the model, and holds no earlier run unless told to resume it or
-    start over; the checkpoint to resume from: --resume's, or after a restart the newest one (None: from step 0)."""
-    output = config.trl.output_dir
-    where = config.where("output_dir")
-    check_output_apart(f"{where}: key 'output_dir'", output, {
-        "the model (model_name_or_path)": config.model.model_name_or_path,
-        "the adapter (adapter_name_or_path)": config.model.adapter_name_or_path})
-    system = system_directory(output)
-    if system:
-        raise ConfigError(f"{where}: key 'output_dir': {output} is {system}, which a run must not write into; choose "
-                          "a directory of its own (a new one under your home, a volume, or the job's scratch)")
-    problem = unwritable_directory(output)
-    if problem:
-        raise ConfigError(f"{where}: key 'output_dir': {problem}")
-    # A --resume PATH that is no checkpoint, or another run's, fails here, before any weights.
-    resume = resolve_resume(config.run.resume or ("auto" if restart_count() else None), output, identity)
-    if config.run.resume and config.run.overwrite_output:
-        raise ConfigError(f"{config.where('overwrite_output')}: --overwrite-output starts over and --resume "
-                          f"{config.run.resume} continues: give one of them")
-    if under_torchrun() or config.run.resume or config.run.overwrite_output:
-        return resume  # under torchrun the launching process has checked (and cleared) it already
-    found = earlier_run(output)
-    if found:
-        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        raise ConfigError(f"{where}: key 'output_dir': {output} already holds an earlier run ({shown}); continue it "
-                          "with --resume auto, start over with --overwrite-output (removes its checkpoints and "
-                          "logs), or choose another --output")
-    others = sorted(os.listdir(output)) if os.path.isdir(output) else []
-    others = [name for name in others if name not in RUN_OWN]
-    if others:
-        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise ConfigError(f"{where}: key 'output_dir': {output} is not empty ({shown}) and holds no earlier run: the "
-                          "run would write its model, config and logs over what is there; choose a new or empty "
-                          "--output, or pass --overwrite-output to write into it anyway")
-    return resume
 
 
 def clear_earlier_run(output: OutputPlan, where: str) -> list[str]:

@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 
 from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
-from vlmgrpo.run.checkpoint import checkpoint_step, latest_checkpoint
-from vlmgrpo.config.load import TrainConfig, dump_config
+from vlmgrpo.run.checkpoint import RUN_LOGS, checkpoint_step, latest_checkpoint
+from vlmgrpo.config.dump import dump_config
+from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.run.launch import restart_count, write_stop_marker
 from vlmgrpo.run.metrics import MetricsView, drop_steps_after
 from vlmgrpo.run.started import StartedRun
-from vlmgrpo.run.output import RUN_LOGS
 from vlmgrpo.run.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
                                   past_file_size_limit, warn_if_few_checkpoints_fit)
 
