@@ -43,9 +43,9 @@ def load_scored_rows(config: TrainConfig) -> LoadedData:
     names = config.reward.reward_funcs
     data = load_rows(config, functools.partial(validate_row, require_box=any(name in BOX_REWARDS for name in names),
                                                check_method=JSONL_ACCURACY in names))
+    warn_boxes_scored_as_text(config, data)
     if JSONL_ACCURACY in names and any(row.reward_method == LLM for row in data.samples + data.validation):
         check_judge(config)
-    warn_boxes_scored_as_text(config, data)
     return data
 
 

@@ -203,6 +203,8 @@ def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFu
     """judge: the llm method's (judge.Judge), for jsonl_accuracy; tokenizer: the model's, for length; custom: the
     custom functions check_reward_names resolved (a run plan's), else resolved here; rec_accuracy: REC accuracy
     after them (make_rec_accuracy), which the caller weighs 0."""
+    if custom is None:
+        custom = check_reward_names(names, "config")
     factories = {
         IOU: lambda: make_iou_reward(answer_space, resize, threshold),
         IOU_LENIENT: lambda: make_iou_reward(answer_space, resize, threshold, lenient=True),
@@ -213,7 +215,5 @@ def build_rewards(names: list[str], answer_space: str, resize: Optional[ResizeFu
         REPETITION: lambda: repetition_reward,
     }
     factories.update({name: (lambda function=function: function) for name, function in ANSWER_REWARD_FUNCS.items()})
-    if custom is None:
-        custom = check_reward_names(names, "config")
     built = [factories[name]() if name in factories else custom[name] for name in names]
     return built + ([make_rec_accuracy(answer_space, resize)] if rec_accuracy else [])

@@ -51,8 +51,20 @@ def plan_output(config: TrainConfig, model: ModelSource) -> OutputPlan:
     if config.run.overwrite_output:
         cleared = tuple(found) if launcher and config.run.node_rank == 0 else ()
         return OutputPlan(output, identity, resume, cleared)
-    if launcher and not config.run.resume:
-        check_nothing_held(output, f"{where}: key 'output_dir'", found)
+    if not launcher or config.run.resume:
+        return OutputPlan(output, identity, resume)
+    # Neither resuming nor starting over: no earlier run, and no one's files, to write over.
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(f"{where}: key 'output_dir': {output} already holds an earlier run ({shown}); continue it "
+                          "with --resume auto, start over with --overwrite-output (removes its checkpoints and logs), "
+                          "or choose another --output")
+    others = [name for name in (sorted(os.listdir(output)) if os.path.isdir(output) else []) if name not in RUN_OWN]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ConfigError(f"{where}: key 'output_dir': {output} is not empty ({shown}) and holds no earlier run: the "
+                          "run would write its model, config and logs over what is there; choose a new or empty "
+                          "--output, or pass --overwrite-output to write into it anyway")
     return OutputPlan(output, identity, resume)
 
 
@@ -66,22 +78,6 @@ def check_place(output: str, where: str, sources: dict[str, Optional[str]]) -> N
     problem = unwritable_directory(output)
     if problem:
         raise ConfigError(f"{where}: {problem}")
-
-
-def check_nothing_held(output: str, where: str, found: list[str]) -> None:
-    """A run that neither resumes nor starts over writes into an output holding no earlier run and no one's files."""
-    if found:
-        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        raise ConfigError(f"{where}: {output} already holds an earlier run ({shown}); continue it with --resume auto, "
-                          "start over with --overwrite-output (removes its checkpoints and logs), or choose another "
-                          "--output")
-    others = sorted(os.listdir(output)) if os.path.isdir(output) else []
-    others = [name for name in others if name not in RUN_OWN]
-    if others:
-        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise ConfigError(f"{where}: {output} is not empty ({shown}) and holds no earlier run: the run would write its "
-                          "model, config and logs over what is there; choose a new or empty --output, or pass "
-                          "--overwrite-output to write into it anyway")
 
 
 def check_output_apart(where: str, output: str, sources: dict[str, Optional[str]]) -> None:
