@@ -12,9 +12,9 @@ engine is pulled by this one without any traffic leaving loopback.
 
 Everything it writes is under the work directory (its data root, bind-mounted into the root for one start, so every
 start is an empty engine) or a run folder of its own (RUN_DIRS/NETNS: its socket and pid file, bound over the root's
-/run/imagegen, the rest of its /run a tmpfs of that start), so two engines run from one root at once (the test suite's
-two sessions each start one); the main engine's data root, exec root, socket, bridge and iptables are never named.
-It imports nothing but the standard library.
+/run/imagegen, the rest of its /run a tmpfs of that start), so two engines run from one root at once; the main
+engine's data root, exec root, socket, bridge and iptables are never named. It imports nothing but the standard
+library.
 """
 
 from __future__ import annotations

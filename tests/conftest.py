@@ -60,17 +60,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.docker)
-    items.sort(key=beside_order)  # stable: the rest keep pytest's order
-
-
-def beside_order(item) -> int:
-    """Where a test marked `beside` runs in .ci/test's second session, beside the main engine's build tests: first
-    (`first=True`: the tests of Docker 26, an engine of their own, while the other session builds for arm64), or last
-    (those that run the cpu image: by then the other session has built it, and its pushes and gzip leave a core)."""
-    marker = item.get_closest_marker("beside")
-    if marker is None:
-        return 1
-    return 0 if marker.kwargs.get("first") else 2
+    # The tests marked `beside` run last in .ci/test's second session: they run the cpu image, which the main engine's
+    # session has built by then, while that session's pushes and gzip leave a core. Stable: the rest keep their order.
+    items.sort(key=lambda item: item.get_closest_marker("beside") is not None)
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,11 @@ they fail instead, so a broken CI machine cannot pass by skipping everything.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from contextlib import contextmanager
@@ -214,26 +211,6 @@ def ca_bundle() -> Path:
 
 def build_cache_records(client: docker.DockerClient) -> list[dict]:
     return client.api.df().get("BuildCache") or []
-
-
-HEAVY_LOCK = Path(tempfile.gettempdir()) / "imagegen-tests-disk-heavy.lock"
-
-
-@contextmanager
-def one_disk_heavy_module_at_a_time(what: str) -> Iterator[None]:
-    """Held by each module whose images and caches take tens of GB (the GPU lines, the vLLM line, the build on
-    Docker 26): .ci/test runs two pytest sessions side by side, and the disk .ci/disk asks for holds one such peak
-    beside the rest of the suite, not two. The wait, if any, is printed (pytest shows it with -s or on failure)."""
-    with open(HEAVY_LOCK, "a") as lock:
-        started = time.monotonic()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        waited = time.monotonic() - started
-        if waited >= 1:
-            print(f"{what}: waited {waited:.0f} s for the other session's disk-heavy module", file=sys.stderr)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -21,13 +21,10 @@ def main_engine_state(docker_client) -> dict:
     rules (counters left out), and the main engine's data root, images and containers."""
     bridge = json.loads(subprocess.run(["ip", "-j", "addr", "show", "docker0"], capture_output=True, text=True,
                                        check=True).stdout)
-    # The rules of another Docker 26's uplink (testbed/engine26.py, links ig26*) are left out: the pipeline's runs in
-    # the suite's other session and may come or go meanwhile; this engine has none.
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
     info = docker_client.info()
     return {"docker0": [(link["operstate"], [a["local"] for a in link["addr_info"]]) for link in bridge],
-            "iptables": [re.sub(r"\[\d+:\d+\]", "", line) for line in rules.splitlines()
-                         if not line.startswith("#") and "ig26" not in line],
+            "iptables": [re.sub(r"\[\d+:\d+\]", "", line) for line in rules.splitlines() if not line.startswith("#")],
             "root": info["DockerRootDir"], "images": sorted(image.id for image in docker_client.images.list()),
             "containers": sorted(c.id for c in docker_client.containers.list(all=True))}
 
@@ -66,7 +63,7 @@ def test_docker_26_starts_pulls_from_loopback_and_leaves_the_main_engine_alone(d
                                   "cat", "/etc/debian_version"], env=engine.env(), capture_output=True, text=True,
                                  timeout=120)
             assert ran.returncode == 0 and ran.stdout.startswith("12."), ran.stdout + ran.stderr
-            with engine26.running(tmp_path / "second") as second:  # the suite's two sessions may each run one
+            with engine26.running(tmp_path / "second") as second:  # two engines from one root at once
                 assert second.netns != engine.netns and second.host != engine.host
                 assert not docker_images(second) and docker_images(engine)
                 assert docker_images(engine) == [f"{inner}/{ref.split('/', 1)[1]}"]

@@ -19,8 +19,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import ensure_wheelhouse, imagegen
-from tests.docker_env import (BASE_IMAGE, build_cache_made_inside, docker_cli, one_disk_heavy_module_at_a_time,
-                               prune_cache_mount)
+from tests.docker_env import BASE_IMAGE, build_cache_made_inside, docker_cli, prune_cache_mount
 from tests.test_image_vllm import checks_of
 
 
@@ -37,7 +36,7 @@ def wheels_image(request, local_base_image, docker_client, tmp_path_factory) -> 
     # The wheelhouse holds torch 2.14.1's wheels (the cpu image's): sent to the build only where they are installed,
     # since sending its 3 GB as build context takes about 36 s here.
     wheelhouse = ["--wheelhouse", str(ensure_wheelhouse())] if name == DEVEL else []
-    with one_disk_heavy_module_at_a_time(name), build_cache_made_inside(docker_client):
+    with build_cache_made_inside(docker_client):
         result = imagegen("build", "--image", name, "--platform", "linux/amd64", "--base-image", local_base_image,
                           *wheelhouse, "--test",
                           "--context-dir", str(work / "contexts"), "--report", str(work / "build.json"))
@@ -222,11 +221,13 @@ def test_kernels_the_image_lacks_are_compiled_once_for_all_ranks(wheels_image):
     lock, then finds the first one's mark and compiles nothing."""
     if wheels_image["name"] != DEVEL:
         pytest.skip("the runtime line has no flash-attn-4")
+    # One write per rank: the image sets PYTHONUNBUFFERED, so print() writes each piece on its own and the two ranks'
+    # lines interleaved in CI ("10 None" then " 25 kernels in 63 s"); one short write to a pipe is atomic.
     rank = ("import sys, pathlib; from vlmgrpo.fa4kernels import runtime; "
             "family = {'text': {'hidden_size': 256, 'num_attention_heads': 2, 'num_key_value_heads': 1}}; "
-            "print(sys.argv[1], runtime.compile_once(pathlib.Path('/tmp/run'), 90, 132, family))")
-    # each rank's exit status is checked: a bare `wait` answers 0 whatever they did (a CI run once saw neither
-    # rank print, with nothing to say why)
+            "result = runtime.compile_once(pathlib.Path('/tmp/run'), 90, 132, family); "
+            "sys.stdout.write(f'{sys.argv[1]} {result}' + chr(10))")
+    # each rank's exit status is checked: a bare `wait` answers 0 whatever they did
     script = (f"mkdir -p /tmp/run; python -c \"{rank}\" 0 & first=$!; python -c \"{rank}\" 1 & second=$!; "
               f"wait $first && wait $second && python {BUILD} verify --out /tmp/run --jobs 1")
     done = docker_cli("run", "--rm", "--entrypoint", "bash", wheels_image["ref"], "-c", script, check=False)

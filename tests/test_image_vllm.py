@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import imagegen
-from tests.docker_env import build_cache_made_inside, docker_cli, one_disk_heavy_module_at_a_time, prune_cache_mount
+from tests.docker_env import build_cache_made_inside, docker_cli, prune_cache_mount
 
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -28,7 +28,7 @@ def vllm_image(local_base_image, docker_client, tmp_path_factory) -> Iterator[di
     Afterwards its images, the build cache they leave and uv's cache of its wheels (together about 18 GB) are
     removed: CI runs on one engine, whose disk would otherwise keep them from run to run."""
     work = tmp_path_factory.mktemp("vllm-build")
-    with one_disk_heavy_module_at_a_time(IMAGE), build_cache_made_inside(docker_client):
+    with build_cache_made_inside(docker_client):
         result = imagegen("build", "--image", IMAGE, "--platform", "linux/amd64", "--base-image", local_base_image,
                           "--test", "--context-dir", str(work / "contexts"), "--report", str(work / "build.json"))
         report = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else {}
