@@ -38,6 +38,16 @@ def test_use_vllm_without_vllm_is_one_line_naming_the_images_that_have_it(tiny, 
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.skipif(rollouts.vllm_installed(), reason="vLLM is installed here")
+def test_use_vllm_is_checked_before_the_model_and_the_data(tmp_path):
+    """Checked first: the model and data named do not even exist, and the vLLM line is still the only one."""
+    done = in_process("train", "--model", tmp_path / "nowhere", "--data", tmp_path / "nowhere.jsonl", "--output",
+                      tmp_path / "run", "--use-vllm", "--dry-run")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: command line: {NOT_INSTALLED}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_use_vllm_with_vllm_and_no_gpu_is_one_line(tiny, tmp_path, fake_vllm, monkeypatch):
     monkeypatch.setattr("vlmgrpo.models.loading.cuda_available", lambda: False)
     done = in_process(*train_args(tiny, tmp_path / "out", "--use-vllm", "--dry-run"))

@@ -111,18 +111,15 @@ class GrpoRecipe(Recipe):
         return (ModelConfig, RecDataConfig, RewardConfig, RunConfig)
 
     def plan_work(self, config: TrainConfig, model: ModelSource, launch: LaunchPlan) -> Work:
-        """Rollouts that can run here, the rewards, every row checked for what they need, enough of them for a
-        generation batch (whose groups plan_launch checked), then a vision-language model: all before any weights
-        load."""
+        """The rewards, every row checked for what they need, enough of them for a generation batch (whose groups
+        plan_launch checked), then a vision-language model: all before any weights load (the rollouts make_plan
+        checked first)."""
         from vlmgrpo.data.rows import load_scored_rows
         from vlmgrpo.errors import ConfigError
-        from vlmgrpo.models.loading import cuda_available
         from vlmgrpo.models.source import model_kind
         from vlmgrpo.rewards import reward_functions
         from vlmgrpo.run.recipe import Work
-        from vlmgrpo.run.rollouts import check_vllm
 
-        check_vllm(config, cuda_available)
         rewards = reward_functions(config)
         data = load_scored_rows(config)
         launch.check_rows(len(data.samples))

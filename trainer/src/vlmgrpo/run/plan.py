@@ -1,5 +1,5 @@
 """A training run's plan, made once per process before any weights load, by make_plan asking each owner once, in
-one direction: the model (models/source.py: its kind the recipe asks for last, as a hub id's config.json is a
+one direction: GRPO's rollouts first (rollouts.py: vLLM where use_vllm asks for it), the model (models/source.py: its kind the recipe asks for last, as a hub id's config.json is a
 download), the output (output.py), what the environment must support of the TRL
 values (support.py), the launch (launch.py), then the command's own work (its Recipe's plan_work: GRPO's rewards and
 rows, SFT's chat template and rows). Each owner checks what it returns. `--dry-run` prints the plan's rows; the
@@ -38,11 +38,15 @@ class RunPlan:
 
 def make_plan(config: TrainConfig) -> RunPlan:
     """Every check of the run that needs no weights, owner by owner, and what each resolved."""
+    from vlmgrpo.models.loading import cuda_available
     from vlmgrpo.models.source import plan_model
     from vlmgrpo.run.launch import plan_launch
     from vlmgrpo.run.output import plan_output
+    from vlmgrpo.run.rollouts import check_vllm
     from vlmgrpo.run.support import check_supported
 
+    if getattr(config.trl, "use_vllm", False):  # GRPO's rollouts: without vLLM or a GPU for it nothing else matters
+        check_vllm(config, cuda_available)
     model = plan_model(config)
     output = plan_output(config, model)
     check_supported(config)
