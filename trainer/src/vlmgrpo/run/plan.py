@@ -1,11 +1,11 @@
 """A training run's plan, made once per process before any weights load, by make_plan asking each owner once, in
-one direction: GRPO's rollouts first (rollouts.py: vLLM where use_vllm asks for it), the model (models/source.py: its kind the recipe asks for last, as a hub id's config.json is a
-download), the output (output.py), what the environment must support of the TRL
-values (support.py), the launch (launch.py), then the command's own work (its Recipe's plan_work: GRPO's rewards and
-rows, SFT's chat template and rows). Each owner checks what it returns. `--dry-run` prints the plan's rows; the
-process that trains starts it (started.py: the TRL config finished, the attention kernel chosen), and the runner
-(runner.py) and the recipe's build_trainer only read it. A restart under torchrun is a new worker process, which plans
-again: its resume point is then the newest checkpoint (`--resume auto`).
+one direction: GRPO's rollouts first (rollouts.py: vLLM where use_vllm asks for it), the model (models/source.py: its
+kind the recipe asks for last, as a hub id's config.json is a download), the output (output.py), what the environment
+must support of the TRL values (support.py), the launch (launch.py), then the command's own work (its Recipe's
+plan_work: GRPO's rewards and rows, SFT's chat template and rows). Each owner checks what it returns. `--dry-run`
+prints the plan's rows; the process that trains starts it (started.py: the TRL config finished, the attention kernel
+chosen), and the runner (runner.py) and the recipe's build_trainer only read it. A restart under torchrun is a new
+worker process, which plans again: its resume point is then the newest checkpoint (`--resume auto`).
 """
 
 from __future__ import annotations
