@@ -98,11 +98,12 @@ def test_the_serve_abuse_section_compares_each_answer_with_its_rank_alone_and_it
     assert serve_abuse.rank_ratios([s for _, s in alone], [s for _, s in beside]) == [1.5, 1.25, 9.5 / 3]
     assert serve_abuse.worst_rank(alone, beside) == (3, 3.0, 9.5, 9.5 / 3)
     assert ("answer 3, 3.17 x (3.00 s -> 9.50 s; goal <= 3 x: **missed**); answers over 3 x their rank alone: 1 of 3; "
-            "the last answer 3.17 x the last alone" in serve_abuse.verdict(alone, beside))
-    same = serve_abuse.verdict(alone, alone)
+            "the last answer 3.17 x the last alone" in serve_abuse.verdict(alone, beside, "every kind"))
+    same = serve_abuse.verdict(alone, alone, "the kinds but the long requests")
+    assert same.startswith("Beside the kinds but the long requests: every normal request answered: yes")
     assert "answered: yes; the one slowest against its rank alone, answer 1, 1.00 x" in same
     assert "goal <= 3 x: met)" in same
-    assert "answered: no" in serve_abuse.verdict(alone, [(503, 1.0), *alone[1:]])
+    assert "answered: no" in serve_abuse.verdict(alone, [(503, 1.0), *alone[1:]], "every kind")
     rows = serve_abuse.rows({"alone": alone, "beside": beside}, 0.5)
     assert rows[0][2] == "0.50 s" and rows[1][1:] == ("3 of 3", "2.00 s", "3.00 s", "1.00", "-")
     assert rows[2][-2:] == ("3.17", "3.17 (answer 3: 3.00 s -> 9.50 s)")

@@ -291,7 +291,7 @@ class _OnSocket(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 def front(tmp_path):
     """The layer in front, in this process, of a stand-in engine: (a client of it, what the engine was sent, the
     (text, image sizes) each prompt was counted with). A prompt counts 50 tokens and 30 an image, of 100; the count
-    fails, a fault of the front's, on a prompt that says so."""
+    fails, a fault of the front's, on a prompt that says so. The model takes images of at most 64 x 64 (fit.py)."""
     from fastapi.testclient import TestClient
 
     from vlmgrpo.serving.app import build_app
@@ -306,7 +306,8 @@ def front(tmp_path):
         counted.append((text, sizes))
         return 50 + 30 * len(sizes)
 
-    app = build_app(str(tmp_path / "engine.sock"), "m", "/engine/model", Limits(max_context=100), count)
+    app = build_app(str(tmp_path / "engine.sock"), "m", "/engine/model", Limits(max_context=100), count,
+                    fit=lambda height, width: (min(height, 64), min(width, 64)))
     try:
         with TestClient(app, raise_server_exceptions=False) as client:
             yield client, _Engine.seen, counted
@@ -326,6 +327,16 @@ def test_the_front_forwards_what_it_checked_and_counts_images_in_the_context(fro
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "context_length_exceeded"
     assert "the prompt is 110 tokens, over the model's context of 100" in answer.json()["error"]["message"]
     assert len(seen) == 1
+
+
+def test_an_image_larger_than_the_model_takes_reaches_the_engine_fitted_and_is_counted_so(front):
+    client, seen, counted = front
+    answer = client.post("/v1/chat/completions", json=chat(url=png_url((300, 40))))
+    assert answer.status_code == 200
+    url = seen[0]["messages"][0]["content"][0]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    assert Image.open(BytesIO(base64.b64decode(url.partition(",")[2]))).size == (64, 40)
+    assert counted == [("Where is the yellow square?", [(40, 64)])]
 
 
 def test_no_answer_of_the_front_is_a_bare_500(front):

@@ -40,6 +40,7 @@ from typing import Any, Callable, Optional
 
 from vlmgrpo.serving.drain import TICKET, Drain, Tracked
 from vlmgrpo.serving.engine_health import EngineHealth
+from vlmgrpo.serving.fit import Target, fit_images
 from vlmgrpo.serving.offload import off_the_loop
 from vlmgrpo.serving.requests import (CHAT_PATH, Limits, RequestProblem, check_chat_request, check_prompt_length,
                                       completion_from_events, engine_error, image_parts, image_problem, image_sizes,
@@ -107,10 +108,12 @@ def authorized(headers, limits: Limits) -> bool:
 
 
 def build_app(engine_socket: str, served_name: str, engine_model: str, limits: Limits = Limits(),
-              count_tokens: Optional[Callable[[str, list], int]] = None, drain: Optional[Drain] = None):
+              count_tokens: Optional[Callable[[str, list], int]] = None, drain: Optional[Drain] = None,
+              fit: Optional[Target] = None):
     """engine_socket: the Unix socket the engine listens on (serve.py). count_tokens: the tokens the model makes of a
     prompt's text and its images' (height, width); without it the engine checks lengths. drain: what the server's
-    shutdown drains (serve.py runs it on SIGTERM)."""
+    shutdown drains (serve.py runs it on SIGTERM). fit: the size the model's processor gives an image (fit.py);
+    images larger are shrunk to it here, without it the engine shrinks them."""
     import httpx2 as httpx  # openai's HTTP client, which transformers serve needs: installed with it
     from fastapi import FastAPI, Request
 
@@ -136,7 +139,7 @@ def build_app(engine_socket: str, served_name: str, engine_model: str, limits: L
         async with in_flight:
             try:
                 # No look for a hang-up while the body is read (a look would take a part of it)
-                body = await _unless_gone(request, _checked(request, served_name, limits, fetcher, count_tokens),
+                body = await _unless_gone(request, _checked(request, served_name, limits, fetcher, count_tokens, fit),
                                           drain, ticket, watch_client=False)
                 return await _unless_gone(request, _forward(client, body, engine_model, served_name, limits.engine,
                                                             drain, ticket), drain, ticket)
@@ -190,10 +193,13 @@ def _refuse(problem: RequestProblem):
     return JSONResponse(problem.body(), status_code=problem.status)
 
 
-async def _checked(request, served_name: str, limits: Limits, fetcher, count_tokens) -> dict:
-    """The request's body once it passed every check, its remote images inline (their sizes counted too)."""
+async def _checked(request, served_name: str, limits: Limits, fetcher, count_tokens, fit) -> dict:
+    """The request's body once it passed every check, its remote images inline and no larger than the model takes
+    (their sizes counted too)."""
     body = await _checked_body(request, served_name, limits)
     await inline_remote_images(body, limits, fetcher)
+    if fit is not None:
+        await off_the_loop(fit_images, body, fit)
     if count_tokens is not None:
         tokens = await off_the_loop(lambda: count_tokens(prompt_text(body), image_sizes(body)))
         check_prompt_length(tokens, body, limits)

@@ -34,6 +34,7 @@ from vlmgrpo.run.rollouts import VLLM_IMAGES
 from vlmgrpo.serving import offload
 from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
 from vlmgrpo.serving.requests import API_KEY_VARIABLE, Limits
+from vlmgrpo.serving.fit import processor_target
 from vlmgrpo.serving.tokens import model_processor, prompt_tokens, special_tokens
 
 log = logging.getLogger("vlmgrpo")
@@ -272,7 +273,7 @@ def serve(settings: ServeSettings) -> int:
                                      special_tokens=special_tokens(processor))
         drain = Drain(settings.shutdown_grace_s)
         app = build_app(socket_path, settings.served_name, engine_model_id(settings, engine_name),
-                        limits, prompt_tokens(processor), drain)
+                        limits, prompt_tokens(processor), drain, processor_target(processor))
         log.info("ready: http://%s:%d/v1/chat/completions (model %r)", settings.host, settings.port,
                  settings.served_name)
         if not settings.limits.api_key and settings.host not in ("127.0.0.1", "localhost", "::1"):
