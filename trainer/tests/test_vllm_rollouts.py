@@ -49,7 +49,7 @@ def test_use_vllm_is_checked_before_the_model_and_the_data(tmp_path):
 
 
 def test_use_vllm_with_vllm_and_no_gpu_is_one_line(tiny, tmp_path, fake_vllm, monkeypatch):
-    monkeypatch.setattr("vlmgrpo.models.loading.cuda_available", lambda: False)
+    monkeypatch.setattr("vlmgrpo.models.source.cuda_available", lambda: False)
     done = in_process(*train_args(tiny, tmp_path / "out", "--use-vllm", "--dry-run"))
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: command line: {NO_GPU}; run on a GPU host (docker run --gpus all), or "

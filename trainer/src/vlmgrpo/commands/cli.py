@@ -17,7 +17,7 @@ from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags, help
 from vlmgrpo.commands.alerts import alert_rules_command
 from vlmgrpo.commands.lab import lab_command
 from vlmgrpo.commands.settings import MERGE_OPTIONS, MergeSettings, SelftestSettings, TinySettings
-from vlmgrpo.commands.trained import eval_command, serve_command
+from vlmgrpo.commands.trained import eval_command, scoring_parts, serve_command
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import UserError
 from vlmgrpo.run.recipe import Recipe
@@ -124,7 +124,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
 
             decode_images(plan.data)
             click.echo(plan.data.summary())
-            click.echo(not_checked(config))
+            click.echo("not checked (devices): " + "; ".join(plan.launch.devices))
             return
         removed = clear_earlier_run(plan.output, config.where("overwrite_output"))
         if removed:
@@ -137,20 +137,6 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         sys.exit(recipe.run(plan))
     except UserError as error:
         fail(error)
-
-
-def not_checked(config) -> str:
-    """What --dry-run leaves to the run: the devices. Everything else was checked for the declared world size."""
-    world = config.run.nproc_per_node * config.run.nnodes
-    devices = [f"{world} process(es) ({config.run.nproc_per_node} per node x {config.run.nnodes} nodes): batch "
-               "arithmetic checked for that world size; its GPUs, NCCL and the rendezvous are not"]
-    for key, what in (("bf16", "bf16 on the GPUs"), ("deepspeed", "DeepSpeed's engine (the file was read)"),
-                      ("use_vllm", "vLLM on the GPUs")):
-        if getattr(config.trl, key, None) not in (None, False, "auto"):  # sft has no use_vllm
-            devices.append(what)
-    if config.model.attn_implementation not in ("auto", "sdpa", "eager"):
-        devices.append(f"attention {config.model.attn_implementation} on the GPUs")
-    return "not checked (devices): " + "; ".join(devices)
 
 
 def flag_overrides(recipe: Recipe, extra: tuple[str, ...], said: dict[str, str]) -> dict[str, Any]:
@@ -211,7 +197,7 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
         config = load_config(config_path, collect_overrides(options), RECIPES["train"])
         check_model_source(config)
         custom = reward_functions(config)  # the custom reward functions, imported once
-        for line in score_completions(config, load_scored_rows(config), completions_path, custom):
+        for line in score_completions(scoring_parts(config), load_scored_rows(config), completions_path, custom):
             click.echo(json.dumps(line))
     except UserError as error:
         fail(error)

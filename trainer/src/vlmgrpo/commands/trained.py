@@ -14,7 +14,7 @@ from vlmgrpo.commands.fields import flag, option_fields, options, take, with_opt
 from vlmgrpo.commands.options import OnceCommand, collect_overrides, fail
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import ConfigError, UserError
-from vlmgrpo.evaluation.settings import EvalSettings
+from vlmgrpo.evaluation.settings import EvalSettings, ScoringParts
 from vlmgrpo.serving.requests import Limits
 from vlmgrpo.serving.serve import ServeSettings
 
@@ -37,6 +37,14 @@ class EvalInputs:
         "help": "Any other config key; repeatable.", "flag": "--set", "metavar": "KEY=VALUE"})
     dry_run: bool = dataclasses.field(default=False, metadata={
         "help": "Check the config and every row, print a summary, load no weights."})
+
+
+def scoring_parts(config) -> ScoringParts:
+    """What eval and score take of the training config they load."""
+    from vlmgrpo.rewards.judge import Judge
+
+    return ScoringParts(config.model, config.data.question_template, config.reward,
+                        Judge.from_config(config.reward, config.where("judge_url")))
 
 
 @click.command("eval", cls=OnceCommand)
@@ -67,7 +75,7 @@ def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
             click.echo(data.summary())
             return
         tokens = settings.max_new_tokens or config.trl.max_completion_length or EvalSettings.max_new_tokens
-        summary = evaluate(config, data, dataclasses.replace(settings, max_new_tokens=tokens))
+        summary = evaluate(scoring_parts(config), data, dataclasses.replace(settings, max_new_tokens=tokens))
         shown = {key: summary[key] for key in ("accuracy", "correct", "total", "no_box") if key in summary}
         click.echo(json.dumps(shown | {"per_file": {path: found["accuracy"]
                                                     for path, found in summary["per_file"].items()}}))

@@ -13,7 +13,7 @@ import yaml
 from vlmgrpo.config.load import KEY_ALIASES, LAUNCH_KEYS
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
 
 
 def field_help(command) -> dict[str, str]:

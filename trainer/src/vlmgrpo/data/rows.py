@@ -16,7 +16,7 @@ from vlmgrpo.rewards import BOX_REWARDS, JSONL_ACCURACY, reward_functions
 from vlmgrpo.rewards.accuracy import DEFAULT_METHOD, LLM
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
 
 
 def load_rows(config: TrainConfig, validate: RowValidator) -> LoadedData:

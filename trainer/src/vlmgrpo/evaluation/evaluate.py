@@ -14,11 +14,10 @@ import os
 from typing import Iterator, Optional
 
 from vlmgrpo import atomic
-from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.data.datasets import LoadedData
 from vlmgrpo.data.rec import Sample, implicit_image_prefix, prompt_messages
 from vlmgrpo.evaluation.rec import data_file, judge, summarise
-from vlmgrpo.evaluation.settings import EvalSettings
+from vlmgrpo.evaluation.settings import EvalSettings, ScoringParts
 from vlmgrpo.config.template import fill_template
 
 log = logging.getLogger("vlmgrpo")
@@ -55,7 +54,7 @@ def _prompt_text(processor, sample: Sample, template: str, vision: bool) -> str:
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings, processor,
+def generate(parts: ScoringParts, samples: list[Sample], settings: EvalSettings, processor,
              vision: bool) -> Iterator[str]:
     """One completion per sample, in order: batches left-padded, greedy (DO_SAMPLE)."""
     import torch
@@ -65,12 +64,12 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings,
 
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
-    attention = choose_attention(config.model.attn_implementation)  # as a training worker chooses it, once
-    model = load_model(dataclasses.replace(config.model, use_peft=False), vision, attention).eval()
+    attention = choose_attention(parts.model.attn_implementation)  # as a training worker chooses it, once
+    model = load_model(dataclasses.replace(parts.model, use_peft=False), vision, attention).eval()
     sampling = {"do_sample": DO_SAMPLE}
     for start in range(0, len(samples), settings.batch_size):
         batch = samples[start:start + settings.batch_size]
-        texts = [_prompt_text(processor, s, config.data.question_template, vision) for s in batch]
+        texts = [_prompt_text(processor, s, parts.question_template, vision) for s in batch]
         images = [_load_image(path) for s in batch for path in s.image_paths] if vision else []
         kwargs = {"images": images} if images else {}
         inputs = processor(text=texts, padding=True, return_tensors="pt", **kwargs).to(model.device)
@@ -81,33 +80,32 @@ def generate(config: TrainConfig, samples: list[Sample], settings: EvalSettings,
         log.info("eval: %d/%d rows generated", min(start + settings.batch_size, len(samples)), len(samples))
 
 
-def evaluate(config: TrainConfig, data: LoadedData, settings: EvalSettings) -> dict:
-    from vlmgrpo.rewards.judge import Judge
+def evaluate(parts: ScoringParts, data: LoadedData, settings: EvalSettings) -> dict:
     from vlmgrpo.models.loading import answer_space_and_resize, is_vision_language, load_processing_class
     from vlmgrpo.rewards import JSONL_ACCURACY
     from vlmgrpo.evaluation.score import read_completions
     from vlmgrpo.evaluation.tasks import judge_tasks, summarise_tasks
 
     samples = first_rows(data.samples, settings.max_samples)
-    vision = is_vision_language(config.model.model_name_or_path)
-    processor = load_processing_class(config.model, vision)  # once: for the prompts and for the answer space
+    vision = is_vision_language(parts.model.model_name_or_path)
+    processor = load_processing_class(parts.model, vision)  # once: for the prompts and for the answer space
     if settings.completions:
         given = read_completions(settings.completions, samples)
         samples, texts = [samples[index] for _, _, index in given], [text for _, text, _ in given]
     else:
-        texts = list(generate(config, samples, settings, processor, vision))
-    described = {"model": config.model.model_name_or_path, "adapter": config.model.adapter_name_or_path,
+        texts = list(generate(parts, samples, settings, processor, vision))
+    described = {"model": parts.model.model_name_or_path, "adapter": parts.model.adapter_name_or_path,
                  "max_samples_per_file": settings.max_samples, "completions": settings.completions,
-                 "question_template": config.data.question_template}
+                 "question_template": parts.question_template}
     if not settings.completions:
         described.update(batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
                          do_sample=DO_SAMPLE)
-    if JSONL_ACCURACY in config.reward.reward_funcs:  # VLM-R1's other tasks: each row by its accuracy method
-        predictions = judge_tasks(samples, texts, Judge.from_config(config.reward, config.where("judge_url")))
+    if JSONL_ACCURACY in parts.reward.reward_funcs:  # VLM-R1's other tasks: each row by its accuracy method
+        predictions = judge_tasks(samples, texts, parts.judge)
         summary = summarise_tasks(predictions, described)
         write_results(settings.output, summary, predictions)
         return summary
-    space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path,
+    space, resize = answer_space_and_resize(parts.reward.answer_box_space, parts.model.model_name_or_path,
                                             processor)
     predictions = [judge(sample, text, space, resize) for sample, text in zip(samples, texts)]
     summary = summarise(samples, predictions, {**described, "answer_box_space": space})

@@ -11,10 +11,10 @@ import json
 from collections import defaultdict
 from typing import Any, Callable, Iterator
 
-from vlmgrpo.config.load import TrainConfig
 from vlmgrpo.data.datasets import LoadedData, read_records
 from vlmgrpo.data.rec import Sample, to_hf_dataset
 from vlmgrpo.errors import DataError
+from vlmgrpo.evaluation.settings import ScoringParts
 
 EXPECTED_LINE = '{"id": <a data row\'s id>, "completion": "<text>"}'
 # `dump_completions: true` writes {"step", "row": file:line, "completion", "rewards"}: those lines are read too.
@@ -58,21 +58,19 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
     return found
 
 
-def score_completions(config: TrainConfig, data: LoadedData, completions_path: str,
+def score_completions(parts: ScoringParts, data: LoadedData, completions_path: str,
                       custom: dict[str, Callable[..., list]]) -> Iterator[dict]:
     """custom: the custom reward functions by name, as rewards.reward_functions resolved them."""
     from vlmgrpo.models.loading import answer_space_and_resize, load_processor
-    from vlmgrpo.rewards.judge import Judge
     from vlmgrpo.rewards import build_rewards
 
     samples = data.samples + data.validation
     scored = read_completions(completions_path, samples)
-    processor = load_processor(config.model)
-    space, resize = answer_space_and_resize(config.reward.answer_box_space, config.model.model_name_or_path, processor)
-    judge = Judge.from_config(config.reward, config.where("judge_url"))
-    rewards = build_rewards(config.reward.reward_funcs, space, resize, config.reward.iou_threshold, judge,
+    processor = load_processor(parts.model)
+    space, resize = answer_space_and_resize(parts.reward.answer_box_space, parts.model.model_name_or_path, processor)
+    rewards = build_rewards(parts.reward.reward_funcs, space, resize, parts.reward.iou_threshold, parts.judge,
                             getattr(processor, "tokenizer", processor), custom)
-    dataset = to_hf_dataset(samples, config.data.question_template)
+    dataset = to_hf_dataset(samples, parts.question_template)
     rows = [dataset[index] for _, _, index in scored]
     columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}
     texts = [text for _, text, _ in scored]

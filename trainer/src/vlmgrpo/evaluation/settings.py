@@ -1,11 +1,28 @@
-"""What `vlmgrpo eval` is asked to do beyond the config: where to write, how many rows, how to generate. Apart from
-evaluate.py (which imports TRL) so that the command line makes its options from these fields without importing it;
-the help of each field is its option's (commands/fields.py)."""
+"""What `vlmgrpo eval` is asked to do beyond the config: where to write, how many rows, how to generate; and what
+`eval` and `score` take of a training config (ScoringParts). Apart from evaluate.py (which imports TRL) so that the
+command line makes its options from these fields without importing it; the help of each field is its option's
+(commands/fields.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from vlmgrpo.config.model_config import ModelConfig
+    from vlmgrpo.config.sections import RewardConfig
+    from vlmgrpo.rewards.judge import Judge
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoringParts:
+    """What `eval` and `score` take of a training config: the model (loaded by eval, its processor read by both),
+    the question template the prompts are made with, the rewards' settings (which rewards, the answer's box space,
+    the IoU threshold) and the judge (None without judge_url)."""
+    model: ModelConfig
+    question_template: str
+    reward: RewardConfig
+    judge: Optional[Judge]
 
 
 @dataclasses.dataclass

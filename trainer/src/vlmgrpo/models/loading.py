@@ -9,21 +9,20 @@ import logging
 import os
 import re
 import shutil
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from vlmgrpo.boxes import ABSOLUTE, NORM1000, RESIZED
 from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.errors import ConfigError
 
+from vlmgrpo.models.source import ModelSource, cuda_available
+
+if TYPE_CHECKING:
+    from vlmgrpo.config.train_config import TrainConfig
+
 log = logging.getLogger("vlmgrpo")
 
 VISION_MODULE_NAMES = ("visual", "vision_tower", "vision_model")
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def choose_dtype(requested: str):
@@ -56,6 +55,19 @@ def load_model_config(name: str):
         reason = str(exc).strip().splitlines()[0]
         raise ConfigError(f"key 'model_name_or_path': {name}'s config.json is not one transformers can read "
                           f"({reason})") from None
+
+
+def model_kind(config: TrainConfig, model: ModelSource) -> ModelSource:
+    """The model with its kind, read from its config.json (no weights), and LoRA targets its language model has (a
+    new adapter's)."""
+    vision = is_vision_language(model.base)
+    if config.model.use_peft and not config.model.adapter_name_or_path:
+        linear = unmatched_lora_targets(config.model, vision)
+        if linear:
+            raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
+                              f"{', '.join(config.model.lora_target_modules)} match no layer of {model.base}'s "
+                              f"language model; its linear layers are named {', '.join(linear)}")
+    return dataclasses.replace(model, vision=vision)
 
 
 def is_vision_language(name: str) -> bool:

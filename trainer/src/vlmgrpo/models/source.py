@@ -1,12 +1,11 @@
 """The model a run starts from, the owner of its part of the run plan (run/plan.py): the base model and the adapter
-exist and this uid can read them, an adapter without a base names its own, quantized weights can be trained here,
-the model's kind (read from its config.json, no weights), and LoRA targets its language model has. Also what `merge`,
-`score`, `eval` and `serve` check of a model. Each failure is one line: what is wrong, where it was set, what to do.
+exist and this uid can read them, an adapter without a base names its own, quantized weights can be trained here
+(its kind, read from its config.json, is loading.model_kind's). Also what `merge`, `score`, `eval` and `serve`
+check of a model. Each failure is one line: what is wrong, where it was set, what to do.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import re
@@ -18,7 +17,7 @@ from vlmgrpo.access import nearest_existing, unreadable, unreadable_in_tree
 from vlmgrpo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
 
 # Hub repository ids: "name" or "owner/name"; anything else is a local path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -28,7 +27,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 class ModelSource:
     base: str  # model_name_or_path: the base model (named by the adapter where the config names none)
     adapter: Optional[str]  # adapter_name_or_path: a saved PEFT adapter to start from; None without
-    # The kind: a vision-language model, else a text-only causal LM; None until model_kind reads the model's config.json
+    # The kind: a vision-language model, else a text-only causal LM; None until loading.model_kind reads config.json
     # (which a hub id downloads: the plan asks after its cheap checks)
     vision: Optional[bool] = None
 
@@ -61,21 +60,6 @@ def plan_model(config: TrainConfig) -> ModelSource:
     check_model(config.model, config.where, config.origins)
     check_quantization(config)
     return ModelSource(config.model.model_name_or_path, config.model.adapter_name_or_path)
-
-
-def model_kind(config: TrainConfig, model: ModelSource) -> ModelSource:
-    """The model with its kind, read from its config.json (no weights), and LoRA targets its language model has (a
-    new adapter's)."""
-    from vlmgrpo.models.loading import is_vision_language, unmatched_lora_targets
-
-    vision = is_vision_language(model.base)
-    if config.model.use_peft and not config.model.adapter_name_or_path:
-        linear = unmatched_lora_targets(config.model, vision)
-        if linear:
-            raise ConfigError(f"{config.where('lora_target_modules')}: key 'lora_target_modules': "
-                              f"{', '.join(config.model.lora_target_modules)} match no layer of {model.base}'s "
-                              f"language model; its linear layers are named {', '.join(linear)}")
-    return dataclasses.replace(model, vision=vision)
 
 
 def check_source(where: str, value: str, source: Source) -> None:
@@ -144,13 +128,17 @@ def check_model_source(config: TrainConfig) -> None:
     check_model(config.model, config.where, config.origins)
 
 
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def check_quantization(config: TrainConfig) -> None:
     """QLoRA: 4-bit (or 8-bit) weights under a LoRA adapter, which needs bitsandbytes and a CUDA GPU."""
     key = next((k for k in ("load_in_4bit", "load_in_8bit") if getattr(config.model, k)), None)
     if key is None:
         return
-    from vlmgrpo.models.loading import cuda_available
-
     where = f"{config.where(key)}: key '{key}'"
     if not cuda_available():
         raise ConfigError(f"{where}: QLoRA needs an NVIDIA GPU (bitsandbytes' 4-bit layers run on CUDA only) and "

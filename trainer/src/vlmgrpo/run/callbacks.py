@@ -202,3 +202,12 @@ class MonitorCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.monitor.clock.finish()
+
+
+def attach_metrics(trainer, output: Path, view: MetricsView) -> None:
+    """Our one line per step (stdout and metrics.jsonl) instead of transformers' printer and progress bar."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    for noisy in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(noisy)
+    trainer.add_callback(MetricsLogger(output / "metrics.jsonl", view))

@@ -12,7 +12,7 @@ from vlmgrpo.run.metrics import MetricsView
 from vlmgrpo.run.recipe import Option, Recipe
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.models.source import ModelSource
     from vlmgrpo.run.launch import LaunchPlan
     from vlmgrpo.run.recipe import Work
@@ -116,7 +116,7 @@ class GrpoRecipe(Recipe):
         checked first)."""
         from vlmgrpo.data.rows import load_scored_rows
         from vlmgrpo.errors import ConfigError
-        from vlmgrpo.models.source import model_kind
+        from vlmgrpo.models.loading import model_kind
         from vlmgrpo.rewards import reward_functions
         from vlmgrpo.run.recipe import Work
 

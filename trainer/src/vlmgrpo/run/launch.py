@@ -19,7 +19,7 @@ from vlmgrpo.config.sections import RunConfig
 from vlmgrpo.errors import LaunchError
 
 if TYPE_CHECKING:  # config.load imports TRL (seconds): `train` loads it after the launch is known
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
 
 log = logging.getLogger("vlmgrpo")
 
@@ -154,6 +154,8 @@ class LaunchPlan:
     deepspeed: Any  # the DeepSpeed JSON's path (a preset's, shipped in the package); None without
     shm_hint: Optional[str]  # check_shm's: said before several local processes start
     through_torchrun: bool  # this process launches torchrun (needs_launch), which starts the workers
+    # What the run needs of its devices, which no check before it can see (--dry-run says them): devices_needed
+    devices: tuple[str, ...] = ()
     # GRPO's generation batch at this world size (generation_batch: completions, num_generations, how it is made)
     generation: Optional[tuple[int, int, str]] = None
 
@@ -183,7 +185,23 @@ def plan_launch(config: TrainConfig) -> LaunchPlan:
     if getattr(config.trl, "num_generations", None):  # GRPO's config: its batches hold groups of completions
         check_batch(config, processes)
         generation = generation_batch(config, processes)
-    return LaunchPlan(processes, deepspeed, check_shm(config.run), needs_launch(config.run), generation)
+    return LaunchPlan(processes, deepspeed, check_shm(config.run), needs_launch(config.run),
+                      devices_needed(config, processes), generation)
+
+
+def devices_needed(config: TrainConfig, processes: int) -> tuple[str, ...]:
+    """What the run needs of its devices: the processes' GPUs, NCCL and rendezvous (the batch arithmetic was checked
+    for that world size), and bf16, DeepSpeed's engine, vLLM and an attention kernel where the config asks for them."""
+    run = config.run
+    needed = [f"{processes} process(es) ({run.nproc_per_node} per node x {run.nnodes} nodes): batch arithmetic "
+              "checked for that world size; its GPUs, NCCL and the rendezvous are not"]
+    for key, what in (("bf16", "bf16 on the GPUs"), ("deepspeed", "DeepSpeed's engine (the file was read)"),
+                      ("use_vllm", "vLLM on the GPUs")):
+        if getattr(config.trl, key, None) not in (None, False, "auto"):  # sft has no use_vllm
+            needed.append(what)
+    if config.model.attn_implementation not in ("auto", "sdpa", "eager"):
+        needed.append(f"attention {config.model.attn_implementation} on the GPUs")
+    return tuple(needed)
 
 
 def resolve_deepspeed(value: Any) -> Any:

@@ -16,7 +16,7 @@ from vlmgrpo.run.checkpoint import RUN_OWN, earlier_run, resolve_resume, run_ide
 from vlmgrpo.run.launch import restart_count, under_torchrun
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.models.source import ModelSource
 
 # The operating system's own trees, and the top directories other things live in: never a run's output.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.models.source import ModelSource
     from vlmgrpo.run.launch import LaunchPlan
@@ -38,8 +38,7 @@ class RunPlan:
 
 def make_plan(config: TrainConfig) -> RunPlan:
     """Every check of the run that needs no weights, owner by owner, and what each resolved."""
-    from vlmgrpo.models.loading import cuda_available
-    from vlmgrpo.models.source import plan_model
+    from vlmgrpo.models.source import cuda_available, plan_model
     from vlmgrpo.run.launch import plan_launch
     from vlmgrpo.run.output import plan_output
     from vlmgrpo.run.rollouts import check_vllm

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 from vlmgrpo.run.metrics import MetricsView
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.models.source import ModelSource
     from vlmgrpo.run.launch import LaunchPlan
@@ -38,7 +38,7 @@ class Work(NamedTuple):
 
     rewards: Mapping[str, Callable[..., list]]
     data: LoadedData
-    model: ModelSource  # with its kind (models/source.model_kind)
+    model: ModelSource  # with its kind (models/loading.model_kind)
     processing_class: Any = None
 
 

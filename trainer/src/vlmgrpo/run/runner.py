@@ -9,26 +9,17 @@ import logging
 import os
 from pathlib import Path
 
-from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MetricsLogger, MonitorCallback
+from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MonitorCallback, attach_metrics
 from vlmgrpo.run.checkpoint import RUN_LOGS, checkpoint_step, latest_checkpoint
 from vlmgrpo.config.dump import dump_config
-from vlmgrpo.config.load import TrainConfig
+from vlmgrpo.config.train_config import TrainConfig
 from vlmgrpo.run.launch import restart_count, write_stop_marker
-from vlmgrpo.run.metrics import MetricsView, drop_steps_after
+from vlmgrpo.run.metrics import drop_steps_after
 from vlmgrpo.run.started import StartedRun
 from vlmgrpo.run.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
                                   past_file_size_limit, warn_if_few_checkpoints_fit)
 
 log = logging.getLogger("vlmgrpo")
-
-
-def attach_metrics(trainer, output: Path, view: MetricsView) -> None:
-    """Our one line per step (stdout and metrics.jsonl) instead of transformers' printer and progress bar."""
-    from transformers import PrinterCallback, ProgressCallback
-
-    for noisy in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(noisy)
-    trainer.add_callback(MetricsLogger(output / "metrics.jsonl", view))
 
 
 def parameter_counts(model) -> tuple[int, int]:

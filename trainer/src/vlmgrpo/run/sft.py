@@ -16,7 +16,7 @@ from vlmgrpo.run.metrics import MetricsView
 from vlmgrpo.run.recipe import Recipe
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.models.source import ModelSource
     from vlmgrpo.run.launch import LaunchPlan
@@ -130,8 +130,7 @@ class SftRecipe(Recipe):
         """The model's kind, the processing class and its chat template, every row: all before any weights load."""
         from vlmgrpo.data.chat import validate_chat_row
         from vlmgrpo.data.rows import load_rows
-        from vlmgrpo.models.loading import load_processing_class
-        from vlmgrpo.models.source import model_kind
+        from vlmgrpo.models.loading import load_processing_class, model_kind
         from vlmgrpo.run.recipe import Work
 
         model = model_kind(config, model)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from vlmgrpo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.run.plan import RunPlan
 
 log = logging.getLogger("vlmgrpo")
@@ -78,7 +78,7 @@ def under_current_names(trl) -> dict[str, Any]:
 def resolved_trl_values(config: TrainConfig, deepspeed: Optional[str]) -> dict[str, Any]:
     """What the worker resolves in the TRL config before TRL sees it: the DeepSpeed JSON as planned
     (RunPlan.launch.deepspeed), bf16 and report_to "auto" for this machine, evaluation when rows are held out, the CPU."""
-    from vlmgrpo.models.loading import cuda_available
+    from vlmgrpo.models.source import cuda_available
 
     trl = config.trl
     changes = under_current_names(trl)

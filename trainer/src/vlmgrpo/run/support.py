@@ -11,7 +11,7 @@ from vlmgrpo.errors import ConfigError
 from vlmgrpo.models.source import offline
 
 if TYPE_CHECKING:
-    from vlmgrpo.config.load import TrainConfig
+    from vlmgrpo.config.train_config import TrainConfig
 
 
 def check_supported(config: TrainConfig) -> None:

@@ -343,6 +343,6 @@ def _exit_on_signal(number, frame) -> None:
 
 
 def _gpu() -> bool:
-    from vlmgrpo.models.loading import cuda_available
+    from vlmgrpo.models.source import cuda_available
 
     return cuda_available()
