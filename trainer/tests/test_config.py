@@ -228,13 +228,13 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     """examples/qwen2_5_vl_3b_rec_zero3.yaml on 8 GPUs: its reporter (tensorboard) is installed, its batch holds
     whole groups, and it is VLM-R1's REC run."""
     from conftest import REPO
-    from vlmgrpo.run.launch import check_batch
+    from vlmgrpo.run.launch import check_batch, generation_batch
     from vlmgrpo.run.support import check_evaluation, check_reporting
 
     config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8}, GRPO)
     check_reporting(config)
     check_evaluation(config)
-    check_batch(config, 8)
+    check_batch(config, 8, generation_batch(config, 8))
     assert config.trl.report_to == "tensorboard" and config.trl.max_completion_length == 2048
     assert config.trl.loss_type == "grpo" and config.trl.top_k == 50
 

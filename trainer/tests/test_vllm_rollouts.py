@@ -129,13 +129,13 @@ def test_the_vllm_server_example_is_the_3b_recipe_on_seven_training_gpus(tmp_pat
     from conftest import REPO
     from vlmgrpo.config.load import load_config
     from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.launch import check_batch
+    from vlmgrpo.run.launch import check_batch, generation_batch
 
     recipe = tmp_path / "grpo_vllm.yaml"
     recipe.write_text((REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml").read_text()
                       + (REPO / "examples" / "launch" / "vllm-server.yaml").read_text())
     config = load_config(str(recipe), {"nproc_per_node": 7}, GRPO)
-    check_batch(config, 7)
+    check_batch(config, 7, generation_batch(config, 7))
     assert (config.trl.use_vllm, config.trl.vllm_mode, config.trl.vllm_server_port) == (True, "server", 8000)
     script = (REPO / "examples" / "launch" / "vllm-server.sh").read_text()
     assert "--nproc-per-node 7" in script and "CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7" in script

@@ -183,8 +183,8 @@ def plan_launch(config: TrainConfig) -> LaunchPlan:
                           "installed; use an image with DeepSpeed or drop --deepspeed")
     processes, generation = world_size(config.run), None
     if getattr(config.trl, "num_generations", None):  # GRPO's config: its batches hold groups of completions
-        check_batch(config, processes)
         generation = generation_batch(config, processes)
+        check_batch(config, processes, generation)
     return LaunchPlan(processes, deepspeed, check_shm(config.run), needs_launch(config.run),
                       devices_needed(config, processes), generation)
 
@@ -235,10 +235,11 @@ def generation_batch(config: TrainConfig, processes: int) -> tuple[int, int, str
             grpo.num_generations, made)
 
 
-def check_batch(config: TrainConfig, processes: int) -> None:
-    """TRL needs whole groups of num_generations completions in each generation batch."""
+def check_batch(config: TrainConfig, processes: int, generation: tuple[int, int, str]) -> None:
+    """TRL needs whole groups of num_generations completions in each generation batch (generation_batch's, at this
+    world size)."""
     grpo = config.trl
-    completions, generations, made = generation_batch(config, processes)
+    completions, generations, made = generation
     if completions % generations:
         raise LaunchError(
             f"global batch {completions} ({made}) is not divisible by num_generations {generations}; "
