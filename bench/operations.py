@@ -62,7 +62,8 @@ def metrics_cost(work: Path, config: Path) -> tuple[list[tuple], float, int]:
 
 def restart_overhead(work: Path, config: Path, kill_after: int) -> dict:
     """Kills the worker once step `kill_after` is logged; times the kill to each later step line."""
-    from vlmgrpo.run.launch import worker_of  # as the trainer's restart test finds it; vlmgrpo loads trl, so only here
+    # as the trainer's restart test finds it; vlmgrpo loads trl, so only here
+    from vlmgrpo.launch.torchrun import worker_of
 
     argv = [*VLMGRPO, "train", "--config", str(config), "--output", str(work / "out-restart"), "--max-restarts",
             "1", "--set", f"save_steps={RESTART_SAVE_STEPS}"]

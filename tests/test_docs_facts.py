@@ -210,7 +210,7 @@ def test_the_number_of_largest_files_the_user_guide_says_a_failed_size_budget_li
 
 
 def test_the_health_lines_the_trainer_readme_shows_are_what_the_clock_says_for_its_figures():
-    from vlmgrpo.run.health import StallPolicy, StepClock
+    from vlmgrpo.monitoring.health import StallPolicy, StepClock
     readme = " ".join((REPO / "trainer" / "README.md").read_text().split())
     ok = re.search(r"\(`(ok: step (\d+), last progress ([\d.]+) s ago \(limit [^`]*?): \.\.\.\)`\)", readme)
     stalled = re.search(r"\(`(stalled: no step finished for ([\d.]+) s after step \d+ .*? median step time ([\d.]+) s,"

@@ -40,7 +40,7 @@ def test_what_a_run_imports_has_its_bytecode_in_the_image(cpu_image):
     """The image's user cannot write bytecode into /opt/venv: the build wrote it for what a run imports
     (vlmgrpo.commands.bytecode), so a start reads it instead of compiling torch's, transformers' and TRL's sources."""
     probe = ("import importlib, importlib.util, os\n"
-             "for name in ('torch', 'transformers.trainer', 'trl.trainer.grpo_trainer', 'vlmgrpo.run.runner',\n"
+             "for name in ('torch', 'transformers.trainer', 'trl.trainer.grpo_trainer', 'vlmgrpo.training.runner',\n"
              "             'transformers.models.qwen2_5_vl.modeling_qwen2_5_vl'):\n"
              "    source = importlib.util.find_spec(name).origin\n"
              "    print(name, os.path.exists(importlib.util.cache_from_source(source)))\n")

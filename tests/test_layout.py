@@ -121,8 +121,8 @@ def test_no_import_cycle(root, package):
 # ones before it. The top-level modules (errors, atomic, boxes, access, records, processes) are the leaves below them
 # all; the programs the image and imagegen call by module name (driver, environment, inventory, checks, and the
 # check runner both sides run their checks by) sit with `image`.
-TRAINER_LAYERS = ("rewards", "config", "data", "models", "fa4kernels", "run", "evaluation", "serving", "image",
-                  "commands")
+TRAINER_LAYERS = ("rewards", "config", "data", "models", "fa4kernels", "monitoring", "launch", "training", "evaluation",
+                  "serving", "image", "commands")
 IMAGE_PROGRAMS = ("driver", "environment", "inventory", "checks", "checkrunner")
 
 

@@ -76,7 +76,7 @@ def step_timer(device: str):
 
 def timed_trainer_class(device: str):
     """vlmgrpo's GRPO trainer with its rollouts timed: each _generate call's seconds and completion tokens."""
-    from vlmgrpo.run.grpo import trainer_class
+    from vlmgrpo.commands.grpo import trainer_class
 
     class TimedRollouts(trainer_class()):
         rollouts: list[tuple[float, int]]
@@ -119,10 +119,11 @@ def build_trainer(tiny: dict, settings: RunSettings, output: Path, use_vllm: boo
     from vlmgrpo.config.template import REC_QUESTION_TEMPLATE
 
     model_config = ModelConfig(model_name_or_path=tiny["model"], attn_implementation=settings.attention)
-    args = grpo_config(settings, output, use_vllm)  # finished first, as run/started.py does: TRL sets the device
+    args = grpo_config(settings, output, use_vllm)  # finished first, as training/started.py does: TRL sets the device
     processor = load_processor(model_config)
     attention = choose_attention(model_config.attn_implementation)
-    kernels = image_kernels(attention, tiny["model"], output)  # as run/started.py does, where an image cache is named
+    # as training/started.py does, where an image cache is named
+    kernels = image_kernels(attention, tiny["model"], output)
     model = load_model(model_config, vision=True, attention=attention)
     space = answer_box_space("auto", model.config.model_type)
     data = load_data([tiny["data"]], tiny["image_root"], validate=validate_row)

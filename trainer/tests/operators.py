@@ -1,5 +1,5 @@
 """What each Kubernetes operator injects into a job's pods for a job of two pods with one process each, read from
-the operators' source (see vlmgrpo/run/launch_env.py for file and commit): used by test_operator_env.py (two processes
+the operators' source (see vlmgrpo/launch/schedulers.py for file and commit): used by test_operator_env.py (two processes
 on this host) and tests/test_image_trains.py (two containers of the image). No Kubernetes API server runs here."""
 
 

@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import REPO
-from vlmgrpo.run.alerts import AlertSettings, rules
+from vlmgrpo.monitoring.alerts import AlertSettings, rules
 from vlmgrpo.commands.cli import main
 
 MONITORING = REPO / "examples" / "monitoring"

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from conftest import ENV
 from vlmgrpo.commands.cli import main
 from vlmgrpo.config.load import load_config, section_field_types, trl_field_types
-from vlmgrpo.run.grpo import GRPO
-from vlmgrpo.run.sft import SFT
+from vlmgrpo.commands.grpo import GRPO
+from vlmgrpo.commands.sft import SFT
 from vlmgrpo.config.template import fill_template
 
 
@@ -176,7 +176,7 @@ def test_unknown_deepspeed_preset():
 
 
 def test_deepspeed_presets_ship_in_the_package():
-    from vlmgrpo.run.launch import resolve_deepspeed
+    from vlmgrpo.launch.torchrun import resolve_deepspeed
 
     for preset, stage in (("zero2", 2), ("zero3", 3), ("zero3_offload", 3)):
         import json
@@ -196,7 +196,7 @@ def test_bad_key_in_a_real_process_prints_no_traceback(tmp_path):
 
 
 def test_torchrun_command_and_shm_hint(monkeypatch):
-    from vlmgrpo.run import launch
+    from vlmgrpo.launch import torchrun as launch
     from vlmgrpo.config.sections import RunConfig
 
     run = RunConfig(nproc_per_node=8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=1234)
@@ -228,8 +228,8 @@ def test_the_3b_example_passes_every_check_that_needs_no_model_or_data():
     """examples/qwen2_5_vl_3b_rec_zero3.yaml on 8 GPUs: its reporter (tensorboard) is installed, its batch holds
     whole groups, and it is VLM-R1's REC run."""
     from conftest import REPO
-    from vlmgrpo.run.launch import check_batch, generation_batch
-    from vlmgrpo.run.support import check_evaluation, check_reporting
+    from vlmgrpo.launch.torchrun import check_batch, generation_batch
+    from vlmgrpo.training.support import check_evaluation, check_reporting
 
     config = load_config(str(REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml"), {"nproc_per_node": 8}, GRPO)
     check_reporting(config)
@@ -247,7 +247,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
     import dataclasses
     import warnings
 
-    from vlmgrpo.run.started import build_trl_config
+    from vlmgrpo.training.started import build_trl_config
 
     config = load_config(None, {"output_dir": str(tmp_path)}, command)
     with warnings.catch_warnings(record=True) as caught:
@@ -266,7 +266,7 @@ def test_checkpointing_goes_under_the_name_the_installed_transformers_knows(tmp_
 def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path, command, keys):
     """Every field of GRPOConfig / SFTConfig is a key of the file: fields vlmgrpo has no option or default for
     arrive in the TRL config object the trainer is built with, as given."""
-    from vlmgrpo.run.started import build_trl_config
+    from vlmgrpo.training.started import build_trl_config
 
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"), **keys}))
@@ -277,7 +277,7 @@ def test_a_trl_field_the_trainer_never_names_reaches_trl_from_the_yaml(tmp_path,
 def test_a_renamed_key_keeps_its_old_name_where_the_new_one_is_unknown_or_set():
     import dataclasses
 
-    from vlmgrpo.run.started import under_current_names
+    from vlmgrpo.training.started import under_current_names
 
     @dataclasses.dataclass
     class Transformers4Arguments:  # the old names only

@@ -3,7 +3,7 @@ files the config goes to and how often it comes back to one it had left. A confi
 there and asked again elsewhere makes a long trip; one prepared once and consumed makes a short one.
 
 A stay is a run of consecutive calls, in one file of vlmgrpo, of functions that receive as an argument the config
-file's path, the TrainConfig, one of its sections, the RunPlan or the StartedRun (run/started.py; the TRL config
+file's path, the TrainConfig, one of its sections, the RunPlan or the StartedRun (training/started.py; the TRL config
 it finished is derived from the config, not one of its sections, as before it existed); a return is a stay in a file
 the trip had already left. The config's own accessors (TrainConfig.where, is_set, flat: `self` is the config) are
 reading the config, not a visit, and are not counted."""
@@ -18,8 +18,8 @@ import pytest
 from conftest import in_process, train_args
 
 SOURCE = str(Path(__import__("vlmgrpo").__file__).parent) + os.sep
-# Issue 44's goal was 15 (37 in its count, before prepare()); 14 at 2d8ea7d; 14 in 29 stays with run/started.py;
-# issue 54's is 10: 10 in 30 stays with the run plan (run/plan.py), each owner asked once; 10 in 29 with the
+# Issue 44's goal was 15 (37 in its count, before prepare()); 14 at 2d8ea7d; 14 in 29 stays with training/started.py;
+# issue 54's is 10: 10 in 30 stays with the run plan (training/plan.py), each owner asked once; 10 in 29 with the
 # model's kind read in models/loading.py.
 MOST_RETURNS = 10
 
@@ -66,5 +66,5 @@ def test_a_config_goes_through_train_with_few_returns(tiny, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     stays = trip.stays()
     returns = len(stays) - len(set(stays))
-    assert {"commands/cli.py", "config/load.py", "run/plan.py", "run/runner.py"} <= set(stays)  # it was traced
+    assert {"commands/cli.py", "config/load.py", "training/plan.py", "training/runner.py"} <= set(stays)  # it was traced
     assert returns <= MOST_RETURNS, f"{returns} returns in {len(stays)} stays: " + " > ".join(stays)

@@ -7,7 +7,7 @@ from PIL import Image
 
 from vlmgrpo.commands.cli import main
 from vlmgrpo.data.datasets import apply_sampling, load_data as load_rows_with
-from vlmgrpo.run.grpo import GRPO
+from vlmgrpo.commands.grpo import GRPO
 from vlmgrpo.data.rec import prompt_messages, to_hf_dataset, validate_row
 from vlmgrpo.errors import DataError
 

@@ -69,7 +69,7 @@ def test_every_grpo_config_field_is_a_flag_and_reaches_the_trl_config():
 
 def test_epsilon_high_reaches_grpo_config():
     from vlmgrpo.config.load import build_config
-    from vlmgrpo.run.started import build_trl_config
+    from vlmgrpo.training.started import build_trl_config
 
     overrides, _ = parse_flags(["--epsilon_high", "0.28", "--output_dir", "/tmp/vr1-flags"], GRPO)
     assert build_trl_config(build_config({}, "<defaults>", overrides, GRPO), None).epsilon_high == 0.28

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import in_process
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.exporter import build_registry, make_app, start_monitor
-from vlmgrpo.run.grpo import GRPO_METRICS
-from vlmgrpo.run.health import StallPolicy, StepClock
+from vlmgrpo.monitoring.exporter import build_registry, make_app, start_monitor
+from vlmgrpo.commands.grpo import GRPO_METRICS
+from vlmgrpo.monitoring.health import StallPolicy, StepClock
 
 POLICY = StallPolicy(factor=3, min_s=5, startup_s=100)
 

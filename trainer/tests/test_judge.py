@@ -151,7 +151,7 @@ def test_credentials_in_the_judge_url_are_refused_never_printed_nor_saved(tmp_pa
 def test_the_saved_config_holds_no_userinfo_of_any_url():
     from vlmgrpo.config.dump import dump_config
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.grpo import GRPO
+    from vlmgrpo.commands.grpo import GRPO
 
     config = load_config(None, {"judge_url": "http://127.0.0.1:9/v1"}, GRPO)
     config.reward.judge_url = "http://user:s3cret@127.0.0.1:9/v1"  # past the check: the second guard holds

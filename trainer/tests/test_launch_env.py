@@ -1,4 +1,4 @@
-"""The launch from each scheduler's environment, exactly as it sets it (sources in vlmgrpo/run/launch_env.py), and
+"""The launch from each scheduler's environment, exactly as it sets it (sources in vlmgrpo/launch/schedulers.py), and
 `--print-config` naming where each value came from."""
 
 import subprocess
@@ -9,7 +9,7 @@ import yaml
 
 from conftest import ENV, in_process
 from vlmgrpo.errors import LaunchError
-from vlmgrpo.run.launch_env import discover, expand_nodelist, first_host
+from vlmgrpo.launch.schedulers import discover, expand_nodelist, first_host
 
 # What a pod or task has besides the launch (the Kubernetes service links, JobSet's index, Slurm's job facts).
 NOISE = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOSTNAME": "pod-1"}

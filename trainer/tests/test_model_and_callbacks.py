@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 from conftest import TESTS, read_jsonl, vlmgrpo
 from vlmgrpo.commands.cli import main
-from vlmgrpo.run.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
+from vlmgrpo.training.callbacks import GracefulStop, MetricsLogger, ZeroRewardWatchdog
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.grpo import GRPO
-from vlmgrpo.run.metrics import format_line
+from vlmgrpo.commands.grpo import GRPO
+from vlmgrpo.monitoring.metrics import format_line
 from vlmgrpo.models.attention import choose_attention
 from vlmgrpo.models.loading import answer_box_space, choose_dtype
 from vlmgrpo.rewards import build_rewards
@@ -149,7 +149,7 @@ def test_a_signal_before_training_exits_at_once(tmp_path):
 
     from conftest import ENV
 
-    code = ("import sys, time\nfrom vlmgrpo.run.launch import exit_on_signal_until_training\n"
+    code = ("import sys, time\nfrom vlmgrpo.launch.torchrun import exit_on_signal_until_training\n"
             "exit_on_signal_until_training()\nprint('ready', flush=True)\ntime.sleep(60)\n")
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=ENV)
@@ -162,7 +162,7 @@ def test_a_signal_before_training_exits_at_once(tmp_path):
 
 def test_a_checkpoint_is_damaged_when_cut_short_missing_a_file_or_once_failed_to_load(tmp_path):
     from safetensors.torch import save_file
-    from vlmgrpo.run.checkpoint import LOAD_FAILED, damage, foreign, resolve_resume, run_identity, write_record
+    from vlmgrpo.training.checkpoint import LOAD_FAILED, damage, foreign, resolve_resume, run_identity, write_record
 
     output = tmp_path / "out"
     for step in (1, 2):

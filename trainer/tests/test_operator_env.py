@@ -1,6 +1,6 @@
 """What each Kubernetes operator injects (operators.py), reproduced with two processes on this host as the job's two
 pods (tests/test_image_trains.py does it with two containers of the image): exactly
-Kubeflow Trainer v2's variables, then exactly a PyTorchJob's (see vlmgrpo/run/launch_env.py for where each operator sets
+Kubeflow Trainer v2's variables, then exactly a PyTorchJob's (see vlmgrpo/launch/schedulers.py for where each operator sets
 them), and no launch flag: the two train one step as one job over gloo, and `--print-config` names each value's
 variable. The addresses are 127.0.0.1, where the operators give a service name (`<job>-node-0-0.<job>`,
 `<job>-master-0`); no Kubernetes API server runs here."""

@@ -228,9 +228,9 @@ def test_an_output_at_or_inside_the_model_or_adapter_is_refused_before_anything_
 
 def test_overwrite_output_removes_a_linked_checkpoint_s_link_and_keeps_what_it_points_to(tmp_path):
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.grpo import GRPO
+    from vlmgrpo.commands.grpo import GRPO
     from vlmgrpo.models.source import ModelSource
-    from vlmgrpo.run.output import clear_earlier_run, plan_output
+    from vlmgrpo.training.output import clear_earlier_run, plan_output
 
     elsewhere = tmp_path / "kept" / "checkpoint-7"
     elsewhere.mkdir(parents=True)

@@ -1,6 +1,6 @@
-"""A run resolves what it needs once (run/plan.py): the checks before any weights load resolve the resume point,
+"""A run resolves what it needs once (training/plan.py): the checks before any weights load resolve the resume point,
 the DeepSpeed config and the reward functions, and the run uses what they resolved instead of resolving again. The
-process that trains finishes the TRL config and chooses the attention kernel once (run/started.py); the launcher,
+process that trains finishes the TRL config and chooses the attention kernel once (training/started.py); the launcher,
 `--dry-run` and `--print-config` do neither (TRL's __post_init__ sets up devices; the choice reads the GPUs)."""
 
 import json
@@ -13,7 +13,7 @@ import pytest
 from conftest import ENV, TESTS, in_process, sft_args, train_args, vlmgrpo
 
 # The functions that resolve each piece, by the module that defines them.
-RESOLVERS = {"vlmgrpo.run.checkpoint": ("resolve_resume",), "vlmgrpo.run.launch": ("resolve_deepspeed",),
+RESOLVERS = {"vlmgrpo.training.checkpoint": ("resolve_resume",), "vlmgrpo.launch.torchrun": ("resolve_deepspeed",),
              "vlmgrpo.rewards": ("check_reward_names", "load_custom"),
              "vlmgrpo.models.attention": ("choose_attention",),
              "vlmgrpo.models.loading": ("load_processing_class", "load_processor")}
@@ -28,12 +28,12 @@ def count_calls(monkeypatch) -> Counter:
 
     import vlmgrpo.models.attention  # noqa: F401 - every module on the run's path, loaded before wrapping
     import vlmgrpo.models.loading  # noqa: F401
-    import vlmgrpo.run.grpo  # noqa: F401
+    import vlmgrpo.commands.grpo  # noqa: F401
     import vlmgrpo.data.rows  # noqa: F401
-    import vlmgrpo.run.output  # noqa: F401
-    import vlmgrpo.run.runner  # noqa: F401
-    import vlmgrpo.run.sft  # noqa: F401
-    import vlmgrpo.run.started  # noqa: F401
+    import vlmgrpo.training.output  # noqa: F401
+    import vlmgrpo.training.runner  # noqa: F401
+    import vlmgrpo.commands.sft  # noqa: F401
+    import vlmgrpo.training.started  # noqa: F401
 
     calls = Counter()
     for module_name, names in RESOLVERS.items():

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-from vlmgrpo.run import grpo, sft
+from vlmgrpo.commands import grpo, sft
 
 # (library class, method) -> its signature when the override was written (TRL 1.16.0, transformers 5.24.0).
 EXPECTED = {

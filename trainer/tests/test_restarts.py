@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 from conftest import ENV, read_jsonl, train_args
-from vlmgrpo.run.checkpoint import RECORD, latest_checkpoint
-from vlmgrpo.run.launch import needs_launch, torchrun_command, worker_of
+from vlmgrpo.training.checkpoint import RECORD, latest_checkpoint
+from vlmgrpo.launch.torchrun import needs_launch, torchrun_command, worker_of
 from vlmgrpo.config.sections import RunConfig
-from vlmgrpo.run.storage import is_out_of_space
+from vlmgrpo.training.storage import is_out_of_space
 
 
 def test_restarts_launch_through_torchrun_with_its_budget():

@@ -1,4 +1,4 @@
-"""A checkpoint knows its model by the weights' manifest (run/checkpoint.py), not by the path they were read from:
+"""A checkpoint knows its model by the weights' manifest (training/checkpoint.py), not by the path they were read from:
 the same model at another path resumes, other weights at the same path are refused in one line saying what differs."""
 
 import json
@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from conftest import in_process
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.checkpoint import EDGE_BYTES, foreign, resolve_resume, run_identity, write_record
+from vlmgrpo.training.checkpoint import EDGE_BYTES, foreign, resolve_resume, run_identity, write_record
 
 
 def make_model(directory, seed=0, shards=({"w": (64,)},)):

@@ -74,9 +74,9 @@ def test_the_merged_model_has_the_adapter_in_its_weights(tiny_text, lora_run, tm
 def test_loss_is_on_assistant_turns_only_by_default(tiny_text, tmp_path):
     """Labels of a real training batch: only the assistant turns' tokens (and their <|im_end|>) count."""
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.plan import make_plan
-    from vlmgrpo.run.started import start
-    from vlmgrpo.run.sft import SFT
+    from vlmgrpo.training.plan import make_plan
+    from vlmgrpo.training.started import start
+    from vlmgrpo.commands.sft import SFT
 
     def labelled_text(overrides):
         config = load_config(None, {"model_name_or_path": tiny_text["model"], "data": [tiny_text["messages"]],

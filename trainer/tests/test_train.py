@@ -89,9 +89,9 @@ def weights_when_training_starts(tiny, checkpoint, output, fixed: bool) -> dict:
     from trl import GRPOTrainer
 
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.plan import make_plan
-    from vlmgrpo.run.started import start
+    from vlmgrpo.commands.grpo import GRPO
+    from vlmgrpo.training.plan import make_plan
+    from vlmgrpo.training.started import start
 
     overrides = {"model_name_or_path": tiny["model"], "data": [tiny["data"]], "image_root": tiny["image_root"],
                  "output_dir": str(output), "num_generations": 4, "per_device_train_batch_size": 4,
@@ -245,7 +245,7 @@ def test_two_process_torchrun_on_cpu_trains_and_checkpoints_on_sigterm(tiny, tmp
 
 LEAVING_RANK = """
 import torch, torch.distributed as dist
-from vlmgrpo.run.runner import leave_process_group
+from vlmgrpo.training.runner import leave_process_group
 dist.init_process_group("gloo")
 tensor = torch.ones(1)
 dist.all_reduce(tensor)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import ENV, in_process, train_args, vlmgrpo
-from vlmgrpo.run import rollouts
+from vlmgrpo.training import rollouts
 
 NOT_INSTALLED = "key 'use_vllm': vLLM is not installed in this image; use an image with vLLM: its name, a tag too, " \
                 "ends -vllm<X.Y>"
@@ -73,8 +73,8 @@ def test_trls_vllm_keys_reach_grpo_config_unchanged(tiny, tmp_path):
     from trl import GRPOConfig
 
     from vlmgrpo.config.load import build_config
-    from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.started import build_trl_config
+    from vlmgrpo.commands.grpo import GRPO
+    from vlmgrpo.training.started import build_trl_config
 
     config = build_config({"output_dir": str(tmp_path / "out"), **VLLM_KEYS}, "run.yaml", {}, GRPO)
     assert config.where("vllm_mode") == "run.yaml"
@@ -113,7 +113,7 @@ def test_vllm_serve_execs_trl_with_its_arguments(fake_vllm, tmp_path):
     fake_bin.mkdir()
     (fake_bin / "trl").write_text("#!/bin/sh\necho \"trl $*\"\n")
     (fake_bin / "trl").chmod(0o755)
-    code = ("import sys, vlmgrpo.run.rollouts as r; r.trl_script = lambda: 'trl'; "
+    code = ("import sys, vlmgrpo.training.rollouts as r; r.trl_script = lambda: 'trl'; "
             "r.exec_vllm_serve(sys.argv[1:])")
     env = {**ENV, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": os.pathsep.join([fake_vllm, os.environ.get("PYTHONPATH", "")])}
@@ -128,8 +128,8 @@ def test_the_vllm_server_example_is_the_3b_recipe_on_seven_training_gpus(tmp_pat
     server-mode keys, and a batch of whole groups on the 7 GPUs that train."""
     from conftest import REPO
     from vlmgrpo.config.load import load_config
-    from vlmgrpo.run.grpo import GRPO
-    from vlmgrpo.run.launch import check_batch, generation_batch
+    from vlmgrpo.commands.grpo import GRPO
+    from vlmgrpo.launch.torchrun import check_batch, generation_batch
 
     recipe = tmp_path / "grpo_vllm.yaml"
     recipe.write_text((REPO / "examples" / "qwen2_5_vl_3b_rec_zero3.yaml").read_text()

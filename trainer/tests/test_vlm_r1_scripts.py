@@ -126,7 +126,7 @@ def test_the_rec_script_without_the_flag_warns_that_its_boxes_are_not_scored_by_
 
 
 def test_vlm_r1_deepspeed_files_are_taken_as_they_are(tmp_path):
-    from vlmgrpo.run.launch import resolve_deepspeed
+    from vlmgrpo.launch.torchrun import resolve_deepspeed
 
     import json
 
@@ -174,7 +174,7 @@ def test_vlm_r1_script_runs_two_steps_on_one_process(name, tiny16, tmp_path):
 
 
 def test_report_to_wandb_without_a_key_runs_offline_into_the_output(monkeypatch, tmp_path):
-    from vlmgrpo.run.started import wandb_offline_without_key
+    from vlmgrpo.training.started import wandb_offline_without_key
 
     for name in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,4 @@
-"""`vlmgrpo alert-rules`: the run's alert rules (run/alerts.py) as YAML, with the thresholds given as options."""
+"""`vlmgrpo alert-rules`: the run's alert rules (monitoring/alerts.py) as YAML, with the thresholds given as options."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 from vlmgrpo.commands.fields import options, take, with_options
 from vlmgrpo.commands.options import OnceCommand, fail
 from vlmgrpo.errors import UserError
-from vlmgrpo.run.alerts import AlertSettings, prometheus_rule, rules_file
+from vlmgrpo.monitoring.alerts import AlertSettings, prometheus_rule, rules_file
 
 
 @dataclass

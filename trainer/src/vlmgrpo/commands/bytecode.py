@@ -10,8 +10,9 @@ import importlib
 import sys
 
 # What `train`, `sft`, `eval` and `serve` import before their first step or answer.
-COMMAND_MODULES = ("vlmgrpo.commands.cli", "vlmgrpo.run.runner", "vlmgrpo.run.grpo", "vlmgrpo.run.sft",
-                   "vlmgrpo.models.loading", "vlmgrpo.rewards", "vlmgrpo.evaluation.evaluate", "trl", "peft")
+COMMAND_MODULES = ("vlmgrpo.commands.cli", "vlmgrpo.training.runner", "vlmgrpo.commands.grpo",
+                   "vlmgrpo.commands.sft", "vlmgrpo.models.loading", "vlmgrpo.rewards", "vlmgrpo.evaluation.evaluate",
+                   "trl", "peft")
 # A family's modules, which transformers imports only when a model of it loads.
 FAMILY_MODULES = ("modeling_{family}", "processing_{family}", "image_processing_{family}",
                   "image_processing_{family}_fast", "video_processing_{family}")

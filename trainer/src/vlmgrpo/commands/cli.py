@@ -20,7 +20,7 @@ from vlmgrpo.commands.settings import MERGE_OPTIONS, MergeSettings, SelftestSett
 from vlmgrpo.commands.trained import eval_command, scoring_parts, serve_command
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import UserError
-from vlmgrpo.run.recipe import Recipe
+from vlmgrpo.commands.recipe import Recipe
 
 log = logging.getLogger("vlmgrpo")
 
@@ -99,7 +99,7 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
                 extra: tuple[str, ...] = ()) -> None:
     """Every training command: load and check the configuration and every row, then train here or through
     torchrun. `extra` is what click did not know: fields as TRL's scripts take them (flags.py)."""
-    from vlmgrpo.run.launch import exit_on_signal_until_training, run_torchrun, torchrun_command
+    from vlmgrpo.launch.torchrun import exit_on_signal_until_training, run_torchrun, torchrun_command
 
     exit_on_signal_until_training()  # first: the imports below take seconds
     check_driver()
@@ -110,13 +110,13 @@ def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, 
         launch = discover_launch(overrides)  # before config.load's TRL import: a contradiction is said at once
         from vlmgrpo.config.dump import dump_config
         from vlmgrpo.config.load import load_config
-        from vlmgrpo.run.output import clear_earlier_run
+        from vlmgrpo.training.output import clear_earlier_run
 
         config = load_config(config_path, overrides, recipe, launch)
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        from vlmgrpo.run.plan import make_plan
+        from vlmgrpo.training.plan import make_plan
 
         plan = make_plan(config)
         if dry_run:
@@ -150,7 +150,7 @@ def flag_overrides(recipe: Recipe, extra: tuple[str, ...], said: dict[str, str])
 
 def discover_launch(overrides: dict[str, Any]):
     """The launch the environment describes (a scheduler's variables), for the keys no flag set."""
-    from vlmgrpo.run.launch_env import KEYS, discover
+    from vlmgrpo.launch.schedulers import KEYS, discover
 
     def visible_gpus() -> int:
         import torch
@@ -212,7 +212,7 @@ def merge(**given) -> None:
     from vlmgrpo.models.loading import merge_adapter
     from vlmgrpo.access import unwritable_directory
     from vlmgrpo.models.source import check_model
-    from vlmgrpo.run.output import check_output_apart
+    from vlmgrpo.training.output import check_output_apart
 
     settings = MergeSettings(**take(MergeSettings, given))
     adapter, output = settings.adapter, settings.output
@@ -272,7 +272,7 @@ def make_tiny_command(**given) -> None:
 def vllm_serve(args: tuple[str, ...]) -> None:
     """TRL's vLLM server for `vllm_mode: server` (`trl vllm-serve ARGS`, e.g. --model M --tensor-parallel-size 1
     --port 8000); every argument goes to it as given (its --help lists them). Images named -vllm<X.Y> have vLLM."""
-    from vlmgrpo.run.rollouts import exec_vllm_serve
+    from vlmgrpo.training.rollouts import exec_vllm_serve
 
     try:
         exec_vllm_serve(list(args))

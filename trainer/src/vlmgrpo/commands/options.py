@@ -76,7 +76,7 @@ def section_help(section: type, name: str, more: str = "") -> dict[str, Any]:
 
 
 def launch_help(name: str) -> dict[str, Any]:
-    """A launch key: without the flag, train and sft read it from the scheduler's variables (run/launch_env.py)."""
+    """A launch key: without the flag, train and sft read it from the scheduler's variables (launch/schedulers.py)."""
     where = f"Default: from the environment (Kubeflow, Slurm, NNODES ...), else {field_default(RunConfig, name)}."
     return section_help(RunConfig, name, where)
 

@@ -38,7 +38,7 @@ class RunFlags:
     overwrite_output: Optional[bool] = field(default=None, metadata=section_help(RunConfig, "overwrite_output"))
     deepspeed: Optional[str] = field(default=None, metadata=trl_help("deepspeed",
                                                                      "Or a preset: zero2, zero3, zero3_offload."))
-    # Without these flags, train and sft read the launch from the environment (run/launch_env.py): Kubeflow Trainer
+    # Without these flags, train and sft read the launch from the environment (launch/schedulers.py): Kubeflow Trainer
     # v2's PET_* variables, a PyTorchJob's, Slurm's, or NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT.
     nproc_per_node: Optional[int] = field(default=None, metadata=launch_help("nproc_per_node"))
     nnodes: Optional[int] = field(default=None, metadata=launch_help("nnodes"))

@@ -3,7 +3,7 @@ is a module with its Recipe, added here."""
 
 from __future__ import annotations
 
-from vlmgrpo.run.grpo import GRPO
-from vlmgrpo.run.sft import SFT
+from vlmgrpo.commands.grpo import GRPO
+from vlmgrpo.commands.sft import SFT
 
 RECIPES = {recipe.name: recipe for recipe in (GRPO, SFT)}

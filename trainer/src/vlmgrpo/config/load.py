@@ -153,7 +153,7 @@ def _build_sections(sections: dict[type, dict[str, Any]], origins: dict[str, str
 
 def build_config(file_values: dict[str, Any], source: str, overrides: dict[str, Any], command,
                  launch=None) -> TrainConfig:
-    """Merge the command's defaults < file < the launch's environment variables (a launch_env.Launch) < command
+    """Merge the command's defaults < file < the launch's environment variables (a launch.schedulers.Launch) < command
     line, checking every key and value; each value remembers where it was set."""
     environment = [(f"environment variable {where}", {key: value})
                    for key, (value, where) in (launch.values.items() if launch else ())]

@@ -23,7 +23,7 @@ class TrainConfig:
     command: Any  # the Recipe (grpo.GRPO, sft.SFT) whose configuration this is
     source: str = "<defaults>"
     origins: dict[str, str] = field(default_factory=dict)  # key -> where its value was set, for error messages
-    launcher: str = "none (one host)"  # what launch_env.discover found in the environment
+    launcher: str = "none (one host)"  # what launch.schedulers.discover found in the environment
     # key -> what its value means, printed above its line by --print-config (the VLM-R1 reward names it resolved)
     notes: dict[str, str] = field(default_factory=dict)
 

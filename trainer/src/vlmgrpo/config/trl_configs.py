@@ -8,9 +8,9 @@ worker resolves for the machine before TRL sees the value (started.resolved_trl_
 The YAML's values are held, from loading on, in an instance of the class whose __post_init__ has not run yet
 (`with_values`): TrainingArguments.__post_init__ sets up the devices (the process group under torchrun, the CUDA
 device), builds DeepSpeed's plugin and rewrites values (strategies to enums, report_to to a list). The launcher
-process, `--print-config` and `--dry-run` must do none of that, and the checks' own messages (the run plan's, run/plan.py) must come
+process, `--print-config` and `--dry-run` must do none of that, and the checks' own messages (the run plan's, training/plan.py) must come
 before TRL's. The worker finishes it (`dataclasses.replace`, which runs __init__ and __post_init__) with the values
-it resolves, once per process: run/started.py, build_trl_config.
+it resolves, once per process: training/started.py, build_trl_config.
 """
 
 from __future__ import annotations

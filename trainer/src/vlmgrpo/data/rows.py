@@ -1,4 +1,4 @@
-"""A run's rows, the owner of the data part of the run plan (run/plan.py): every training and evaluation row read
+"""A run's rows, the owner of the data part of the run plan (training/plan.py): every training and evaluation row read
 and validated for what the run's rewards need (a box, an accuracy method, a judge that answers now), and the
 validation split. `score` and `eval` read theirs here too."""
 

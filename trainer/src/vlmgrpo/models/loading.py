@@ -144,7 +144,7 @@ def quantization(config: ModelConfig, dtype) -> dict:
 def load_model(config: ModelConfig, vision: bool, attention: str):
     """The model as it trains: a vision-language model or a text-only causal LM, in 4 bits for QLoRA, with the
     starting adapter on it (still a PEFT model when use_peft trains it on, merged in otherwise). ATTENTION: the
-    kernel its caller chose once (attention.choose_attention; a run's StartedRun.attention, run/started.py)."""
+    kernel its caller chose once (attention.choose_attention; a run's StartedRun.attention, training/started.py)."""
     dtype = choose_dtype(config.dtype)
     if not cuda_available():
         log.warning("no GPU visible: training on the CPU in %s (slow; fine for tiny models and tests)",

@@ -1,4 +1,4 @@
-"""The model a run starts from, the owner of its part of the run plan (run/plan.py): the base model and the adapter
+"""The model a run starts from, the owner of its part of the run plan (training/plan.py): the base model and the adapter
 exist and this uid can read them, an adapter without a base names its own, quantized weights can be trained here
 (its kind, read from its config.json, is loading.model_kind's). Also what `merge`, `score`, `eval` and `serve`
 check of a model. Each failure is one line: what is wrong, where it was set, what to do.

@@ -186,7 +186,7 @@ def check_reward_names(names: list[str], source: str) -> dict[str, RewardFunc]:
 
 
 def reward_functions(config) -> dict[str, RewardFunc]:
-    """The rewards part of the run plan (run/plan.py): every reward name known or importable, one weight for each;
+    """The rewards part of the run plan (training/plan.py): every reward name known or importable, one weight for each;
     the custom functions by name, imported (the built-in ones are made with the model: build_rewards)."""
     names = config.reward.reward_funcs
     custom = check_reward_names(names, config.where("reward_funcs"))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from vlmgrpo.errors import ConfigError, LaunchError
 from vlmgrpo.processes import stop_process, wait_for_health
-from vlmgrpo.run.rollouts import VLLM_IMAGES
+from vlmgrpo.training.rollouts import VLLM_IMAGES
 from vlmgrpo.serving import offload
 from vlmgrpo.serving.drain import REFUSE_S, SHUTDOWN_GRACE_S, Drain
 from vlmgrpo.serving.requests import API_KEY_VARIABLE, Limits

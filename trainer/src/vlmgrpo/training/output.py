@@ -1,4 +1,4 @@
-"""The output directory a run writes, the owner of its part of the run plan (run/plan.py): apart from the model it
+"""The output directory a run writes, the owner of its part of the run plan (training/plan.py): apart from the model it
 reads, no system directory, writable, and holding no earlier run unless told to continue it (the checkpoint to resume
 from) or start over (what to clear); whose checkpoints the run writes (its identity). Each failure is one line: what
 is wrong, where it was set, what to do."""
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from vlmgrpo.access import unwritable_directory
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.checkpoint import RUN_OWN, earlier_run, resolve_resume, run_identity
-from vlmgrpo.run.launch import restart_count, under_torchrun
+from vlmgrpo.training.checkpoint import RUN_OWN, earlier_run, resolve_resume, run_identity
+from vlmgrpo.launch.torchrun import restart_count, under_torchrun
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig

@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vlmgrpo.errors import ConfigError, DataError
-from vlmgrpo.run.metrics import MetricsView
-from vlmgrpo.run.recipe import Recipe
+from vlmgrpo.monitoring.metrics import MetricsView
+from vlmgrpo.commands.recipe import Recipe
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.models.source import ModelSource
-    from vlmgrpo.run.launch import LaunchPlan
-    from vlmgrpo.run.recipe import Work
-    from vlmgrpo.run.started import StartedRun
+    from vlmgrpo.launch.torchrun import LaunchPlan
+    from vlmgrpo.commands.recipe import Work
+    from vlmgrpo.training.started import StartedRun
 
 log = logging.getLogger("vlmgrpo")
 
@@ -103,7 +103,7 @@ def check_images_fit(data: LoadedData, vision: bool, model: str) -> None:
 def trainer_class():
     from trl import SFTTrainer
 
-    from vlmgrpo.run.checkpoint import RestoresWeights
+    from vlmgrpo.training.checkpoint import RestoresWeights
 
     class VLMSFTTrainer(RestoresWeights, SFTTrainer):
         """TRL's SFTTrainer with a correct weight restore on resume."""
@@ -131,7 +131,7 @@ class SftRecipe(Recipe):
         from vlmgrpo.data.chat import validate_chat_row
         from vlmgrpo.data.rows import load_rows
         from vlmgrpo.models.loading import load_processing_class, model_kind
-        from vlmgrpo.run.recipe import Work
+        from vlmgrpo.commands.recipe import Work
 
         model = model_kind(config, model)
         processing_class = load_processing_class(config.model, model.vision)

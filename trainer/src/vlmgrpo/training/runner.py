@@ -9,14 +9,14 @@ import logging
 import os
 from pathlib import Path
 
-from vlmgrpo.run.callbacks import CheckpointRecord, GracefulStop, MonitorCallback, attach_metrics
-from vlmgrpo.run.checkpoint import RUN_LOGS, checkpoint_step, latest_checkpoint
+from vlmgrpo.training.callbacks import CheckpointRecord, GracefulStop, MonitorCallback, attach_metrics
+from vlmgrpo.training.checkpoint import RUN_LOGS, checkpoint_step, latest_checkpoint
 from vlmgrpo.config.dump import dump_config
 from vlmgrpo.config.train_config import TrainConfig
-from vlmgrpo.run.launch import restart_count, write_stop_marker
-from vlmgrpo.run.metrics import drop_steps_after
-from vlmgrpo.run.started import StartedRun
-from vlmgrpo.run.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
+from vlmgrpo.launch.torchrun import restart_count, write_stop_marker
+from vlmgrpo.monitoring.metrics import drop_steps_after
+from vlmgrpo.training.started import StartedRun
+from vlmgrpo.training.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
                                   past_file_size_limit, warn_if_few_checkpoints_fit)
 
 log = logging.getLogger("vlmgrpo")
@@ -97,7 +97,7 @@ def build_trainer(started: StartedRun, monitor):
         trainer.add_callback(MonitorCallback(monitor))
     if config.run.profile_steps:
         from vlmgrpo.config.sections import parse_profile_steps
-        from vlmgrpo.run.profiling import StepProfiler
+        from vlmgrpo.training.profiling import StepProfiler
 
         trainer.add_callback(StepProfiler(parse_profile_steps(config.run.profile_steps), output / "profile",
                                           trl_args.process_index))
@@ -112,7 +112,7 @@ def start_monitor(config: TrainConfig, trl_args, recipe, output: Path):
     if config.run.metrics_port is None or trl_args.process_index != 0:
         return None
     from vlmgrpo import __version__
-    from vlmgrpo.run.exporter import start_monitor as serve
+    from vlmgrpo.monitoring.exporter import start_monitor as serve
 
     samples_per_step = (trl_args.per_device_train_batch_size * trl_args.gradient_accumulation_steps
                         * trl_args.world_size)

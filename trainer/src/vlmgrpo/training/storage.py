@@ -9,7 +9,7 @@ import resource
 import shutil
 from typing import Optional
 
-from vlmgrpo.run.checkpoint import checkpoint_dirs, is_complete, latest_checkpoint
+from vlmgrpo.training.checkpoint import checkpoint_dirs, is_complete, latest_checkpoint
 from vlmgrpo.errors import UserError
 
 log = logging.getLogger("vlmgrpo")

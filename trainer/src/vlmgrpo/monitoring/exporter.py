@@ -20,8 +20,8 @@ from prometheus_client import (CollectorRegistry, Counter, GCCollector, Info, Pl
 from prometheus_client.core import GaugeMetricFamily
 
 from vlmgrpo.errors import ConfigError
-from vlmgrpo.run.health import StallPolicy, StepClock
-from vlmgrpo.run.metrics import MetricsView
+from vlmgrpo.monitoring.health import StallPolicy, StepClock
+from vlmgrpo.monitoring.metrics import MetricsView
 
 log = logging.getLogger("vlmgrpo")
 

@@ -174,7 +174,7 @@ class LaunchPlan:
 
 
 def plan_launch(config: TrainConfig) -> LaunchPlan:
-    """The launch part of the run plan (run/plan.py): DeepSpeed's JSON read (a missing or broken one fails here,
+    """The launch part of the run plan (training/plan.py): DeepSpeed's JSON read (a missing or broken one fails here,
     before any model) and its package present; the world size, and for GRPO whole groups of generations in its
     batches at that size; /dev/shm's hint."""
     deepspeed = resolve_deepspeed(config.trl.deepspeed)

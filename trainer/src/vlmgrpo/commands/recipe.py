@@ -18,15 +18,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
-from vlmgrpo.run.metrics import MetricsView
+from vlmgrpo.monitoring.metrics import MetricsView
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.models.source import ModelSource
-    from vlmgrpo.run.launch import LaunchPlan
-    from vlmgrpo.run.plan import RunPlan
-    from vlmgrpo.run.started import StartedRun
+    from vlmgrpo.launch.torchrun import LaunchPlan
+    from vlmgrpo.training.plan import RunPlan
+    from vlmgrpo.training.started import StartedRun
 
 # The final model of every command: full fine-tuning saves it in OUTPUT itself; LoRA saves the adapter (with the
 # processor or tokenizer) in OUTPUT/adapter and, with merge_lora, the adapter merged into its base in OUTPUT/merged.
@@ -92,8 +92,8 @@ class Recipe:
 
     def run(self, plan: RunPlan) -> int:
         """Train here (one process, or one worker under torchrun), started once (started.py); the exit code."""
-        from vlmgrpo.run.runner import run_training
-        from vlmgrpo.run.started import start
+        from vlmgrpo.training.runner import run_training
+        from vlmgrpo.training.started import start
 
         return run_training(start(plan))
 

@@ -22,7 +22,7 @@ from vlmgrpo.errors import ConfigError
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
-    from vlmgrpo.run.plan import RunPlan
+    from vlmgrpo.training.plan import RunPlan
 
 log = logging.getLogger("vlmgrpo")
 

@@ -1,7 +1,7 @@
 """A training run's plan, made once per process before any weights load, by make_plan asking each owner once, in
 one direction: GRPO's rollouts first (rollouts.py: vLLM where use_vllm asks for it), the model (models/source.py: its
 kind the recipe asks for last, as a hub id's config.json is a download), the output (output.py), what the environment
-must support of the TRL values (support.py), the launch (launch.py), then the command's own work (its Recipe's
+must support of the TRL values (support.py), the launch (launch/torchrun.py), then the command's own work (its Recipe's
 plan_work: GRPO's rewards and rows, SFT's chat template and rows). Each owner checks what it returns. `--dry-run`
 prints the plan's rows; the process that trains starts it (started.py: the TRL config finished, the attention kernel
 chosen), and the runner (runner.py) and the recipe's build_trainer only read it. A restart under torchrun is a new
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
     from vlmgrpo.models.source import ModelSource
-    from vlmgrpo.run.launch import LaunchPlan
-    from vlmgrpo.run.output import OutputPlan
+    from vlmgrpo.launch.torchrun import LaunchPlan
+    from vlmgrpo.training.output import OutputPlan
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,10 @@ class RunPlan:
 def make_plan(config: TrainConfig) -> RunPlan:
     """Every check of the run that needs no weights, owner by owner, and what each resolved."""
     from vlmgrpo.models.source import cuda_available, plan_model
-    from vlmgrpo.run.launch import plan_launch
-    from vlmgrpo.run.output import plan_output
-    from vlmgrpo.run.rollouts import check_vllm
-    from vlmgrpo.run.support import check_supported
+    from vlmgrpo.launch.torchrun import plan_launch
+    from vlmgrpo.training.output import plan_output
+    from vlmgrpo.training.rollouts import check_vllm
+    from vlmgrpo.training.support import check_supported
 
     if getattr(config.trl, "use_vllm", False):  # GRPO's rollouts: without vLLM or a GPU for it nothing else matters
         check_vllm(config, cuda_available)

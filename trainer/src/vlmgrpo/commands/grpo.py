@@ -8,15 +8,15 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from vlmgrpo.run.metrics import MetricsView
-from vlmgrpo.run.recipe import Option, Recipe
+from vlmgrpo.monitoring.metrics import MetricsView
+from vlmgrpo.commands.recipe import Option, Recipe
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.models.source import ModelSource
-    from vlmgrpo.run.launch import LaunchPlan
-    from vlmgrpo.run.recipe import Work
-    from vlmgrpo.run.started import StartedRun
+    from vlmgrpo.launch.torchrun import LaunchPlan
+    from vlmgrpo.commands.recipe import Work
+    from vlmgrpo.training.started import StartedRun
 
 log = logging.getLogger("vlmgrpo")
 
@@ -54,7 +54,7 @@ def trainer_class():
     from accelerate.utils import gather_object
     from trl import GRPOTrainer
 
-    from vlmgrpo.run.checkpoint import RestoresWeights
+    from vlmgrpo.training.checkpoint import RestoresWeights
     from vlmgrpo.rewards import completion_text
 
     class VLMGRPOTrainer(RestoresWeights, GRPOTrainer):
@@ -118,7 +118,7 @@ class GrpoRecipe(Recipe):
         from vlmgrpo.errors import ConfigError
         from vlmgrpo.models.loading import model_kind
         from vlmgrpo.rewards import reward_functions
-        from vlmgrpo.run.recipe import Work
+        from vlmgrpo.commands.recipe import Work
 
         rewards = reward_functions(config)
         data = load_scored_rows(config)
@@ -131,7 +131,7 @@ class GrpoRecipe(Recipe):
         return Work(rewards, data, model)
 
     def build_trainer(self, started: StartedRun):
-        from vlmgrpo.run.callbacks import ZeroRewardWatchdog
+        from vlmgrpo.training.callbacks import ZeroRewardWatchdog
         from vlmgrpo.models.loading import answer_box_space, load_model, load_processor, peft_config, resize_function
         from vlmgrpo.data.rec import to_hf_dataset
         from vlmgrpo.rewards.judge import Judge
