@@ -23,12 +23,31 @@ from test_serve_requests import chat
 from vlmgrpo.serving.drain import REFUSE_S
 from vlmgrpo.processes import free_port, wait_for_health
 
-GRACE_S = 10
+GRACE_S = 15
 # transformers serve generates one request at a time, greedy here, and the tiny model never ends an answer early:
 # the first, shorter one is still running at the signal and is answered within the grace; the long ones wait behind
 # each other, and they cannot all be answered within it (a token took 1.7 ms on a quiet machine here, 25 beside
-# another job on both cores: 12,000 tokens would take 20 s even then)
-SHORT, LONG = 300, 3000
+# another job on both cores: 4 x 3,900 tokens take 26 s even then, the model's context 4,096). A token's time varies
+# that much, so the shorter one's length is measured first: SHORT_S of tokens at this machine's pace (300 tokens were
+# gone before the signal on a quiet machine, and a fixed count long enough for that ran past the grace beside another
+# job); at the signal, 1 s after its first token, it has most of them to go, and 4 x its time fits in the grace.
+SHORT_S, LONG = 3.5, 3900
+
+
+def _short_tokens(port: int) -> int:
+    """The tokens the engine makes in about SHORT_S now: the pace from two answers' times, 100 and 500 tokens, whose
+    difference leaves out what every request costs besides its tokens (the front, the prompt, the image)."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+    seconds = {}
+    for tokens in (20, 100, 500):  # the first answer of an engine also warms it up: not the pace
+        started = time.monotonic()
+        client.chat.completions.create(model="rec-tiny", messages=chat("rec-tiny")["messages"], max_tokens=tokens,
+                                       temperature=0, timeout=120)
+        seconds[tokens] = time.monotonic() - started
+    per_token = max(seconds[500] - seconds[100], 0.01) / 400
+    return max(20, min(LONG // 2, round(SHORT_S / per_token)))
 
 
 def _ask(port: int, tokens: int, stream: bool, results: dict, key: str, first_chunk: threading.Event = None):
@@ -102,8 +121,9 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
     with serving(tiny, stderr) as (process, port):
         results: dict = {}
         started = threading.Event()
+        short = _short_tokens(port)
         # The short one first, streamed: once its first chunk came, it is the engine's
-        threads = [threading.Thread(target=_ask, args=(port, SHORT, True, results, "short", started))]
+        threads = [threading.Thread(target=_ask, args=(port, short, True, results, "short", started))]
         threads[0].start()
         assert started.wait(60)
         threads += [threading.Thread(target=_ask, args=(port, LONG, i % 2 == 0, results, f"long {i}"))
@@ -115,7 +135,7 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
         signalled = time.monotonic()
         time.sleep(0.5)
         late: dict = {}
-        _ask(port, SHORT, False, late, "after the signal")  # a new request: refused at once
+        _ask(port, short, False, late, "after the signal")  # a new request: refused at once
         with pytest.raises(urllib.error.HTTPError) as health:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10)
         for thread in threads:
