@@ -4,9 +4,11 @@ README says CI builds the ones the Docker tests build."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -251,3 +253,18 @@ def test_the_qemu_the_readme_says_hangs_importing_torch_is_the_one_installed_her
         pytest.skip("qemu-user-static is not installed here (.ci/setup --tests installs it)")
     upstream = re.match(r"(?:\d+:)?(\d+\.\d+)", installed.stdout)  # 1:7.2+dfsg-7+deb12u18: epoch, upstream, Debian's
     assert set(said) == {upstream[1]}, (said, installed.stdout)
+
+
+def test_the_launch_and_disk_figures_the_trainer_readme_gives_are_the_codes():
+    """torchrun's own wait before it kills the workers (read from torch's launcher, not imported: seconds of import
+    for one number), the /dev/shm size below which a run is given a hint, the tmpfs the full-disk test mounts."""
+    from vlmgrpo.launch.torchrun import MIN_SHM_BYTES
+    readme = " ".join((REPO / "trainer" / "README.md").read_text().split())
+    grace = re.search(r"torchrun would kill the workers (\d+) s after the signal", readme)
+    shm = re.search(r"a `/dev/shm` under (\d+) GiB", readme)
+    tmpfs = re.search(r"tested on a (\d+) MB tmpfs", readme)
+    assert grace and shm and tmpfs, "trainer/README.md no longer gives these figures"
+    launcher = Path(importlib.util.find_spec("torch").origin).parent / "distributed" / "launcher" / "api.py"
+    assert f'os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "{grace[1]}")' in launcher.read_text()
+    assert MIN_SHM_BYTES == int(shm[1]) << 30
+    assert f'"size={tmpfs[1]}m"' in (REPO / "trainer" / "tests" / "test_restarts.py").read_text()
