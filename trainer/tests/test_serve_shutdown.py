@@ -34,20 +34,20 @@ GRACE_S = 15
 SHORT_S, LONG = 3.5, 3900
 
 
-def _short_tokens(port: int) -> int:
-    """The tokens the engine makes in about SHORT_S now: the pace from two answers' times, 100 and 500 tokens, whose
+def _short_tokens(port: int, seconds: float) -> int:
+    """The tokens the engine makes in about SECONDS now: the pace from two answers' times, 100 and 500 tokens, whose
     difference leaves out what every request costs besides its tokens (the front, the prompt, the image)."""
     import openai
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
-    seconds = {}
+    took = {}
     for tokens in (20, 100, 500):  # the first answer of an engine also warms it up: not the pace
         started = time.monotonic()
         client.chat.completions.create(model="rec-tiny", messages=chat("rec-tiny")["messages"], max_tokens=tokens,
                                        temperature=0, timeout=120)
-        seconds[tokens] = time.monotonic() - started
-    per_token = max(seconds[500] - seconds[100], 0.01) / 400
-    return max(20, min(LONG // 2, round(SHORT_S / per_token)))
+        took[tokens] = time.monotonic() - started
+    per_token = max(took[500] - took[100], 0.01) / 400
+    return max(20, min(LONG, round(seconds / per_token)))  # no more than the model's context takes
 
 
 def _ask(port: int, tokens: int, stream: bool, results: dict, key: str, first_chunk: threading.Event = None):
@@ -115,13 +115,14 @@ def test_an_unstreamed_request_whose_client_hung_up_stops_in_the_engine(tiny, tm
     assert "the client hung up: its request to the engine was cancelled" in (tmp_path / "stderr.log").read_text()
 
 
-@pytest.mark.slow
-def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_which(tiny, tmp_path):
-    stderr = tmp_path / "stderr.log"
+def _signal_round(tiny, stderr, seconds: float):
+    """One server, a short request and four long ones, then SIGTERM while the short one is running: (its results,
+    the new request's, the /health error, the signal's time); (None, (its tokens, its result)) when the short one
+    had ended before the signal (the engine went faster than when its pace was measured), every request ended."""
     with serving(tiny, stderr) as (process, port):
         results: dict = {}
         started = threading.Event()
-        short = _short_tokens(port)
+        short = _short_tokens(port, seconds)
         # The short one first, streamed: once its first chunk came, it is the engine's
         threads = [threading.Thread(target=_ask, args=(port, short, True, results, "short", started))]
         threads[0].start()
@@ -131,6 +132,11 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
         for thread in threads[1:]:
             thread.start()
         time.sleep(1)  # the four have reached the server (they wait for the engine)
+        if "short" in results:
+            process.kill()  # the long ones' connections close
+            for thread in threads:
+                thread.join(timeout=120)
+            return None, (short, results["short"])
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         time.sleep(0.5)
@@ -141,6 +147,20 @@ def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_whi
         for thread in threads:
             thread.join(timeout=120)
         assert process.wait(timeout=90) == 128 + signal.SIGTERM
+    return results, late, health, signalled
+
+
+@pytest.mark.slow
+def test_sigterm_answers_or_refuses_every_request_in_flight_and_the_log_says_which(tiny, tmp_path):
+    stderr = tmp_path / "stderr.log"
+    early = []
+    for seconds in (SHORT_S, 2 * SHORT_S, 4 * SHORT_S):  # beside other tests the pace changes: one that ended early
+        round_ = _signal_round(tiny, stderr, seconds)  # is made longer
+        if round_[0] is not None:
+            break
+        early.append(round_[1])
+    assert round_[0] is not None, f"the short request (tokens, result) ended before the signal each time: {early}"
+    results, late, health, signalled = round_
     log = stderr.read_text()
     assert health.value.code == 503 and json.loads(health.value.read()) == {"status": "shutting down"}
     assert late["after the signal"][0] == "refused" and late["after the signal"][2] == 503
