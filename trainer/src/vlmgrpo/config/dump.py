@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from vlmgrpo.config.load import KEY_ALIASES, LAUNCH_KEYS
+from vlmgrpo.rewards.judge import without_userinfo
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
@@ -44,8 +45,6 @@ HIDDEN = "<given; not printed or saved>"
 
 def dump_config(config: TrainConfig) -> str:
     """The effective configuration as YAML, each key under its help as a comment."""
-    from vlmgrpo.rewards.judge import without_userinfo
-
     helps = field_help(config.command)
     # No user:password@ of a URL in what is printed or saved (judge_url refuses one; this is the second guard), and no
     # credential: --print-config goes to terminals and logs, OUTPUT/vlmgrpo_config.yaml is readable by others (0644).

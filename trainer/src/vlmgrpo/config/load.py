@@ -21,6 +21,7 @@ import yaml
 
 from vlmgrpo.config.value_checks import check_choices, check_judge_url, check_question_template, check_ranges
 from vlmgrpo.errors import ConfigError
+from vlmgrpo.rewards import FORMAT, FORMAT_ANSWER, IOU, reward_meaning, vlm_r1_reward
 from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.config.sections import DataConfig, RecDataConfig, RewardConfig, RunConfig
 from vlmgrpo.config.template import task_template
@@ -197,8 +198,6 @@ def resolve_rewards(config: TrainConfig) -> None:
     """VLM-R1's names accuracy and format as its grpo_jsonl.py means them, by is_reward_customized_from_vlm_module
     (rewards.vlm_r1_reward). A config that says accuracy meant IoU here before this followed VLM-R1, so what it means
     now is said in one line at start and above reward_funcs in --print-config."""
-    from vlmgrpo.rewards import FORMAT, FORMAT_ANSWER, IOU, reward_meaning, vlm_r1_reward
-
     reward = config.reward
     if config.origins.get("reward_funcs") == config.source and os.path.isfile(config.source):
         # A file.py:function the configuration names is the file beside it, as a path in it is read: not a file of

@@ -9,6 +9,7 @@ import math
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.config.sections import parse_profile_steps
 from vlmgrpo.config.template import QUESTION_PLACEHOLDERS
+from vlmgrpo.rewards.judge import credentials_problem
 
 
 def check_choices(config) -> None:
@@ -141,8 +142,6 @@ def check_question_template(config) -> None:
 
 def check_judge_url(config) -> None:
     """judge_url without user:password@: the key comes from judge_api_key_env's variable only."""
-    from vlmgrpo.rewards.judge import credentials_problem
-
     url = getattr(config.reward, "judge_url", None)
     problem = credentials_problem(url, config.reward.judge_api_key_env) if url else None
     if problem:

@@ -14,6 +14,7 @@ from vlmgrpo.data.rec import validate_row
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.rewards import BOX_REWARDS, JSONL_ACCURACY, reward_functions
 from vlmgrpo.rewards.accuracy import DEFAULT_METHOD, LLM
+from vlmgrpo.rewards.judge import Judge
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
@@ -65,8 +66,6 @@ def warn_boxes_scored_as_text(config: TrainConfig, data: LoadedData) -> None:
 
 def check_judge(config: TrainConfig) -> None:
     """Rows scored by the llm method need a judge that answers now, not a reward of 0 at step 1."""
-    from vlmgrpo.rewards.judge import Judge
-
     judge = Judge.from_config(config.reward, config.where("judge_url"))
     if judge is None:
         raise ConfigError(f"{config.where('judge_url')}: key 'judge_url': rows are scored by the llm method "

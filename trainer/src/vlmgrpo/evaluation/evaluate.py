@@ -17,8 +17,14 @@ from vlmgrpo import atomic
 from vlmgrpo.data.datasets import LoadedData
 from vlmgrpo.data.rec import Sample, implicit_image_prefix, prompt_messages
 from vlmgrpo.evaluation.rec import data_file, judge, summarise
+from vlmgrpo.evaluation.score import read_completions
 from vlmgrpo.evaluation.settings import EvalSettings, ScoringParts
+from vlmgrpo.evaluation.tasks import judge_tasks, summarise_tasks
 from vlmgrpo.config.template import fill_template
+from vlmgrpo.models.attention import choose_attention
+from vlmgrpo.models.loading import (answer_space_and_resize, is_vision_language, load_model,
+                                    load_processing_class)
+from vlmgrpo.rewards import JSONL_ACCURACY
 
 log = logging.getLogger("vlmgrpo")
 
@@ -59,9 +65,6 @@ def generate(parts: ScoringParts, samples: list[Sample], settings: EvalSettings,
     """One completion per sample, in order: batches left-padded, greedy (DO_SAMPLE)."""
     import torch
 
-    from vlmgrpo.models.attention import choose_attention
-    from vlmgrpo.models.loading import load_model
-
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     attention = choose_attention(parts.model.attn_implementation)  # as a training worker chooses it, once
@@ -81,11 +84,6 @@ def generate(parts: ScoringParts, samples: list[Sample], settings: EvalSettings,
 
 
 def evaluate(parts: ScoringParts, data: LoadedData, settings: EvalSettings) -> dict:
-    from vlmgrpo.models.loading import answer_space_and_resize, is_vision_language, load_processing_class
-    from vlmgrpo.rewards import JSONL_ACCURACY
-    from vlmgrpo.evaluation.score import read_completions
-    from vlmgrpo.evaluation.tasks import judge_tasks, summarise_tasks
-
     samples = first_rows(data.samples, settings.max_samples)
     vision = is_vision_language(parts.model.model_name_or_path)
     processor = load_processing_class(parts.model, vision)  # once: for the prompts and for the answer space

@@ -15,6 +15,8 @@ from vlmgrpo.data.datasets import LoadedData, read_records
 from vlmgrpo.data.rec import Sample, to_hf_dataset
 from vlmgrpo.errors import DataError
 from vlmgrpo.evaluation.settings import ScoringParts
+from vlmgrpo.models.loading import answer_space_and_resize, load_processor
+from vlmgrpo.rewards import build_rewards
 
 EXPECTED_LINE = '{"id": <a data row\'s id>, "completion": "<text>"}'
 # `dump_completions: true` writes {"step", "row": file:line, "completion", "rewards"}: those lines are read too.
@@ -61,9 +63,6 @@ def read_completions(path: str, samples: list[Sample]) -> list[tuple[Any, str, i
 def score_completions(parts: ScoringParts, data: LoadedData, completions_path: str,
                       custom: dict[str, Callable[..., list]]) -> Iterator[dict]:
     """custom: the custom reward functions by name, as rewards.reward_functions resolved them."""
-    from vlmgrpo.models.loading import answer_space_and_resize, load_processor
-    from vlmgrpo.rewards import build_rewards
-
     samples = data.samples + data.validation
     scored = read_completions(completions_path, samples)
     processor = load_processor(parts.model)

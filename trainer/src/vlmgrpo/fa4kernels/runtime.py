@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from vlmgrpo.fa4kernels import build
+
 log = logging.getLogger("vlmgrpo")
 
 KERNELS_VARIABLE = "VLMGRPO_FA4_KERNELS"  # set by the image (templates/trainer.Dockerfile.j2): the cache build.py made
@@ -46,12 +48,10 @@ def manifest(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
 def changed_sources(shipped: dict) -> list[str]:
     """FA4's source files (those its fingerprint covers) that differ from the ones the image's kernels were compiled
     from: a changed, added or removed file gives the cache another fingerprint, so FA4 would find none of them."""
-    from vlmgrpo.fa4kernels.build import source_digests
-
     spec = importlib.util.find_spec("flash_attn.cute")
     if spec is None or not spec.origin:
         return ["flash_attn/cute (not installed)"]
-    installed, recorded = source_digests(), shipped.get("sources", {})
+    installed, recorded = build.source_digests(), shipped.get("sources", {})
     return [f"flash_attn/cute/{name}" for name in sorted(set(installed) | set(recorded))
             if installed.get(name) != recorded.get(name)]
 
@@ -139,8 +139,6 @@ def model_family(config) -> dict:
 
 def missing_cases(family: dict, shipped: Optional[dict], seeded: bool) -> list[tuple]:
     """The model's attention calls (build.case_key) that the image's kernels for this GPU do not cover."""
-    from vlmgrpo.fa4kernels import build
-
     defaults = json.loads(build.TARGETS.read_text())["shapes"]
     have = {tuple(build.case_key(case)) for case in (shipped or {}).get("cases", [])} if seeded else set()
     return [build.case_key(case) for case in build.cases({"model": family}, defaults)
@@ -149,8 +147,6 @@ def missing_cases(family: dict, shipped: Optional[dict], seeded: bool) -> list[t
 
 def run_targets(sm: int, sms: int, family: dict) -> dict:
     """targets.json for one run: its model on its GPU, over the image's shapes, into the run's cache itself."""
-    from vlmgrpo.fa4kernels import build
-
     return {"families": {"model": family}, "shapes": json.loads(build.TARGETS.read_text())["shapes"],
             "gpus": {"this GPU": {"sm": sm, "target": f"sm_{sm}a", "sms": sms, "directory": "."}}}
 
@@ -165,8 +161,6 @@ def compile_once(cache: Path, sm: int, sms: int, family: dict) -> Optional[str]:
     compiles what it lacks in every rank at once (280 s a step on 8 B300s: Dao-AILab/flash-attention#2635). The
     first rank here to lock the cache compiles (build.py, without launching anything on the GPU); the others wait,
     then find its mark and load. None when this rank compiled nothing (the mark was there)."""
-    from vlmgrpo.fa4kernels import build
-
     targets = run_targets(sm, sms, family)
     mark = compiled_mark(cache, targets)
     with open(cache / ".vlmgrpo-compile.lock", "w") as lock:

@@ -12,6 +12,7 @@ import re
 from importlib import metadata
 from typing import Any, Optional
 
+from vlmgrpo.environment import CACHES
 from vlmgrpo.inventory import component_versions, read_expected
 
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -133,7 +134,5 @@ def collect_info() -> dict[str, Any]:
 
 def environment() -> dict[str, Any]:
     """The uid and where this process's HOME and caches are (vlmgrpo makes them writable for any uid)."""
-    from vlmgrpo.environment import CACHES
-
     names = ("HOME", "USER", "XDG_CACHE_HOME", "HF_HOME", *CACHES)
     return {"uid": os.getuid(), "gid": os.getgid(), **{name: os.environ.get(name) for name in names}}

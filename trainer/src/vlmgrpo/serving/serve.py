@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vlmgrpo.errors import ConfigError, LaunchError
+from vlmgrpo.models.attention import choose_attention
+from vlmgrpo.models.source import MODEL, check_source, cuda_available
 from vlmgrpo.processes import stop_process, wait_for_health
 from vlmgrpo.training.rollouts import VLLM_IMAGES
 from vlmgrpo.serving import offload
@@ -117,8 +119,6 @@ def engine_command(settings: ServeSettings, engine: str, socket_path: str) -> li
                 "--allowed-media-domains", NO_MEDIA_DOMAIN, *settings.engine_args]
     attention = []  # the kernel `train` would load the model with, unless the operator passed one through
     if not any(arg.startswith(("--attn-implementation", "--attn_implementation")) for arg in settings.engine_args):
-        from vlmgrpo.models.attention import choose_attention
-
         attention = ["--attn-implementation", choose_attention("auto")]
     return [sys.executable, "-m", "vlmgrpo.serving.on_socket", socket_path, "serve", settings.model,
             "--dtype", settings.dtype, *attention, *settings.engine_args]
@@ -140,13 +140,9 @@ def engine_model_id(settings: ServeSettings, engine: str) -> str:
     return settings.served_name if engine == "vllm" else settings.model
 
 
-
-
 def check_model(model: str) -> None:
     """As `train` checks its model: a directory with config.json whose files this uid can read (weights saved 0600
     by another user are otherwise a "file not found" from the engine, after it started), or a hub id."""
-    from vlmgrpo.models.source import MODEL, check_source
-
     if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
         raise ConfigError(f"--model {model}: the directory has no config.json; give a model directory (a run's "
                           "OUTPUT, OUTPUT/merged) or merge an adapter first with `vlmgrpo merge`")
@@ -179,10 +175,6 @@ def check_port(host: str, port: int) -> None:
         except OSError as exc:
             raise ConfigError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); choose another "
                               "port, or stop what holds it") from None
-
-
-
-
 
 
 def wait_until_ready(engine: subprocess.Popen, socket_path: str, log_path: str) -> None:
@@ -258,7 +250,7 @@ def serve(settings: ServeSettings) -> int:
 
     check_model(settings.model)
     check_port(settings.host, settings.port)  # before minutes of loading, not after "ready"
-    engine_name = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, _gpu())
+    engine_name = choose_engine(settings.engine, importlib.util.find_spec("vllm") is not None, cuda_available())
     socket_path = engine_socket()
     command = engine_command(settings, engine_name, socket_path)
     log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"vlmgrpo-serve-{os.getpid()}.log")
@@ -338,11 +330,3 @@ def _stop_with_parent() -> None:
 def _exit_on_signal(number, frame) -> None:
     log.info("stopped by %s", signal.Signals(number).name)  # what became of each request: the shutdown lines
     sys.exit(128 + number)
-
-
-
-
-def _gpu() -> bool:
-    from vlmgrpo.models.source import cuda_available
-
-    return cuda_available()

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from vlmgrpo.monitoring.metrics import MetricsView, bracketed, clean, format_line, gpu_memory_peak_gib, number, rewards_of
+from vlmgrpo.monitoring.metrics import (MetricsView, bracketed, clean, format_line, gpu_memory_peak_gib, number,
+                                        rewards_of)
+from vlmgrpo.training.checkpoint import write_record
 
 log = logging.getLogger("vlmgrpo")
 
@@ -158,8 +160,6 @@ class CheckpointRecord(TrainerCallback):
         self.identity = identity
 
     def on_save(self, args, state, control, **kwargs):
-        from vlmgrpo.training.checkpoint import write_record
-
         saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and saved.is_dir():
             write_record(str(saved), self.identity)

@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from vlmgrpo.launch.torchrun import plan_launch
+from vlmgrpo.models import source
+from vlmgrpo.training.output import plan_output
+from vlmgrpo.training.rollouts import check_vllm
+from vlmgrpo.training.support import check_supported
+
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
     from vlmgrpo.data.datasets import LoadedData
@@ -38,15 +44,9 @@ class RunPlan:
 
 def make_plan(config: TrainConfig) -> RunPlan:
     """Every check of the run that needs no weights, owner by owner, and what each resolved."""
-    from vlmgrpo.models.source import cuda_available, plan_model
-    from vlmgrpo.launch.torchrun import plan_launch
-    from vlmgrpo.training.output import plan_output
-    from vlmgrpo.training.rollouts import check_vllm
-    from vlmgrpo.training.support import check_supported
-
     if getattr(config.trl, "use_vllm", False):  # GRPO's rollouts: without vLLM or a GPU for it nothing else matters
-        check_vllm(config, cuda_available)
-    model = plan_model(config)
+        check_vllm(config, source.cuda_available)
+    model = source.plan_model(config)
     output = plan_output(config, model)
     check_supported(config)
     launch = plan_launch(config)

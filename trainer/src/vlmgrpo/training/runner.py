@@ -9,12 +9,15 @@ import logging
 import os
 from pathlib import Path
 
+from vlmgrpo import __version__
+from vlmgrpo.config.sections import parse_profile_steps
 from vlmgrpo.training.callbacks import CheckpointRecord, GracefulStop, MonitorCallback, attach_metrics
 from vlmgrpo.training.checkpoint import RUN_LOGS, checkpoint_step, latest_checkpoint
 from vlmgrpo.config.dump import dump_config
 from vlmgrpo.config.train_config import TrainConfig
 from vlmgrpo.launch.torchrun import restart_count, write_stop_marker
 from vlmgrpo.monitoring.metrics import drop_steps_after
+from vlmgrpo.training.profiling import StepProfiler
 from vlmgrpo.training.started import StartedRun
 from vlmgrpo.training.storage import (checkpoint_bytes, disk_full, is_out_of_space, is_past_file_size_limit,
                                   past_file_size_limit, warn_if_few_checkpoints_fit)
@@ -96,9 +99,6 @@ def build_trainer(started: StartedRun, monitor):
     if monitor is not None:
         trainer.add_callback(MonitorCallback(monitor))
     if config.run.profile_steps:
-        from vlmgrpo.config.sections import parse_profile_steps
-        from vlmgrpo.training.profiling import StepProfiler
-
         trainer.add_callback(StepProfiler(parse_profile_steps(config.run.profile_steps), output / "profile",
                                           trl_args.process_index))
     if trl_args.process_index == 0:
@@ -111,8 +111,7 @@ def start_monitor(config: TrainConfig, trl_args, recipe, output: Path):
     """Rank 0's /metrics and /health (exporter.Monitor) when metrics_port is set; None otherwise."""
     if config.run.metrics_port is None or trl_args.process_index != 0:
         return None
-    from vlmgrpo import __version__
-    from vlmgrpo.monitoring.exporter import start_monitor as serve
+    from vlmgrpo.monitoring.exporter import start_monitor as serve  # prometheus_client: only with a metrics_port
 
     samples_per_step = (trl_args.per_device_train_batch_size * trl_args.gradient_accumulation_steps
                         * trl_args.world_size)

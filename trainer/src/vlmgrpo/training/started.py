@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from vlmgrpo.errors import ConfigError
+from vlmgrpo.fa4kernels.runtime import model_family, prepare
+from vlmgrpo.models.attention import FA4, choose_attention
+from vlmgrpo.models.loading import load_model_config
+from vlmgrpo.models.source import cuda_available
 
 if TYPE_CHECKING:
     from vlmgrpo.config.train_config import TrainConfig
@@ -40,14 +44,9 @@ def start(plan: RunPlan) -> StartedRun:
     """The process's part, once: the TRL config finished, then the attention kernel chosen (its one "attention: ..."
     line; a ConfigError for a flash-attention request that cannot run here). TRL first, in the order the run had
     before this step: its __post_init__ puts a torchrun worker on its own GPU before the GPUs are queried."""
-    from vlmgrpo.models.attention import FA4, choose_attention
-
     trl_args = build_trl_config(plan.config, plan.launch.deepspeed)
     attention = choose_attention(plan.config.model.attn_implementation)
     if attention == FA4:  # before the model loads, which imports FA4: it reads its cache's place at import
-        from vlmgrpo.fa4kernels.runtime import model_family, prepare
-        from vlmgrpo.models.loading import load_model_config
-
         family = model_family(load_model_config(plan.model.base))
         line = prepare(str(trl_args.output_dir), family)
         if int(os.environ.get("RANK", "0")) == 0:
@@ -78,8 +77,6 @@ def under_current_names(trl) -> dict[str, Any]:
 def resolved_trl_values(config: TrainConfig, deepspeed: Optional[str]) -> dict[str, Any]:
     """What the worker resolves in the TRL config before TRL sees it: the DeepSpeed JSON as planned
     (RunPlan.launch.deepspeed), bf16 and report_to "auto" for this machine, evaluation when rows are held out, the CPU."""
-    from vlmgrpo.models.source import cuda_available
-
     trl = config.trl
     changes = under_current_names(trl)
     if (config.data.val_split_ratio or config.data.eval_data) and not config.is_set("eval_strategy"):
