@@ -11,6 +11,7 @@ are, and the plan they make); stages (build, checks, sbom, publish); reports (li
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,10 @@ def test_no_function_is_over_50_lines():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
     assert not long, "\n".join(long)
+
+
+def test_the_architecture_doc_lists_the_trainer_s_folders_in_their_layer_order():
+    doc = " ".join((REPO / "docs" / "architecture.md").read_text().split())
+    sentence = re.search(r"The trainer's own modules are folders by job, lowest first .*?\. Each module", doc)
+    assert sentence, "docs/architecture.md no longer lists the trainer's folders"
+    assert re.findall(r"`(\w+)`", sentence[0].replace("`train`", "").replace("`sft`", "")) == list(TRAINER_LAYERS)
