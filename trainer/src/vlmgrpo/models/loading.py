@@ -15,6 +15,7 @@ from vlmgrpo.boxes import ABSOLUTE, NORM1000, RESIZED
 from vlmgrpo.config.model_config import ModelConfig
 from vlmgrpo.errors import ConfigError
 
+from vlmgrpo.models.resize import resize_function
 from vlmgrpo.models.source import ModelSource, cuda_available
 
 if TYPE_CHECKING:
@@ -257,23 +258,3 @@ def answer_box_space(requested: str, model_type: str) -> str:
 def answer_space_and_resize(requested: str, model_name: str, processor) -> tuple[str, Optional[callable]]:
     """The space a model answers boxes in (from its config.json, no weights) and its processor's resize."""
     return answer_box_space(requested, load_model_config(model_name).model_type), resize_function(processor)
-
-
-def resize_function(processor) -> Optional[callable]:
-    """(width, height) of an original image -> (width, height) the Qwen-VL image processor feeds the model."""
-    image_processor = getattr(processor, "image_processor", None)
-    if image_processor is None or not hasattr(image_processor, "merge_size"):
-        return None
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
-
-    factor = image_processor.patch_size * image_processor.merge_size
-    size = image_processor.size
-    min_pixels = size.get("shortest_edge", size.get("min_pixels")) if hasattr(size, "get") else size.shortest_edge
-    max_pixels = size.get("longest_edge", size.get("max_pixels")) if hasattr(size, "get") else size.longest_edge
-
-    def resize(width: int, height: int) -> tuple[int, int]:
-        new_height, new_width = smart_resize(height, width, factor=factor, min_pixels=min_pixels,
-                                             max_pixels=max_pixels)
-        return new_width, new_height
-
-    return resize

@@ -13,9 +13,9 @@ from __future__ import annotations
 import base64
 import io
 import logging
-import sys
 from typing import Callable, Optional
 
+from vlmgrpo.models.resize import resize_function
 from vlmgrpo.serving.requests import image_parts
 
 log = logging.getLogger("vlmgrpo")
@@ -25,34 +25,23 @@ Target = Callable[[int, int], tuple[int, int]]
 
 
 def processor_target(processor) -> Optional[Target]:
-    """The size the model's processor gives an image, where the processor resizes by a pixel budget (Qwen2-VL,
-    Qwen2.5-VL, Qwen3-VL: smart_resize, to a multiple of patch x merge between min and max pixels); None where it
-    does not say (the engine then resizes, as before)."""
-    image_processor = getattr(processor, "image_processor", None)
-    smart_resize = getattr(sys.modules.get(type(image_processor).__module__), "smart_resize", None)
-    size = getattr(image_processor, "size", None)
-    budget = (getattr(image_processor, "min_pixels", None) or _size_field(size, "shortest_edge"),
-              getattr(image_processor, "max_pixels", None) or _size_field(size, "longest_edge"))
-    patch, merge = getattr(image_processor, "patch_size", None), getattr(image_processor, "merge_size", None)
-    if not callable(smart_resize) or not all(isinstance(n, int) for n in (*budget, patch, merge)):
+    """The size the model's processor gives an image, where it resizes by a pixel budget (the Qwen-VL family:
+    models/resize.py, as the rewards scale boxes); None where it does not say (the engine then resizes, as before)."""
+    resize = resize_function(processor)
+    if resize is None:
         log.info("the processor of this model does not say what size it resizes images to: the engine resizes them")
         return None
-    min_pixels, max_pixels = budget
 
     def target(height: int, width: int) -> tuple[int, int]:
-        return tuple(smart_resize(height, width, factor=patch * merge, min_pixels=min_pixels, max_pixels=max_pixels))
+        fitted_width, fitted_height = resize(width, height)
+        return fitted_height, fitted_width
 
     try:
         target(28, 28)
-    except Exception as exc:  # another smart_resize than the one this reads: leave the resizing to the engine
-        log.info("the processor's smart_resize does not take (height, width, factor, min_pixels, max_pixels) (%s): "
-                 "the engine resizes images", exc.__class__.__name__)
+    except Exception as exc:  # a processor without the budget's sizes: leave the resizing to the engine
+        log.info("the processor's sizes do not make a target (%s): the engine resizes images", exc.__class__.__name__)
         return None
     return target
-
-
-def _size_field(size, name: str):
-    return size.get(name) if isinstance(size, dict) else getattr(size, name, None)
 
 
 def fit_images(body: dict, target: Target) -> int:
