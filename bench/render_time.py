@@ -19,7 +19,7 @@ def render_each() -> tuple[float, list[tuple[str, float]]]:
     plan = workspace.load()
     setup = time.perf_counter() - started
     env = render.environment(workspace.templates)
-    trainer = render.trainer_files(workspace.trainer)
+    trainer = render.trainer_sources(workspace.trainer, workspace.contract)
     times = []
     for image in plan.locked.values():
         started = time.perf_counter()

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+import imagegen_contract as contract
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from imagegen.core import jsonsource
 from imagegen.core.errors import Problem, UserError
@@ -99,6 +101,8 @@ class Workspace:
     matrix: Path = field(default_factory=lambda: repository_root() / MATRIX_FILE)
     templates: Path = field(default_factory=lambda: repository_root() / "templates")
     trainer: Path = field(default_factory=lambda: repository_root() / "trainer")
+    # the contract distribution the trainer requires, installed beside it in every image (no index holds it)
+    contract: Path = field(default_factory=lambda: repository_root() / "contract")
     locks: Path | None = None  # default: locks/ beside the matrix
 
     @classmethod
@@ -107,7 +111,8 @@ class Workspace:
         """The repository's inputs (root's: repository_root() unless given), each replaced where it is named (the
         command line's --matrix, ...)."""
         root = root or repository_root()
-        return cls(matrix or root / MATRIX_FILE, templates or root / "templates", trainer or root / "trainer", locks)
+        return cls(matrix or root / MATRIX_FILE, templates or root / "templates", trainer or root / "trainer",
+                   contract=root / "contract", locks=locks)
 
     @property
     def lock_dir(self) -> Path:
@@ -143,7 +148,7 @@ class Workspace:
                 warnings[plan.key] = self._unreachable(plan, why)
             else:
                 problems[plan.key] = why
-        renderer = Renderer.of(self.templates, self.trainer, options)
+        renderer = Renderer.of(self.templates, self.trainer, self.contract, options)
         locked = lock_images(plans, locks, renderer, loaded.latest)
         for plan in plans:  # a platform locked while another platform of its image is not
             if plan.key in locks and plan.key not in locked:
@@ -202,11 +207,11 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def _package_folders(pyproject: dict) -> tuple[str, ...]:
-    """[tool.setuptools.packages.find] where; else src/ and the top, where setuptools looks by default."""
-    found = pyproject.get("tool", {}).get("setuptools", {}).get("packages", {})
-    where = found.get("find", {}).get("where") if isinstance(found, dict) else None
-    return tuple(str(folder) for folder in where) if isinstance(where, list) and where else ("src", ".")
+def _from_index(requirements) -> tuple[Requirement, ...]:
+    """The requirements an image's lock resolves from the index: all but the contract distribution, which the image
+    installs from this repository's source beside the trainer (templates/trainer.Dockerfile.j2)."""
+    parsed = (Requirement(r) for r in requirements)
+    return tuple(r for r in parsed if canonicalize_name(r.name) != canonicalize_name(contract.DISTRIBUTION))
 
 
 def read_trainer(trainer_dir: Path) -> plan_module.Trainer:
@@ -218,11 +223,9 @@ def read_trainer(trainer_dir: Path) -> plan_module.Trainer:
         project = document["project"]
         build = document.get("build-system", {}).get("requires", ())
         extras = project.get("optional-dependencies", {})
-        return plan_module.Trainer(project["version"],
-                                   tuple(Requirement(r) for r in project.get("dependencies", ())),
+        return plan_module.Trainer(project["version"], _from_index(project.get("dependencies", ())),
                                    tuple(Requirement(r) for r in build),
-                                   {name: tuple(Requirement(r) for r in wanted) for name, wanted in extras.items()},
-                                   _package_folders(document))
+                                   {name: _from_index(wanted) for name, wanted in extras.items()})
     except FileNotFoundError:
         raise UserError(f"{pyproject}: missing; the trainer's version names every image. "
                         "Pass --trainer DIR") from None

@@ -26,11 +26,10 @@ FIXTURE_MATRIX = FIXTURE / "matrix.yaml"
 FIXTURE_TRAINER = FIXTURE / "trainer"
 
 def check_runner():
-    """The check runner `imagegen test` runs the host's checks by: the trainer's, loaded from this checkout as the
-    CLI loads it from --trainer."""
+    """The check runner `imagegen test` runs the host's checks by: the contract's."""
     from imagegen.stages import inventory
 
-    return inventory.runner(REPO / "trainer", ("src",))
+    return inventory.runner()
 
 
 # The real matrix's jupyterlab row names the trainer's `lab` extra, which a trainer must have to plan it.

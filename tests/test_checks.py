@@ -54,7 +54,7 @@ def test_the_trainer_label_is_the_installed_trainer(inside, status):
 def test_the_versions_are_the_inventorys_verdict_reported_as_it_made_it():
     """version.<key> is judged once, inside the image, by the inventory (also under emulation): the host reports its
     verdicts, names, statuses and details as they came."""
-    from vlmgrpo.inventory import version_checks
+    from imagegen_contract.inventory import version_checks
 
     expected = {"versions": {"torch": "2.6.0", "cudnn": "9.1.0", "flash_attn": None, "python": "3.11"},
                 "distributions": {"torch": "torch", "flash_attn": "flash-attn"}, "families": {"cudnn": "nvidia-cudnn"}}
@@ -314,7 +314,7 @@ def test_every_check_module_reports_only_the_names_it_declares():
     """A report's names are the modules' NAMES (a family's name then a dot: inside.<label>, selftest.<name>), so the
     names a module declares for its skips and failures are the ones it reports when it runs."""
     image = locked_named("cpu")
-    program = (REPO / "trainer/src/vlmgrpo/inventory.py").read_text()
+    program = (REPO / "contract/src/imagegen_contract/inventory.py").read_text()
     facts = {"platform": image.platform, "labels": image.labels, "tags": [f"repo:{image.plan.name}"], "user": "1000",
              "id": "sha256:0"}
     context = HostAsImage("repo:tag", image, facts, None, False, False, "the engine has no GPU runtime", False, True,
@@ -343,7 +343,7 @@ def test_every_side_reports_results_of_one_shape():
     from dataclasses import fields
 
     from vlmgrpo.checks import result
-    from vlmgrpo.inventory import version_check
+    from imagegen_contract.inventory import version_check
 
     shape = [f.name for f in fields(checks.Check)]
     assert shape == list(result("a", "pass", "")) == list(version_check("torch", "2.6.0", "2.6.0")) == \

@@ -150,12 +150,9 @@ def test_build_and_push_offer_one_compression_option():
 
 def build_run(monkeypatch, *args):
     """The pipeline.Run that `imagegen build ARGS` hands the pipeline (which is not run)."""
-    from imagegen.cli import stages
     from imagegen.stages import pipeline
 
     handed = []
-    monkeypatch.setattr(stages, "program", lambda workspace: "")  # the fixture's trainer has no inventory program
-    monkeypatch.setattr(stages, "runner", lambda workspace: None)  # nor a check runner
     monkeypatch.setattr(pipeline, "build_test_push", lambda run, echo: handed.append(run) or 0)
     result = imagegen("build", *FIXTURE, "--image", "cpu", *args)
     assert result.returncode == 0, result.stderr
@@ -198,12 +195,7 @@ def test_an_image_with_an_unhashed_artifact_is_refused_before_any_build_unless_a
     validate = imagegen("validate", *FIXTURE)
     (line,) = [text for text in validate.stderr.splitlines() if "unhashed artifact" in text]
     assert "cu128-torch2.8 (flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl)" in line
-    trainer = tmp_path / "trainer"  # the fixture's trainer, with the programs build checks images with
-    shutil.copytree(FIXTURE_TRAINER, trainer)
-    (trainer / "src" / "vlmgrpo").mkdir(parents=True, exist_ok=True)
-    for program in ("inventory.py", "checkrunner.py"):  # what imagegen reads from the trainer to check images
-        shutil.copy(REPO / "trainer" / "src" / "vlmgrpo" / program, trainer / "src" / "vlmgrpo" / program)
-    build = ["build", "--matrix", str(FIXTURE_MATRIX), "--trainer", str(trainer), "--image", "cu128-torch2.8",
+    build = ["build", "--matrix", str(FIXTURE_MATRIX), "--trainer", str(FIXTURE_TRAINER), "--image", "cu128-torch2.8",
              "--context-dir", str(tmp_path / "contexts"),
              "--report", str(tmp_path / "build.json"), "--docker", str(tmp_path / "no-docker")]
     refused = imagegen(*build)

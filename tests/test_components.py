@@ -74,7 +74,7 @@ def test_the_checks_read_a_made_up_component_as_any_other(tmp_path):
     labels = {key.removeprefix("io.imagegen."): value for key, value in image.labels.items()}
     inside = {**image.versions, "liger_kernel": "0.8.4", "vlmgrpo": "0.1.0"}
     # judged as the image's inventory judges it: what imagegen wrote in expected.json against what it read inside
-    from vlmgrpo.inventory import version_checks
+    from imagegen_contract.inventory import version_checks
 
     expected = image.expected().model_dump()
     inventory = {"versions": inside, "expected": expected, "version_checks": version_checks(expected, inside)}

@@ -70,7 +70,7 @@ def root(tmp_path):
     for lock in (tmp_path / "locks").glob("*.json"):
         if lock.stem not in kept:
             lock.unlink()
-    for name in ("templates", "trainer"):
+    for name in ("templates", "trainer", "contract"):
         (tmp_path / name).symlink_to(REPO / name)
     return tmp_path
 

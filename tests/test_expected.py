@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from imagegen.render import expected
-from vlmgrpo import inventory
+from imagegen_contract import inventory
 
 from tests.helpers import check_runner, locked_images
 

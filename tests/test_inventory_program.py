@@ -1,64 +1,42 @@
-"""imagegen reads the inventory program from the trainer source the images are built from, found as Python imports
-vlmgrpo.inventory from that source: the package folders its pyproject.toml names, else src/ and the top."""
+"""imagegen reads the inventory program and the check runner from the contract distribution it is installed with
+(imagegen_contract), which every image installs from the same source: nothing is loaded from the trainer by path."""
 
-import pytest
+import ast
+import json
+import subprocess
+import sys
 
-from imagegen.core.errors import UserError
 from imagegen.stages import inventory
-from imagegen.workspace import read_trainer
 from tests.helpers import REPO
 
-PROGRAM = "import json\nprint(json.dumps({}))\n"
+CONTRACT = REPO / "contract/src/imagegen_contract"
 
 
-def program(trainer_dir):
-    """As `imagegen test` reads it: the folders from the trainer's pyproject.toml, read once by read_trainer."""
-    return inventory.program(trainer_dir, read_trainer(trainer_dir).package_folders)
-
-
-def trainer_tree(root, where, pyproject_where=None):
-    package = root / where / "vlmgrpo"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "inventory.py").write_text(PROGRAM)
-    find = f'\n[tool.setuptools.packages.find]\nwhere = ["{pyproject_where}"]\n' if pyproject_where else ""
-    (root / "pyproject.toml").write_text(f'[project]\nname = "vlmgrpo"\nversion = "1.0"\n{find}')
-    return root
-
-
-def test_the_repositorys_trainer_gives_its_own_inventory_module():
-    assert program(REPO / "trainer") == (REPO / "trainer/src/vlmgrpo/inventory.py").read_text()
-
-
-def test_the_check_runner_is_loaded_from_the_trainer_source_and_holds_only_the_standard_library():
-    """The host's checks run by the trainer's runner, loaded from its file as the inventory program is read: it must
-    import nothing imagegen's environment may lack (not vlmgrpo, which imagegen does not install)."""
-    import ast
-    import sys
-
-    loaded = inventory.runner(REPO / "trainer", read_trainer(REPO / "trainer").package_folders)
-    assert loaded.__file__ == str(REPO / "trainer/src/vlmgrpo/checkrunner.py") and loaded.__name__.startswith("imagegen_")
-    tree = ast.parse((REPO / "trainer/src/vlmgrpo/checkrunner.py").read_text())
+def standard_library_only(path):
+    tree = ast.parse(path.read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    return imported - set(sys.stdlib_module_names) - {"__future__"}
 
 
-@pytest.mark.parametrize("where, named", [("src", None), (".", None), ("python", "python")])
-def test_the_module_is_found_wherever_the_trainer_keeps_its_packages(tmp_path, where, named):
-    assert program(trainer_tree(tmp_path, where, named)) == PROGRAM
+def test_the_program_is_the_contracts_inventory_module_and_runs_as_text_anywhere(tmp_path):
+    """`imagegen test` runs it with `python -c` in an image that may hold neither imagegen nor the contract."""
+    assert inventory.program() == (CONTRACT / "inventory.py").read_text()
+    found = subprocess.run([sys.executable, "-I", "-c", inventory.program()], capture_output=True, text=True,
+                           cwd=tmp_path, check=True)
+    assert json.loads(found.stdout)["python"].startswith(f"{sys.version_info[0]}.{sys.version_info[1]}.")
 
 
-def test_a_namespace_package_without_init_is_found_as_python_would(tmp_path):
-    trainer_tree(tmp_path, "src")
-    (tmp_path / "src/vlmgrpo/__init__.py").unlink()
-    assert program(tmp_path) == PROGRAM
+def test_the_check_runner_is_the_contracts_and_both_programs_hold_only_the_standard_library():
+    """They run inside images whose other packages cannot import (QEMU, a broken stack)."""
+    assert inventory.runner().__file__ == str(CONTRACT / "checkrunner.py")
+    for name in ("inventory.py", "checkrunner.py"):
+        assert not standard_library_only(CONTRACT / name), name
 
 
-def test_a_trainer_without_the_module_is_one_error_naming_it_and_where_it_looked(tmp_path):
-    trainer_tree(tmp_path, "python")  # its pyproject does not say python/, so src/ and the top are searched
-    with pytest.raises(UserError) as raised:
-        program(tmp_path)
-    message = str(raised.value)
-    assert "no module vlmgrpo.inventory" in message and f"{tmp_path}/src" in message and "--trainer DIR" in message
+def test_no_module_of_the_trainer_is_loaded_by_path():
+    """imagegen imports the contract; it does not read or execute the trainer's files (issue 54)."""
+    for path in (REPO / "imagegen").rglob("*.py"):
+        text = path.read_text()
+        assert "spec_from_file_location" not in text and "SourceFileLoader" not in text, path

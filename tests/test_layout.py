@@ -124,7 +124,7 @@ def test_no_import_cycle(root, package):
 # check runner both sides run their checks by) sit with `image`.
 TRAINER_LAYERS = ("rewards", "config", "data", "models", "fa4kernels", "monitoring", "launch", "training", "evaluation",
                   "serving", "image", "commands")
-IMAGE_PROGRAMS = ("driver", "environment", "inventory", "checks", "checkrunner")
+IMAGE_PROGRAMS = ("driver", "environment", "checks")
 
 
 def trainer_layer(module: str) -> int:

@@ -232,7 +232,8 @@ def test_the_inputs_digest_covers_every_platform():
     plan = loaded()
     cpu = [p for p in plan.images if p.name == "cpu"]
     locks = {p.key: plan.locked[p.key].lock for p in cpu}
-    renderer = Renderer.of(FIXTURE_MATRIX.parent.parent.parent / "templates", FIXTURE_MATRIX.parent / "trainer")
+    renderer = Renderer.of(FIXTURE_MATRIX.parent.parent.parent / "templates", FIXTURE_MATRIX.parent / "trainer",
+                           FIXTURE_MATRIX.parent.parent.parent / "contract")
     again = lock_images(cpu, locks, renderer, None)
     assert again["cpu"].inputs_digest == plan.locked["cpu"].inputs_digest
     locks["cpu-arm64"] = replace(locks["cpu-arm64"], packages=locks["cpu-arm64"].packages[1:])

@@ -18,8 +18,8 @@ from imagegen.workspace import Workspace
 from tests.helpers import REPO, locked_images, locked_named
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-TRAINER = {"pyproject.toml": b"[project]\nname = 'vlmgrpo'\nversion = '0.1.0'\n",
-           "src/vlmgrpo/__init__.py": b""}
+TRAINER = {"trainer/pyproject.toml": b"[project]\nname = 'vlmgrpo'\nversion = '0.1.0'\n",
+           "trainer/src/vlmgrpo/__init__.py": b"", "contract/pyproject.toml": b"[project]\nname = 'imagegen-contract'\n"}
 
 
 def contexts_for(images, trainer=TRAINER, options=render.RenderOptions(), templates=REPO / "templates"):
@@ -183,6 +183,17 @@ def test_trainer_files_leave_out_tests_and_caches(tmp_path):
     (tmp_path / "src/pkg/__pycache__/a.cpython-311.pyc").write_text("")
     (tmp_path / "tests/test_a.py").write_text("")
     assert sorted(render.trainer_files(tmp_path)) == ["pyproject.toml", "src/pkg/a.py"]
+
+
+def test_the_trainer_layer_installs_the_contract_beside_the_trainer(tmp_path):
+    """The contract is the trainer's one dependency no index holds: its source travels in the trainer layer's context,
+    and a workspace without it is one line."""
+    sources = render.trainer_sources(REPO / "trainer", REPO / "contract")
+    assert "contract/src/imagegen_contract/inventory.py" in sources and "trainer/src/vlmgrpo/__init__.py" in sources
+    (trainer_layer,) = [c for c in contexts_for([locked_named("cpu")], trainer=sources) if c.layer == "trainer"]
+    assert "pip install --no-cache-dir --no-deps --no-build-isolation /src/contract /src/trainer" in trainer_layer.dockerfile
+    with pytest.raises(UserError, match=f"{tmp_path}: no contract distribution here"):
+        render.trainer_sources(REPO / "trainer", tmp_path)
 
 
 def test_every_rendered_dockerfile_passes_hadolint_at_warning_level(tmp_path):

@@ -19,27 +19,25 @@ from imagegen.reports import listing
 # and the commands on the plan start in a fraction of a second.
 
 
-def program(workspace) -> str:
-    """The inventory program the checks and the SBOM read images with: the trainer's."""
+def program() -> str:
+    """The inventory program the checks and the SBOM read images with: the contract's."""
     from imagegen.stages import inventory
-    from imagegen.workspace import read_trainer
 
-    return inventory.program(workspace.trainer, read_trainer(workspace.trainer).package_folders)
+    return inventory.program()
 
 
-def runner(workspace):
-    """The check runner the host's checks run by, as the image's own do: the trainer's."""
+def runner():
+    """The check runner the host's checks run by, as the image's own do: the contract's."""
     from imagegen.stages import inventory
-    from imagegen.workspace import read_trainer
 
-    return inventory.runner(workspace.trainer, read_trainer(workspace.trainer).package_folders)
+    return inventory.runner()
 
 
 def checking(workspace, require_gpu: bool, skip_train: bool):
-    """How images are checked: by the trainer's inventory program and its check runner."""
+    """How images are checked: by the contract's inventory program and its check runner."""
     from imagegen.stages import pipeline
 
-    return pipeline.Checking(program(workspace), runner(workspace), require_gpu, skip_train)
+    return pipeline.Checking(program(), runner(), require_gpu, skip_train)
 
 
 @click.command()
@@ -156,7 +154,7 @@ def sbom_command(image_ref, settings: SbomSettings, workspace):
     """
     from imagegen.stages import sbom
 
-    made, out = sbom.of_image(image_ref, program(workspace)), settings.out
+    made, out = sbom.of_image(image_ref, program()), settings.out
     if out:
         sbom.write(out, made)
         click.echo(f"{out}: {made.python_components} Python distributions, {made.os_components} OS packages",

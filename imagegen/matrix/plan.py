@@ -43,9 +43,6 @@ class Trainer:
     # Every extra by name: an image installs those its components name (a component row's trainer_extra), and
     # CUDA_EXTRA where it has CUDA.
     extras: Mapping[str, tuple[Requirement, ...]] = field(default_factory=dict)
-    # Where setuptools finds its packages ([tool.setuptools.packages.find] where), relative to its folder: where
-    # imagegen looks for the modules it reads from the trainer source (the inventory program).
-    package_folders: tuple[str, ...] = ("src", ".")
 
     @property
     def cuda_requirements(self) -> tuple[Requirement, ...]:

@@ -85,27 +85,29 @@ def environment(templates: Path) -> jinja2.Environment:
 
 @dataclass(frozen=True)
 class Renderer:
-    """The templates and the trainer's source, read once, and the run's options."""
+    """The templates and the sources the trainer layer installs (the trainer's and the contract's), read once, and the
+    run's options."""
 
     env: jinja2.Environment
-    trainer_files: dict[str, bytes]
+    sources: dict[str, bytes]
     options: RenderOptions = RenderOptions()
 
     @classmethod
-    def of(cls, templates: Path, trainer_dir: Path, options: RenderOptions = RenderOptions()) -> "Renderer":
-        return cls(environment(templates), trainer_files(trainer_dir), options)
+    def of(cls, templates: Path, trainer_dir: Path, contract_dir: Path,
+           options: RenderOptions = RenderOptions()) -> "Renderer":
+        return cls(environment(templates), trainer_sources(trainer_dir, contract_dir), options)
 
     def render(self, plan: PlannedImage, lock: Lock, versions: dict) -> tuple[list[LayerContext], list[LayerContext]]:
         """(the layers to build, the layers as the matrix's own base would make them). The second names the
         image: a mirror or a local base (--base-image, --apt-mirror) builds the same inputs, under the same tag."""
-        identity = render_image(plan, lock, versions, self.env, self.trainer_files)
+        identity = render_image(plan, lock, versions, self.env, self.sources)
         if self.options.empty:
             return identity, identity
-        return render_image(plan, lock, versions, self.env, self.trainer_files, self.options), identity
+        return render_image(plan, lock, versions, self.env, self.sources, self.options), identity
 
 
 def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Environment,
-                 trainer_files: dict[str, bytes], options: RenderOptions = RenderOptions()) -> list[LayerContext]:
+                 sources: dict[str, bytes], options: RenderOptions = RenderOptions()) -> list[LayerContext]:
     """The image's layers, base first, each FROM the one before."""
     base_image = options.base_image(plan.platform) or lock.base.pinned_ref
     shared = {"image": plan, "versions": versions, "expected_path": expected.PATH}
@@ -127,7 +129,7 @@ def render_image(plan: PlannedImage, lock: Lock, versions: dict, env: jinja2.Env
                        steps=steps, step_environment=_step_environment(plan), cuda_home=cuda_home,
                        nvcc=nvcc, toolkit=lock.package(cuda_wheels.TOOLKIT), cuda_wheels_home=cuda_wheels.CUDA_HOME,
                        cuda_major=nvcc.version.split(".")[0] if nvcc else None)
-    trainer_context = {f"trainer/{path}": data for path, data in trainer_files.items()}
+    trainer_context = dict(sources)
     trainer_context["entrypoint.sh"] = template_file(env, "entrypoint.sh")
     trainer = _layer(plan, "trainer", framework.ref, env, trainer_context, **shared)
     return [base, framework, trainer]
@@ -203,11 +205,21 @@ def _digest(files: dict[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def trainer_files(trainer_dir: Path) -> dict[str, bytes]:
-    """The trainer's source tree as the image needs it: no tests, caches or build output."""
+def trainer_sources(trainer_dir: Path, contract_dir: Path) -> dict[str, bytes]:
+    """What the trainer layer installs, by its path in the context: the trainer's source (trainer/...) and the
+    contract's (contract/...), the distribution the trainer requires that no index holds."""
     if not (trainer_dir / "pyproject.toml").is_file():
         raise UserError(f"{trainer_dir}: no trainer distribution here (pyproject.toml missing); "
                         "pass --trainer DIR")
+    if not (contract_dir / "pyproject.toml").is_file():
+        raise UserError(f"{contract_dir}: no contract distribution here (pyproject.toml missing): the trainer requires "
+                        "it; run imagegen in a checkout of its repository, or set IMAGEGEN_REPO to one")
+    sources = {f"trainer/{path}": data for path, data in trainer_files(trainer_dir).items()}
+    return sources | {f"contract/{path}": data for path, data in trainer_files(contract_dir).items()}
+
+
+def trainer_files(trainer_dir: Path) -> dict[str, bytes]:
+    """A distribution's source tree as the image needs it: no tests, caches or build output."""
     files = {}
     for root, dirs, names in os.walk(trainer_dir):
         dirs[:] = sorted(d for d in dirs if d not in TRAINER_SKIP and not d.endswith(".egg-info")

@@ -2,7 +2,7 @@
 
 One definition for its writer (imagegen.render.contexts puts it in the framework layer at PATH) and its readers on
 the host (imagegen.stages.checks, through the inventory's "expected"). Inside the image the trainer reads it with the
-standard library alone (vlmgrpo.inventory.read_expected, which refuses a FORMAT other than its EXPECTED_FORMAT;
+standard library alone (imagegen_contract.inventory.read_expected, which refuses a FORMAT other than its EXPECTED_FORMAT;
 tests/test_expected.py holds both to the same number). A change of its shape is a new FORMAT.
 """
 

@@ -1,71 +1,31 @@
-"""What an image holds, as the one inventory program reports it: vlmgrpo/inventory.py in the trainer, a
-standard-library program imagegen runs as text inside any image with Python (also under QEMU emulation,
-where importing torch crashes), so that `imagegen test`, `imagegen sbom` and the image's own `vlmgrpo info`
-and `vlmgrpo selftest` read one answer. The check runner (vlmgrpo/checkrunner.py) is loaded from the same source:
-the host's checks and the image's run by it."""
+"""What an image holds, as the one inventory program reports it: imagegen_contract.inventory, a standard-library
+program imagegen runs as text inside any image with Python (also under QEMU emulation, where importing torch crashes),
+so that `imagegen test`, `imagegen sbom` and the image's own `vlmgrpo info` and `vlmgrpo selftest` read one answer.
+The check runner is the contract's too (imagegen_contract.checkrunner): the host's checks and the image's run by it.
+Both come from the contract distribution imagegen is installed with, which the images install from the same source."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
-from collections.abc import Sequence
-from importlib.machinery import PathFinder
-from pathlib import Path
-from types import ModuleType
+from importlib import resources
 
-from imagegen.core.errors import UserError
+from imagegen_contract import checkrunner
+from imagegen_contract import inventory as inventory_module
+
 from imagegen.engine import containers
 from imagegen.engine.containers import ContainerError
 
-MODULE = "vlmgrpo.inventory"  # what the image runs as `python -m vlmgrpo.inventory`
-RUNNER = "vlmgrpo.checkrunner"  # the one check runner, of the host's checks and the image's own
 TIMEOUT_S = 600
 
 
-def program(trainer_dir: Path, package_folders: Sequence[str]) -> str:
-    """The inventory program's text, from the trainer source the images are built from: the module found as Python
-    imports it from that source (its package folders: workspace.read_trainer), so a move inside the trainer moves it
-    here too."""
-    path = module_path(trainer_dir, package_folders, MODULE)
-    try:
-        return path.read_text()
-    except OSError as error:
-        raise UserError(f"{path}: cannot read the inventory program ({error.strerror}); pass --trainer DIR, the "
-                        "trainer source the image was built from") from None
+def program() -> str:
+    """The inventory program's text, as `python -c` runs it in an image."""
+    return resources.files(inventory_module.__package__).joinpath("inventory.py").read_text(encoding="utf-8")
 
 
-def runner(trainer_dir: Path, package_folders: Sequence[str]) -> ModuleType:
-    """The check runner the image's own checks run by, loaded from the same trainer source as the inventory program
-    (a standard-library module that imports nothing of the trainer), so the host's checks run by it too."""
-    return _loaded(module_path(trainer_dir, package_folders, RUNNER))
-
-
-@functools.cache
-def _loaded(path: Path) -> ModuleType:
-    """A standard-library module loaded from its file, once, under a name of its own (not the trainer's package, which
-    imagegen's environment need not hold)."""
-    spec = importlib.util.spec_from_file_location("imagegen_" + RUNNER.replace(".", "_"), path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except OSError as error:
-        raise UserError(f"{path}: cannot read the check runner ({error.strerror}); pass --trainer DIR, the trainer "
-                        "source the image was built from") from None
-    return module
-
-
-def module_path(trainer_dir: Path, package_folders: Sequence[str], module: str) -> Path:
-    """The file of a module in a source tree, found by Python's own path finder in the tree's package folders."""
-    package = module.rpartition(".")[0]
-    roots = [str(trainer_dir / where) for where in package_folders]
-    found = PathFinder.find_spec(package, roots)
-    if found is not None and found.submodule_search_locations:
-        spec = PathFinder.find_spec(module, list(found.submodule_search_locations))
-        if spec is not None and spec.origin:
-            return Path(spec.origin)
-    raise UserError(f"{trainer_dir}: no module {module} under {', '.join(roots)}; pass --trainer DIR, the trainer "
-                    "source the image was built from")
+def runner():
+    """The one check runner, of the host's checks and the image's own."""
+    return checkrunner
 
 
 def of_image(image: str, text: str, *, client=None) -> dict:

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import ENV, in_process
 from vlmgrpo.image.info import collect_info
-from vlmgrpo.inventory import installed_version
+from imagegen_contract.inventory import installed_version
 
 GPU_CHECKS = ["gpu.nvidia_smi", "gpu.cuda_available", "gpu.bf16_matmul", "gpu.nccl_allreduce", "gpu.flash_attn",
               "gpu.deepspeed_ops"]
@@ -29,7 +29,7 @@ VERSION_KEYS = ("python", "torch", "torch_cuda", "cudnn", "nccl", *list(DISTRIBU
 
 @functools.lru_cache(maxsize=1)
 def _venv_versions() -> tuple:
-    from vlmgrpo.inventory import installed_version
+    from imagegen_contract.inventory import installed_version
 
     versions = collect_info()["versions"]
     found = {key: versions.get(key) for key in ("torch_cuda", "cudnn", "nccl")}
@@ -157,7 +157,7 @@ def test_selftest_reads_imagegen_expected_env(tmp_path, monkeypatch):
 ])
 def test_one_rule_judges_every_version(key, inside, expected, families, same):
     """inventory.version_matches: the one rule version.<key> judges by, inside the image."""
-    from vlmgrpo.inventory import version_matches
+    from imagegen_contract.inventory import version_matches
 
     assert version_matches(key, inside, expected, families) is same
 
@@ -165,7 +165,7 @@ def test_one_rule_judges_every_version(key, inside, expected, families, same):
 def test_the_inventory_judges_what_it_reads_against_the_expected_file():
     """Every key the file names is judged, but cuDNN and NCCL that no wheel family pins (torch_libraries reads them
     from torch); a key nothing says how to read fails."""
-    from vlmgrpo.inventory import version_checks
+    from imagegen_contract.inventory import version_checks
 
     expected = {"versions": {"torch": "2.14.1", "cudnn": "9.1.0", "nccl": "2.21.5", "absent": None, "unread": "1.0"},
                 "families": {"cudnn": "nvidia-"}}

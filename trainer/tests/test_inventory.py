@@ -1,4 +1,4 @@
-"""vlmgrpo.inventory: one JSON object of what an environment holds, read with the standard library only."""
+"""imagegen_contract.inventory: one JSON object of what an environment holds, read with the standard library only."""
 
 import ast
 import json
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import ENV, fake_distribution
-from vlmgrpo import inventory
+from imagegen_contract import inventory
 
 KEYS = ["python", "distributions", "os", "package_manager", "os_packages", "machines", "versions",
         "version_checks", "expected"]
@@ -50,7 +50,7 @@ def run_inventory(command, env=None):
 
 
 def test_as_a_module_it_prints_the_documented_keys(site):
-    found, _ = run_inventory([sys.executable, "-m", "vlmgrpo.inventory", str(site / "expected.json")],
+    found, _ = run_inventory([sys.executable, "-m", "imagegen_contract.inventory", str(site / "expected.json")],
                              env={**ENV, "PYTHONPATH": f"{site}:{ENV.get('PYTHONPATH', '')}"})
     assert list(found) == KEYS
     assert found["python"] == platform.python_version()
@@ -93,7 +93,7 @@ def test_its_text_is_python_3_8():
 
 
 def test_the_expected_file_comes_from_the_argument_or_imagegen_expected(site, tmp_path):
-    command = [sys.executable, "-m", "vlmgrpo.inventory"]
+    command = [sys.executable, "-m", "imagegen_contract.inventory"]
     found, _ = run_inventory(command, env={**ENV, "IMAGEGEN_EXPECTED": str(site / "expected.json")})
     assert "transformers" in found["versions"]
     found, _ = run_inventory(command, env={k: v for k, v in ENV.items() if k != "IMAGEGEN_EXPECTED"})

@@ -1,5 +1,5 @@
 """version.<key>: each component's version inside the image against the version it was built to hold (its
-expected.json), as the inventory judged it in the image (vlmgrpo.inventory.version_checks, by the one rule
+expected.json), as the inventory judged it in the image (imagegen_contract.inventory.version_checks, by the one rule
 version_matches): the verdict is made once, inside, also under emulation, and reported here; the image's selftest is
 asked for none of it (--skip-versions). cuDNN and NCCL that torch alone can tell are its selftest.torch.<key>."""
 

@@ -3,10 +3,12 @@
 FROM imagegen-layer/framework:b9e037002895bce6
 
 # The framework layer installed the trainer's dependencies and build tools, so this step
-# needs no index. The source is mounted, not copied: only the installed package lands here.
+# needs no index. The sources are mounted, not copied: only the installed packages land here. The contract
+# (what imagegen and the image agree on: the inventory program, the check runner) is the one dependency no index holds.
 # uv leaves its lock file /opt/venv/.lock writable by anyone (0666): the image's user must not hold the venv's lock.
-RUN --mount=type=bind,source=trainer,target=/src/trainer,rw \
-    pip install --no-cache-dir --no-deps --no-build-isolation /src/trainer \
+RUN --mount=type=bind,source=contract,target=/src/contract,rw \
+    --mount=type=bind,source=trainer,target=/src/trainer,rw \
+    pip install --no-cache-dir --no-deps --no-build-isolation /src/contract /src/trainer \
     && rm -f /opt/venv/.lock
 
 # Bytecode for what a run imports at start (trainer/src/vlmgrpo/commands/bytecode.py): the image's user cannot

@@ -3,7 +3,7 @@ discovery (pkgutil over the package, as jupyter/docker-stacks finds its test uni
 here and its test.
 
 Each check module defines (the contract of imagegen's host checks too, imagegen/stages/checks; both run by the one
-runner, vlmgrpo.checkrunner):
+runner, imagegen_contract.checkrunner):
   NAMES  tuple of the check names it reports (each is reported when it fails with an exception or a need is unmet);
          a name may stand for a family: "version" covers version.<key> (reported_outside says which names fit);
   PHASE  one of PHASES: modules run, and report, phase by phase, by module name within a phase;
@@ -31,10 +31,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from vlmgrpo import checkrunner
-from vlmgrpo.checkrunner import FAIL, GPU, PASS, SKIP
+from imagegen_contract import checkrunner
+from imagegen_contract.checkrunner import FAIL, GPU, PASS, SKIP
 from vlmgrpo.checks._needs import base_cuda, compiled_code, cuda_torch, fa4_arch, rdma_device, toolkit_nvcc
-from vlmgrpo.inventory import LIBRARY_KEYS, installed_version
+from imagegen_contract.inventory import LIBRARY_KEYS, installed_version
 
 NO_GPU = "no GPU visible"
 TOOLKIT, TRAIN, CUDA_ARCHS, RDMA, EXPECTED = "toolkit", "train", "cuda_archs", "rdma", "expected"  # nor GPU: not keys

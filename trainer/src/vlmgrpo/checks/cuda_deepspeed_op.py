@@ -13,7 +13,7 @@ from typing import Mapping
 
 from vlmgrpo.checks import FAIL, PASS, Context, result
 from vlmgrpo.checks.cuda_toolkit import target_arch
-from vlmgrpo.inventory import installed_version
+from imagegen_contract.inventory import installed_version
 
 NAMES = ("cuda.deepspeed_op",)
 PHASE = "components"  # after cuda.kernel's: a toolkit that cannot compile a kernel explains this one's failure

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from vlmgrpo.inventory import installed_version
+from imagegen_contract.inventory import installed_version
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.deepspeed_ops",)

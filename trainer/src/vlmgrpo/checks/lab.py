@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
-from vlmgrpo.inventory import installed_version
+from imagegen_contract.inventory import installed_version
 from vlmgrpo.image.lab import TOKEN_VARIABLE, plan_lab
 from vlmgrpo.processes import free_port, stop_process, wait_for_health
 from vlmgrpo.checks import FAIL, PASS, Context, expected_version, result

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from vlmgrpo.inventory import installed_version
+from imagegen_contract.inventory import installed_version
 from vlmgrpo.checks import FAIL, PASS, Context, result
 
 NAMES = ("train.tiny_grpo",)

@@ -21,7 +21,7 @@ from typing import Mapping, Optional
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
 from vlmgrpo.checks._needs import find_nvcc
-from vlmgrpo.inventory import version_matches
+from imagegen_contract.inventory import version_matches
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")
 PHASE = "components"

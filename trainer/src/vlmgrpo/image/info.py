@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import Any, Optional
 
 from vlmgrpo.environment import CACHES
-from vlmgrpo.inventory import component_versions, read_expected
+from imagegen_contract.inventory import component_versions, read_expected
 
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 

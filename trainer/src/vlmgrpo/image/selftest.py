@@ -10,7 +10,7 @@ from typing import Optional
 
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, run_checks
 from vlmgrpo.image.info import expected_path
-from vlmgrpo.inventory import read_expected
+from imagegen_contract.inventory import read_expected
 
 
 def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False,

@@ -1,7 +1,7 @@
 """The one check runner: imagegen's host checks (imagegen/stages/checks) and the image's own (vlmgrpo.checks, which
 `vlmgrpo selftest` reports) are found, ordered, applied and run here, by one contract.
 
-Standard library only, and it imports nothing of vlmgrpo: the image imports it as vlmgrpo.checkrunner, and imagegen
+Standard library only, and it imports nothing of vlmgrpo: the image imports it as imagegen_contract.checkrunner, and imagegen
 loads this file from the trainer source the images are built from, as it loads the inventory program
 (imagegen.stages.inventory.runner), so that a change to the contract is made once.
 

@@ -1,6 +1,6 @@
 """What an environment holds, as one JSON object, read with the standard library only.
 
-    python -m vlmgrpo.inventory [EXPECTED]
+    python -m imagegen_contract.inventory [EXPECTED]
     python -c "<this file's text>" [EXPECTED]
 
 It imports nothing outside the standard library (not torch, not packaging), so it runs in any image with Python >= 3.8,
@@ -246,7 +246,7 @@ def version_matches(key, inside, expected, families=()):
 
 def version_check(key, inside, wanted, families=()):
     """version.<key>: one component read here against the version the image was built to hold, by version_matches;
-    {"name", "status": "pass" | "fail", "detail"}, the result shape of vlmgrpo.checkrunner (not imported: this
+    {"name", "status": "pass" | "fail", "detail"}, the result shape of imagegen_contract.checkrunner (not imported: this
     program is the standard library alone)."""
     if key == "python":
         detail = "python %s, expected %s" % (inside, wanted)
