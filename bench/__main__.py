@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 
 from . import (arm64, bytecode, cache, cold_start, cuda_wheels, data_scale, engines, examples, lock_install, lock_time,
                machine, operations, overhead, pulls, render_time, reproducible, rewards, serve_abuse, size,

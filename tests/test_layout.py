@@ -2,7 +2,7 @@
 no module is over 400 lines and no function over 50.
 
 imagegen's layers, lowest first. A module may import its own layer and the ones below it, never one above:
-core (errors, atomic writes, sizes, platforms, validation); engine (the edges: BuildKit, containers, the
+core (errors, sizes, platforms, validation); engine (the edges: BuildKit, containers, the
 registry); matrix (the matrix model, its rules, planned images); locking (index, resolve, the lock format);
 facts (the matrix's facts against the index); render (contexts, locked images, tags); workspace (where the inputs
 are, and the plan they make); stages (build, checks, sbom, publish); reports (listing, the report page); cli.
@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import REPO
 
 LAYERS = ("core", "engine", "matrix", "locking", "facts", "render", "workspace", "stages", "reports", "cli")
-OWN_CODE = ("imagegen", "trainer/src", "trainer/scripts", "bench", "tests", "trainer/tests")
+OWN_CODE = ("imagegen", "contract/src", "trainer/src", "trainer/scripts", "bench", "tests", "trainer/tests")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 50
 
@@ -119,7 +119,7 @@ def test_no_import_cycle(root, package):
 
 
 # The trainer's subpackages in the order of its flow, lowest first: a module may import its own subpackage and the
-# ones before it. The top-level modules (errors, atomic, boxes, access, records, processes) are the leaves below them
+# ones before it. The top-level modules (errors, boxes, access, records, processes) are the leaves below them
 # all; the programs the image and imagegen call by module name (driver, environment, inventory, checks, and the
 # check runner both sides run their checks by) sit with `image`.
 TRAINER_LAYERS = ("rewards", "config", "data", "models", "fa4kernels", "monitoring", "launch", "training", "evaluation",
@@ -146,7 +146,7 @@ def test_the_trainer_imports_only_downward():
 
 def test_every_trainer_module_is_in_a_subpackage_or_a_known_leaf():
     top = {path.stem for path in (REPO / "trainer/src/vlmgrpo").glob("*.py")} - {"__init__", "__main__"}
-    leaves = {"errors", "atomic", "boxes", "access", "records", "processes"}
+    leaves = {"errors", "boxes", "access", "records", "processes"}
     assert top <= {*leaves, *IMAGE_PROGRAMS}, sorted(top)
     for name in TRAINER_LAYERS:
         docstring = ast.get_docstring(ast.parse((REPO / "trainer/src/vlmgrpo" / name / "__init__.py").read_text()))
@@ -177,6 +177,16 @@ def test_the_cycle_finder_finds_a_cycle():
 def own_files():
     return [path for root in OWN_CODE for path in sorted((REPO / root).rglob("*.py"))
             if "fixture" not in path.parts]
+
+
+def test_the_contract_imports_neither_side():
+    """imagegen and the trainer both install the contract: it may import neither (nor would the images' checks run
+    where only the contract and the standard library import)."""
+    contract = REPO / "contract/src/imagegen_contract"
+    for name, path in modules(contract, "imagegen_contract").items():
+        outside = {target.split(".")[0] for target in imports(path, name, path.name == "__init__.py")}
+        assert not outside & {"imagegen", "vlmgrpo"}, f"{path.relative_to(REPO)} imports {outside}"
+    assert not cycles(graph(contract, "imagegen_contract"))
 
 
 def test_no_module_is_over_400_lines():

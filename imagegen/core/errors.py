@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-class UserError(Exception):
-    """A mistake in the user's input or environment, reported without a traceback."""
-
-    exit_code = 1
+# imagegen's own errors are the contract's, which its command line reports as one line (exit 1)
+from imagegen_contract.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 from imagegen.core.errors import UserError
 from imagegen.core.platforms import MACHINE
 from imagegen.facts import check, images

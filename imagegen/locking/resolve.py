@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 from imagegen.core.platforms import MACHINE
 from imagegen.locking import index, requires
 from imagegen.locking.inputs import flash_attn_requirement, lock_inputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 from imagegen.core.errors import UserError
 from imagegen.render.contexts import RENDER_MARKER, WHEELHOUSE, write_files
 from imagegen.render.locked import LockedImage

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging import tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 
 MOUNT = "/wheelhouse"  # where the templates mount it
 PIP_PAGE = "index.html"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 from imagegen.reports import listing
 from imagegen.workspace import Workspace
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import jinja2
 
-from imagegen.core import atomic, platforms, sizes
+from imagegen_contract import atomic
+
+from imagegen.core import platforms, sizes
 from imagegen.matrix.components import Components
 from imagegen.reports.listing import Listed, version_columns
 from imagegen.stages.results import (FAIL, KINDS, PASS, SKIP, BuildResult, Check, PushResult, TestResult,

@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from imagegen.core import atomic, platforms
+from imagegen_contract import atomic
+
+from imagegen.core import platforms
 from imagegen.core.errors import UserError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"

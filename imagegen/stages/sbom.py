@@ -18,7 +18,7 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-from imagegen.core import atomic
+from imagegen_contract import atomic
 from imagegen.engine import containers
 from imagegen.stages import inventory
 

@@ -1,7 +1,9 @@
 """User-facing errors: one line, exit code 2, no traceback."""
 
+from imagegen_contract import errors
 
-class UserError(Exception):
+
+class UserError(errors.UserError):
     """A problem the user can fix (config, data, launch); the CLI prints it and exits 2."""
 
     exit_code = 2

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Iterator, Optional
 
-from vlmgrpo import atomic
+from imagegen_contract import atomic
 from vlmgrpo.data.datasets import LoadedData
 from vlmgrpo.data.rec import Sample, implicit_image_prefix, prompt_messages
 from vlmgrpo.evaluation.rec import data_file, judge, summarise

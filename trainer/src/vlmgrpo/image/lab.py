@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Mapping, Optional
 
-from vlmgrpo.atomic import write_text
+from imagegen_contract.atomic import write_text
 from vlmgrpo.errors import UserError
 
 TOKEN_VARIABLE = "JUPYTER_TOKEN"  # Jupyter Server reads it itself; an empty one would switch authentication off

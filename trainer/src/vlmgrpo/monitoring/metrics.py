@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagegen_contract import atomic
+
 
 @dataclass(frozen=True)
 class MetricsView:
@@ -46,9 +48,7 @@ def drop_steps_after(path: Path, step: int) -> None:
     lines = path.read_text().splitlines(keepends=True)
     kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
     if len(kept) != len(lines):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("".join(kept))
-        partial.replace(path)
+        atomic.write_text(path, "".join(kept))
 
 
 def rewards_of(logs: dict, prefix: str) -> dict:

@@ -17,7 +17,7 @@ import re
 import struct
 from typing import Optional
 
-from vlmgrpo.atomic import write_text
+from imagegen_contract.atomic import write_text
 from vlmgrpo.errors import ConfigError
 
 log = logging.getLogger("vlmgrpo")

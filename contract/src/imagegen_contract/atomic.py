@@ -1,5 +1,6 @@
 """Replace a file or a directory whole: a reader (a browser, an artifact upload, the next
-imagegen run) sees the old version or the new one, never half of either.
+imagegen run, a training run resuming from a checkpoint) sees the old version or the new one, never half of either.
+imagegen's reports and locks and the trainer's checkpoints and outputs are written by these.
 
 A read-modify-write of a file a person edits too (the matrix) holds `exclusive(path)` from the read to the
 write, so two imagegen runs take turns, and passes what it read as `unchanged_from`: an edit made meanwhile
@@ -14,20 +15,23 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 class FileChanged(Exception):
     """The file is no longer what the caller read: someone wrote it meanwhile; it was left as they wrote it."""
 
 
-def write_text(path: Path, text: str, unchanged_from: str | None = None) -> None:
+def write_text(path: PathLike, text: str, unchanged_from: str | None = None) -> None:
     write_bytes(path, text.encode("utf-8"), None if unchanged_from is None else unchanged_from.encode("utf-8"))
 
 
-def write_bytes(path: Path, data: bytes, unchanged_from: bytes | None = None) -> None:
+def write_bytes(path: PathLike, data: bytes, unchanged_from: bytes | None = None) -> None:
     """Write to a temp file beside `path`, then rename it into place; with `unchanged_from`, only if `path` still
     holds exactly that when the new file is ready (else FileChanged)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
