@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 TRAINER_SRC = Path(__file__).resolve().parents[1] / "src"
+CONTRACT_SRC = Path(__file__).resolve().parents[2] / "contract" / "src"  # the contract vlmgrpo requires
 
 
 def import_trainer() -> None:
-    """vlmgrpo from this checkout when it is not installed (a lent GPU machine has the repository, not the wheel)."""
-    if importlib.util.find_spec("vlmgrpo") is None:
-        sys.path.insert(0, str(TRAINER_SRC))
+    """vlmgrpo and the contract it requires from this checkout when they are not installed (a lent GPU machine has the
+    repository, not the wheels)."""
+    for package, source in (("vlmgrpo", TRAINER_SRC), ("imagegen_contract", CONTRACT_SRC)):
+        if importlib.util.find_spec(package) is None:
+            sys.path.insert(0, str(source))
 
 
 @dataclass
