@@ -21,36 +21,15 @@ import functools
 import re
 from typing import Iterable, Mapping
 
+# How versions read and order is the contract's: the image's start-up check (vlmgrpo.driver) compares with the same.
+from imagegen_contract.driver import UnreadableVersion, branch, compare
+
 OPERATORS = ("!=", "<=", ">=", "=", "<", ">")  # dsl.c's operators, the two-character ones tried first
 PROPERTIES = ("cuda", "driver", "arch", "brand")  # what libnvidia-container evaluates; anything else is an error
-# ASCII digits (\d takes any script's: "٥٥٠.٥٤" read as 550.54), at most 9 to a part and 10 parts (a driver version
-# of 5,000 digits is past int()'s limit of 4,300): dsl.c reads none of those either.
-VERSION = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9}){0,9}")
 
 
 class RequirementError(ValueError):
     """A variable the toolkit refuses to read ("invalid expression"): the container would not start at all."""
-
-
-@functools.lru_cache(maxsize=4096)  # validate asks thousands of (driver, brand) pairs about a few dozen versions
-def parts(version: str) -> tuple[int, ...]:
-    """A driver or CUDA version as numbers: "550.54.15" -> (550, 54, 15); refused where dsl.c refuses it."""
-    if not VERSION.fullmatch(version):
-        raise RequirementError(f"{version!r} is not a version of numbers and dots")
-    return tuple(int(part) for part in version.split("."))
-
-
-def compare(left: str, right: str) -> int:
-    """-1, 0 or 1 as dsl_compare_version orders two versions: number by number, a missing number counting as 0."""
-    a, b = parts(left), parts(right)
-    width = max(len(a), len(b))
-    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
-    return (a > b) - (a < b)
-
-
-def branch(driver: str) -> int:
-    """A driver's branch: its first number (R550 for 550.54.15)."""
-    return parts(driver)[0]
 
 
 def driver_cuda(driver: str, branches: Mapping[str, str]) -> str | None:
@@ -97,9 +76,12 @@ def terms(variable: str) -> tuple[tuple[tuple[str, str, str], ...], ...]:
 def admits(variables: Iterable[str], driver: str, brand: str | None, branches: Mapping[str, str]) -> bool:
     """Whether the toolkit starts a container with these NVIDIA_REQUIRE_* values on a GPU of `brand` (None: no GPU
     visible) under `driver`, the driver's CUDA version derived from its branch by the facts."""
-    cuda = driver_cuda(driver, branches)
-    for variable in variables:
-        read = terms(variable)
-        if read and not any(all(_holds(*constraint, driver, cuda, brand) for constraint in term) for term in read):
-            return False
+    try:
+        cuda = driver_cuda(driver, branches)
+        for variable in variables:
+            read = terms(variable)
+            if read and not any(all(_holds(*constraint, driver, cuda, brand) for constraint in term) for term in read):
+                return False
+    except UnreadableVersion as error:  # a version the toolkit cannot read makes the whole variable unreadable
+        raise RequirementError(str(error)) from None
     return True

@@ -24,15 +24,16 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from imagegen.core.errors import Problem
-from imagegen.core.nvidia_require import VERSION, RequirementError, admits, branch, compare, driver_cuda
+from imagegen.core.nvidia_require import RequirementError, admits, driver_cuda
 from imagegen.matrix.model import Matrix
+from imagegen_contract.driver import branch, compare, is_version, parts
+from imagegen_contract.expected import REQUIREMENT_FORMAT
 
 NATIVE = "its own CUDA"  # the driver supports the image's CUDA itself
 MINOR = "minor-version compatibility"
 FORWARD = "forward compatibility"  # through the image's cuda-compat
 DATACENTER = "tesla"  # NVML's brand of a datacenter GPU (A100, H100): what "on datacenter GPUs" asks the toolkit
 OTHER = "geforce"  # a brand outside the datacenter ones (GeForce, TITAN): what "on other GPUs" asks
-REQUIREMENT_FORMAT = 1  # of expected.json's "driver" entry, which the trainer's start-up check reads
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,9 @@ def disagreements(req: DriverRequirement, branches: Mapping[str, str], variable:
     """Where what an image says differs from what its facts admit: its NVIDIA_REQUIRE_CUDA as the container toolkit
     reads it (None: it sets none), and its labels' oldest driver for any GPU and datacenter branches; [] when all
     agree. Asked of every branch the facts know, the requirement's own versions and the drivers just below them."""
-    said = [value for value in (*said_branches, said_min) if _is_version(value)]
+    said = [value for value in (*said_branches, said_min) if is_version(value)]
     probes = sorted({*branches, *req.forward, req.min_driver, just_below(req.min_driver), *said,
-                     *(just_below(value) for value in said)}, key=_order)
+                     *(just_below(value) for value in said)}, key=parts)
     if variable is None:
         return _labels_disagree(branches, lambda d, b: req.how(d, b, branches) is not None, "its facts admit",
                                 said_min, said_branches)
@@ -180,7 +181,7 @@ def _labels_disagree(branches: Mapping[str, str], starts, what: str, said_min: s
     """The labels against `starts(driver, brand)`: the oldest driver for any GPU, and the branches that start it on
     datacenter GPUs alone."""
     found = []
-    if not _is_version(said_min) or not starts(said_min, OTHER) or starts(just_below(said_min), OTHER):
+    if not is_version(said_min) or not starts(said_min, OTHER) or starts(just_below(said_min), OTHER):
         found.append(f"its min-driver label says {said_min}, which is not the oldest driver {what} on any GPU")
     known = {*branches, *(number for number in said_branches if number.isdigit())}
     datacenter_only = tuple(number for number in sorted(known, key=int)
@@ -189,14 +190,6 @@ def _labels_disagree(branches: Mapping[str, str], starts, what: str, said_min: s
         found.append(f"its datacenter-branches label says {' '.join(said_branches) or 'none'}, but {what} "
                      f"{' '.join(datacenter_only) or 'no branch'} on datacenter GPUs alone")
     return found
-
-
-def _is_version(value: str) -> bool:
-    return bool(VERSION.fullmatch(value))
-
-
-def _order(driver: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in driver.split("."))
 
 
 def _gpus(req: DriverRequirement) -> tuple[str, ...]:

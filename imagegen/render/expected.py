@@ -2,8 +2,8 @@
 
 One definition for its writer (imagegen.render.contexts puts it in the framework layer at PATH) and its readers on
 the host (imagegen.stages.checks, through the inventory's "expected"). Inside the image the trainer reads it with the
-standard library alone (imagegen_contract.inventory.read_expected, which refuses a FORMAT other than its EXPECTED_FORMAT;
-tests/test_expected.py holds both to the same number). A change of its shape is a new FORMAT.
+standard library alone: its format numbers and shape are the contract's (imagegen_contract.expected, whose validator
+tests/test_expected.py holds this model's output to). A change of its shape is a new FORMAT.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from imagegen.matrix.plan import PlannedImage
+from imagegen_contract.expected import FORMAT
 
-FORMAT = 1
 PATH = "/etc/imagegen/expected.json"  # the image's IMAGEGEN_EXPECTED names it
 
 
@@ -39,7 +39,7 @@ class Expected(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Absent in the files of images rendered before it was written: those are format 1.
-    format: Literal[1] = FORMAT
+    format: Literal[FORMAT] = FORMAT
     versions: dict[str, Optional[str]]  # component key -> version, None where the image says `none`
     distributions: dict[str, str] = Field(default_factory=dict)  # component key -> the distribution it is read from
     # component key -> the distribution-name prefix the lock pins it by (torch's cuDNN and NCCL wheels)

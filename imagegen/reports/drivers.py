@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import textwrap
 
-from imagegen.core.nvidia_require import VERSION, admits, branch, driver_cuda
+from imagegen.core.nvidia_require import admits, driver_cuda
 from imagegen.core.text import aligned
 from imagegen.matrix import drivers
 from imagegen.matrix.plan import PlannedImage
 from imagegen.reports.listing import Listed, cuda_cell
+from imagegen_contract.driver import branch, is_version
 
 NOTES = (
     "forward compatibility: the image's CUDA compatibility package (cuda-compat) stands in for the older driver's "
@@ -32,7 +33,7 @@ WIDTH = 116  # of the notes' lines
 
 def problem(driver: str) -> str | None:
     """Why `driver` is not a driver version --driver takes; None when it is one."""
-    if VERSION.fullmatch(driver) and len(str(branch(driver))) == 3:
+    if is_version(driver) and len(str(branch(driver))) == 3:
         return None
     shown = driver if len(driver) <= 40 else f"{driver[:20]}... ({len(driver)} characters)"
     return f"--driver {shown}: not an NVIDIA driver version such as 550.54.15 (nvidia-smi's \"Driver Version\")"

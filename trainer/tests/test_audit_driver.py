@@ -134,6 +134,8 @@ def test_the_requirement_is_the_expected_files_versioned_driver_entry():
     assert driver.requirement({"min_driver": "580"}) == ("580", ())  # an image made before the entry
     assert driver.requirement({"driver": None}) == (None, ())  # no CUDA: nothing to compare
     assert driver.requirement({"driver": {**entry, "format": 2}}) == (None, ())  # a format it does not know
+    assert driver.requirement({"driver": {**entry, "min_driver": 570}}) == (None, ())  # nor a shape it does not know
+    assert driver.requirement({"min_driver": "r580"}) == (None, ())  # not a version: nothing to compare with
 
 
 def test_the_driver_check_reads_the_driver_entry_imagegen_writes(tmp_path):

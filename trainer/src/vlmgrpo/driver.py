@@ -17,8 +17,12 @@ import re
 import sys
 from typing import Optional, Tuple
 
+# Versions compare as imagegen compares them when it says which drivers an image starts on; the entry's format and
+# shape are the expected file's, one definition for both sides.
+from imagegen_contract.driver import UnreadableVersion, branch, compare, is_version
+from imagegen_contract.expected import driver_entry_problems
+
 VERSION_FILE = "/proc/driver/nvidia/version"
-REQUIREMENT_FORMAT = 1  # of the expected file's "driver" entry (imagegen.matrix.drivers.REQUIREMENT_FORMAT)
 _KERNEL_MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]{1,9}(?:\.[0-9]{1,9})+)")
 
 
@@ -28,20 +32,18 @@ def found_driver(text: str) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def _parts(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"[0-9]{1,9}", version))  # ASCII digits, each part bounded
-
-
 def requirement(expected: dict) -> Tuple[Optional[str], Tuple[str, ...]]:
     """(the oldest driver the image starts on with any GPU, the older branches it starts on with a datacenter GPU) from
-    the expected file's "driver" entry (format 1, imagegen.matrix.drivers), or the bare "min_driver" of images made
-    before it; (None, ()) from a format this trainer does not know (nothing to compare with)."""
+    the expected file's "driver" entry (REQUIREMENT_FORMAT, imagegen.matrix.drivers), or the bare "min_driver" of
+    images made before it; (None, ()) from an entry of a format or shape this trainer does not know (nothing to compare
+    with)."""
     entry = expected.get("driver")
     if isinstance(entry, dict):
-        if entry.get("format") != REQUIREMENT_FORMAT:
+        if driver_entry_problems(entry):
             return None, ()
-        return entry.get("min_driver"), tuple(entry.get("datacenter_branches") or ())
-    return expected.get("min_driver"), ()
+        return entry["min_driver"], tuple(entry["datacenter_branches"])
+    needed = expected.get("min_driver")
+    return (needed if is_version(needed) else None), ()
 
 
 def problem(needed: Optional[str], found: Optional[str], datacenter_branches: Tuple[str, ...] = ()) -> Optional[str]:
@@ -49,8 +51,11 @@ def problem(needed: Optional[str], found: Optional[str], datacenter_branches: Tu
     datacenter GPU, else None. On such a branch the image's CUDA forward-compatibility package (nvidia/cuda's
     cuda-compat) runs it, and the container toolkit has already refused any other GPU (NVIDIA_REQUIRE_CUDA's brand
     clauses), so there is nothing to add here."""
-    if not needed or not found or _parts(found) >= _parts(needed) or str(_parts(found)[0]) in datacenter_branches:
-        return None
+    try:
+        if not needed or not found or compare(found, needed) >= 0 or str(branch(found)) in datacenter_branches:
+            return None
+    except UnreadableVersion:
+        return None  # nothing to compare with
     also = (f" (on a datacenter GPU also R{', R'.join(datacenter_branches)}, through the image's CUDA "
             "forward-compatibility package)") if datacenter_branches else ""
     return (f"error: this image needs NVIDIA driver {needed} or newer{also}; the host has {found}. "

@@ -12,8 +12,9 @@ import re
 from importlib import metadata
 from typing import Any, Optional
 
+from imagegen_contract.expected import read as read_expected
+from imagegen_contract.inventory import component_versions
 from vlmgrpo.environment import CACHES
-from imagegen_contract.inventory import component_versions, read_expected
 
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from imagegen_contract.expected import read as read_expected
 from vlmgrpo.checks import FAIL, PASS, SKIP, Context, run_checks
 from vlmgrpo.image.info import expected_path
-from imagegen_contract.inventory import read_expected
 
 
 def run_selftest(expected_option: Optional[str], require_gpu: bool = False, skip_train: bool = False,
