@@ -1,5 +1,5 @@
 """Every option of every command of both CLIs, `vlmgrpo` and `imagegen`, found by walking their click groups, is made
-from a field of a settings dataclass (commands/fields.py, cli/fields.py): its flag and its help are the field's (the
+from a field of a settings dataclass (imagegen_contract/options.py): its flag and its help are the field's (the
 help in the field's metadata, then what only the command line adds). An option written by hand, with help of its own,
 has no field and fails here."""
 
@@ -10,8 +10,8 @@ import dataclasses
 import click
 import pytest
 
+from imagegen_contract.options import field_option
 from imagegen.cli.main import main as imagegen
-from vlmgrpo.commands import fields as trainer_fields
 from vlmgrpo.commands.cli import main as vlmgrpo, recipe_flags
 from vlmgrpo.commands.run_flags import RunFlags, TrainingFlags
 from vlmgrpo.commands.training import RECIPES
@@ -69,7 +69,7 @@ def test_an_option_with_help_of_its_own_is_found():
     @click.command()
     @click.option("--port", type=int, default=8000, help="Written here, not in a field.")
     @click.option("--dtype", help=dtype.metadata["help"])  # a field's help, copied by hand
-    @trainer_fields.option(ServeSettings.__dataclass_fields__["engine"], str)
+    @field_option(ServeSettings.__dataclass_fields__["engine"], str)
     @click.option("--own", help="No field at all.")
     def command(port, dtype, engine, own):
         """A command written by hand."""

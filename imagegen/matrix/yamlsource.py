@@ -1,11 +1,9 @@
 """Load YAML while remembering the line of every key, so errors can point at it.
 
-A key written twice in one mapping is an error naming both lines: PyYAML keeps the later value
-without a word, so two `repository:` lines would otherwise pass. Every YAML file imagegen reads is read
-here, bounded: nesting deeper than MAX_DEPTH levels, aliases that would add more than MAX_ALIASED nodes
-(a kilobyte "billion laughs" expands to a billion) and an alias inside its own anchor are refused from the
-parser's events, before anything is built; a file that is not UTF-8 is one problem with its line. (The
-trainer, its own distribution, reads its YAML with the same rules in vlmgrpo.config.yamlfile.)
+Every YAML file imagegen reads is read here, bounded by the rules the trainer's reader has too
+(imagegen_contract.yamlfile: nesting, aliases, UTF-8), each refusal one Problem at its line. A key written twice in
+one mapping is an error naming both lines: PyYAML keeps the later value without a word, so two `repository:` lines
+would otherwise pass; every such key of the file is reported, at its key path.
 """
 
 from __future__ import annotations
@@ -16,12 +14,11 @@ from pathlib import Path as FilePath
 
 import yaml
 
+from imagegen_contract.yamlfile import YamlRefused, check_bounds, decode_utf8, position, written_twice
 from imagegen.core.errors import MatrixError, Problem
 
 Path = tuple  # a key path such as ("images", 2, "torch")
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ten times faster
-MAX_DEPTH = 100  # nesting levels: the matrix has 7
-MAX_ALIASED = 10_000  # nodes all aliases of a file may add together: a few anchors reused pass, an exponential fails
 # What YAML refuses in a stream (PyYAML's reader: yaml/reader.py NON_PRINTABLE), found here with its line: the parser's
 # own error carries no line, and was reported at line 1.
 NON_PRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]")
@@ -55,26 +52,23 @@ def format_path(path: Path) -> str:
 def read(path: FilePath) -> str:
     """A YAML file's text; a file that is not UTF-8 is one problem at the line of its first bad byte (OSError
     passes to the caller, which says what the file is for)."""
-    data = path.read_bytes()
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise MatrixError([Problem(str(path), line, "(encoding)", f"not UTF-8: byte 0x{data[exc.start]:02x} at "
-                                   f"column {column}; save the file as UTF-8", "yaml")]) from None
+        return decode_utf8(path.read_bytes())
+    except YamlRefused as exc:
+        raise _refused(str(path), exc) from None
 
 
 def load(text: str, file: str) -> Located:
     bad = NON_PRINTABLE.search(text)
     if bad:
-        line = text.count("\n", 0, bad.start()) + 1
-        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        line, column = position(text, bad.start())
         raise MatrixError([Problem(file, line, "(syntax)", f"character U+{ord(bad.group()):04X} at column {column} "
                                    "is not allowed in YAML; remove it", "yaml")])
     try:
-        _check_bounds(text, file)
+        check_bounds(text, LOADER)  # first: _convert writes every alias out in full, however far it expands
         node = yaml.compose(text, Loader=LOADER)
+    except YamlRefused as exc:
+        raise _refused(file, exc) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
@@ -91,41 +85,9 @@ def load(text: str, file: str) -> Located:
     return located
 
 
-def _check_bounds(text: str, file: str) -> None:
-    """Walk the parser's events, which cost nothing however the aliases expand: each open collection's anchor and
-    node count, each anchor's size once closed (None while open), and what the aliases add in all."""
-    open_nodes: list[list] = []  # [anchor, nodes so far] per open collection
-    sizes: dict[str, int | None] = {}
-    aliased = 0
-    for event in yaml.parse(text, Loader=LOADER):
-        line = event.start_mark.line + 1
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            if len(open_nodes) == MAX_DEPTH:
-                raise _bound(file, line, "(nesting)", f"nested deeper than {MAX_DEPTH} levels")
-            sizes.update({event.anchor: None} if event.anchor else {})
-            open_nodes.append([event.anchor, 1])
-            continue
-        if isinstance(event, yaml.CollectionEndEvent):
-            anchor, size = open_nodes.pop()
-        elif isinstance(event, yaml.AliasEvent):
-            size = sizes.get(event.anchor, 1)
-            if size is None:
-                raise _bound(file, line, "(aliases)", f"the alias *{event.anchor} stands inside its own anchor")
-            anchor, aliased = None, aliased + size
-            if aliased > MAX_ALIASED:
-                raise _bound(file, line, "(aliases)", f"aliases expand to more than {MAX_ALIASED:,} nodes "
-                             f"(*{event.anchor} alone is {size:,}); write the values out")
-        elif isinstance(event, yaml.ScalarEvent):
-            anchor, size = event.anchor, 1
-        else:
-            continue
-        sizes.update({anchor: size} if anchor else {})
-        if open_nodes:
-            open_nodes[-1][1] += size
-
-
-def _bound(file: str, line: int, key: str, message: str) -> MatrixError:
-    return MatrixError([Problem(file, line, key, message, "yaml")])
+def _refused(file: str, refused: YamlRefused) -> MatrixError:
+    """A refusal of the shared rules as imagegen reports it: the problem's key names what was refused."""
+    return MatrixError([Problem(file, refused.line, f"({refused.kind})", str(refused), "yaml")])
 
 
 def _convert(node: yaml.Node, path: Path, located: Located, twice: list[Problem], constructor) -> object:
@@ -139,9 +101,8 @@ def _convert(node: yaml.Node, path: Path, located: Located, twice: list[Problem]
             child = (*path, key)
             line = key_node.start_mark.line + 1
             if child in located.lines and key in result:
-                twice.append(Problem(located.file, line, format_path(child), f"written twice, on lines "
-                                     f"{located.lines[child]} and {line}: YAML would keep the second silently; "
-                                     "keep one", "duplicate-key"))
+                twice.append(Problem(located.file, line, format_path(child), written_twice(located.lines[child], line),
+                                     "duplicate-key"))
             located.lines[child] = line
             result[key] = _convert(value_node, child, located, twice, constructor)
         return result

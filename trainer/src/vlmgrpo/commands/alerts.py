@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import click
 
-from vlmgrpo.commands.fields import options, take, with_options
+from imagegen_contract.options import field_options
+from vlmgrpo.commands.fields import take, with_options
 from vlmgrpo.commands.options import OnceCommand, fail
 from vlmgrpo.errors import UserError
 from vlmgrpo.monitoring.alerts import AlertSettings, prometheus_rule, rules_file
@@ -21,7 +22,7 @@ class RulesFormat:
 
 
 @click.command("alert-rules", cls=OnceCommand)
-@with_options(options(RulesFormat), options(AlertSettings))
+@with_options(field_options(RulesFormat), field_options(AlertSettings))
 def alert_rules_command(**given) -> None:
     """Print alert rules for training runs scraped by Prometheus: unhealthy, no progress, loss or reward not finite,
     rewards with zero spread, GPU memory near full, restarts, a target gone."""

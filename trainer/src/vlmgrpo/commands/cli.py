@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import click
 
-from vlmgrpo.commands.fields import options, take, with_options
+from imagegen_contract.options import field_options
+from vlmgrpo.commands.fields import take, with_options
 from vlmgrpo.commands.options import OnceGroup, collect_overrides, fail, trl_help
 from vlmgrpo.commands.run_flags import RunFlags, ScoreFlags, TrainingFlags, help_all_option
 from vlmgrpo.commands.alerts import alert_rules_command
@@ -78,9 +79,9 @@ def check_driver() -> None:
 
 # The options `train`, `sft` and `score` share (run_flags.py: one configuration, read the same way by each), and
 # those only train and sft have.
-RUN_OPTIONS = options(RunFlags)
-MONITOR_OPTIONS = options(TrainingFlags, "metrics_port")
-TRAINING_OPTIONS = options(TrainingFlags, "print_config", "dry_run")
+RUN_OPTIONS = field_options(RunFlags)
+MONITOR_OPTIONS = field_options(TrainingFlags, "metrics_port")
+TRAINING_OPTIONS = field_options(TrainingFlags, "print_config", "dry_run")
 
 
 def recipe_flags(recipe: Recipe) -> type:
@@ -92,7 +93,7 @@ def recipe_flags(recipe: Recipe) -> type:
 
 
 def recipe_options(recipe: Recipe) -> list:
-    return options(recipe_flags(recipe))
+    return field_options(recipe_flags(recipe))
 
 
 def run_command(recipe: Recipe, config_path: Optional[str], print_config: bool, dry_run: bool, options,
@@ -183,7 +184,7 @@ for _recipe in RECIPES.values():
 
 
 @main.command()
-@with_options(RUN_OPTIONS, recipe_options(RECIPES["train"]), options(ScoreFlags))
+@with_options(RUN_OPTIONS, recipe_options(RECIPES["train"]), field_options(ScoreFlags))
 def score(config_path: Optional[str], completions_path: str, **options) -> None:
     """Score completions with the configured rewards, without training: one JSON line per completion,
     {"id": ..., "rewards": {"iou": ..., "format": ...}}. The model directory is read only for its processor."""
@@ -204,7 +205,7 @@ def score(config_path: Optional[str], completions_path: str, **options) -> None:
 
 
 @main.command()
-@with_options(options(MergeSettings, *MERGE_OPTIONS))
+@with_options(field_options(MergeSettings, *MERGE_OPTIONS))
 def merge(**given) -> None:
     """Merge a LoRA adapter into its base model and save the result (safetensors, with the processor or tokenizer)."""
     from vlmgrpo.config.model_config import ModelConfig
@@ -242,7 +243,7 @@ def info() -> None:
 
 
 @main.command()
-@with_options(options(SelftestSettings))
+@with_options(field_options(SelftestSettings))
 def selftest(**given) -> None:
     """In-image checks as JSON; exit 0 when nothing failed, 1 otherwise."""
     from vlmgrpo.image.selftest import run_selftest
@@ -256,7 +257,7 @@ def selftest(**given) -> None:
 
 
 @main.command("make-tiny")
-@with_options(options(TinySettings))
+@with_options(field_options(TinySettings))
 def make_tiny_command(**given) -> None:
     """A tiny random model made locally, with data: a vision-language model (Qwen2.5-VL, Qwen2-VL, InternVL) and a
     rectangle-grounding dataset, or a text-only causal LM (Qwen2, Llama) and chat rows in the SFT formats."""

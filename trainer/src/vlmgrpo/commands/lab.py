@@ -10,7 +10,8 @@ from typing import Optional
 
 import click
 
-from vlmgrpo.commands.fields import options, take, with_options
+from imagegen_contract.options import field_options
+from vlmgrpo.commands.fields import take, with_options
 from vlmgrpo.commands.options import OnceCommand, fail
 from vlmgrpo.errors import UserError
 from vlmgrpo.image.lab import DEFAULT_PORT, announcement, copy_example, plan_lab
@@ -30,7 +31,7 @@ class LabSettings:
 
 
 @click.command("lab", cls=OnceCommand)
-@with_options(options(LabSettings))
+@with_options(field_options(LabSettings))
 def lab_command(**given) -> None:
     """JupyterLab on this image's stack, with a token always required: JUPYTER_TOKEN's, else a new one printed once.
     TensorBoard is at /tensorboard/ on the same port."""

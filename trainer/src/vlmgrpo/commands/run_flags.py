@@ -1,7 +1,7 @@
 """The options `train`, `sft` and `score` share, and those only train and sft have, as the fields of dataclasses
-(commands/fields.py makes the options): a field for a config key takes its help from that key's field, TRL's (the
-copy in trl_help.py, so that `--help` imports no TRL) or vlmgrpo's section's, and `more` is what only the command
-line adds. One configuration, read the same way by each command."""
+(imagegen_contract.options makes the options): a field for a config key takes its help from that key's field, TRL's
+(the copy in trl_help.py, so that `--help` imports no TRL) or vlmgrpo's section's, and `more` is what only the
+command line adds. One configuration, read the same way by each command."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Optional
 
 import click
 
-from vlmgrpo.commands import fields
+from imagegen_contract.options import field_option, option_fields
 from vlmgrpo.commands.options import all_flags_text, launch_help, section_help, trl_help
 from vlmgrpo.config.sections import DataConfig, RunConfig
 
@@ -77,5 +77,5 @@ def help_all_option(recipe):
             click.echo(all_flags_text(recipe), nl=False)
             context.exit()
 
-    (found,) = fields.option_fields(TrainingFlags, "help_all")
-    return fields.option(found, bool, is_eager=True, expose_value=False, callback=show)
+    (found,) = option_fields(TrainingFlags, "help_all")
+    return field_option(found, bool, is_eager=True, expose_value=False, callback=show)

@@ -10,7 +10,8 @@ from typing import Optional
 
 import click
 
-from vlmgrpo.commands.fields import flag, option_fields, options, take, with_options
+from imagegen_contract.options import field_options, flag, option_fields
+from vlmgrpo.commands.fields import take, with_options
 from vlmgrpo.commands.options import OnceCommand, collect_overrides, fail
 from vlmgrpo.commands.training import RECIPES
 from vlmgrpo.errors import ConfigError, UserError
@@ -48,8 +49,8 @@ def scoring_parts(config) -> ScoringParts:
 
 
 @click.command("eval", cls=OnceCommand)
-@with_options(options(EvalInputs, "config_path", "model", "adapter", "data", "image_root"), options(EvalSettings),
-              options(EvalInputs, "set_values", "dry_run"))
+@with_options(field_options(EvalInputs, "config_path", "model", "adapter", "data", "image_root"),
+              field_options(EvalSettings), field_options(EvalInputs, "set_values", "dry_run"))
 def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
     """REC accuracy as VLM-R1 reports it: the share of answers whose first box has IoU >= 0.5 with the ground truth,
     per data file and overall. With jsonl_accuracy among the config's rewards, VLM-R1's other tasks: each row scored
@@ -84,10 +85,10 @@ def eval_command(config_path: Optional[str], dry_run: bool, **given) -> None:
 
 
 @click.command("serve", context_settings={"ignore_unknown_options": True}, cls=OnceCommand)
-@with_options(options(ServeSettings, "model", "served_name", "host", "port"),
-              options(Limits, "api_key", "allowed_media_domains", "max_image_bytes", "max_image_pixels", "max_images",
-                      "max_body_bytes", "max_in_flight", "read_timeout_s"),
-              options(ServeSettings, "shutdown_grace_s", "engine", "dtype"))
+@with_options(field_options(ServeSettings, "model", "served_name", "host", "port"),
+              field_options(Limits, "api_key", "allowed_media_domains", "max_image_bytes", "max_image_pixels",
+                            "max_images", "max_body_bytes", "max_in_flight", "read_timeout_s"),
+              field_options(ServeSettings, "shutdown_grace_s", "engine", "dtype"))
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 def serve_command(engine_args: tuple[str, ...], **given) -> None:
     """An OpenAI-compatible chat-completions endpoint (images included) for a trained model, served by vLLM or

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import yaml
 
+from imagegen_contract.yamlfile import YamlRefused
 from vlmgrpo.config.value_checks import check_choices, check_judge_url, check_question_template, check_ranges
 from vlmgrpo.errors import ConfigError
 from vlmgrpo.rewards import FORMAT, FORMAT_ANSWER, IOU, reward_meaning, vlm_r1_reward
@@ -27,7 +28,7 @@ from vlmgrpo.config.sections import DataConfig, RecDataConfig, RewardConfig, Run
 from vlmgrpo.config.template import task_template
 from vlmgrpo.config.train_config import TrainConfig
 from vlmgrpo.config.values import check_value
-from vlmgrpo.config.yamlfile import YamlFileError, YamlRefused, load_yaml, read_yaml
+from vlmgrpo.config.yamlfile import YamlFileError, load_yaml, read_yaml
 
 # Keys whose values are paths (relative ones are relative to the config file); data entries and image roots may
 # be VLM-R1's JOIN-ed lists of several.

@@ -1,7 +1,7 @@
 """What `vlmgrpo eval` is asked to do beyond the config: where to write, how many rows, how to generate; and what
 `eval` and `score` take of a training config (ScoringParts). Apart from evaluate.py (which imports TRL) so that the
 command line makes its options from these fields without importing it; the help of each field is its option's
-(commands/fields.py)."""
+(imagegen_contract.options, through commands/fields.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ API_KEY_VARIABLE = "VLMGRPO_API_KEY"
 @dataclass(frozen=True)
 class Limits:
     """Who may ask, and for how much. The help of a field with one is its `vlmgrpo serve` option's
-    (commands/fields.py makes the options from these fields)."""
+    (imagegen_contract.options makes the options from these fields)."""
     api_key: Optional[str] = field(default=None, metadata={
         "help": f"Required of every request but /health, as 'Authorization: Bearer KEY' (or {API_KEY_VARIABLE}).",
         "envvar": API_KEY_VARIABLE})

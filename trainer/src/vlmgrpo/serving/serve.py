@@ -54,7 +54,7 @@ NO_MEDIA_DOMAIN = "no-url-is-fetched-by-the-engine.invalid"  # .invalid never re
 
 @dataclass
 class ServeSettings:
-    """What `vlmgrpo serve` serves, and how. The help of a field with one is its option's (commands/fields.py)."""
+    """What `vlmgrpo serve` serves, and how. The help of a field with one is its option's (imagegen_contract.options)."""
     model: str = field(metadata={"help": "Model directory (a run's OUTPUT or OUTPUT/merged) or hub name.",
                                  "required": True})
     # what clients put in "model" (default: --model as given, as vLLM does)
