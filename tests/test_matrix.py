@@ -52,6 +52,9 @@ DEEP = "images: " + "[" * 50_000 + "]" * 50_000 + "\n"
     # issue 53, item 19: a NUL on line 706 was reported at line 1
     (b"repository: r\n" * 705 + b"x: a\x00b\n", ":706: (syntax): character U+0000 at column 5 is not allowed in YAML; "
                                                   "remove it [yaml]"),
+    # A merge key, which the trainer's reader refuses as not valid YAML too, was a traceback
+    (b"base: &b\n  python: '3.11'\nimages:\n  - <<: *b\n", ":4: (syntax): not valid YAML: could not determine a "
+                                                          "constructor for the tag 'tag:yaml.org,2002:merge' [yaml]"),
 ])
 def test_a_matrix_past_the_yaml_bounds_is_one_line_at_once(tmp_path, content, says):
     """Refused from the parser's events before anything is built: no second, no memory, no traceback."""

@@ -70,19 +70,26 @@ def load(text: str, file: str) -> Located:
     except YamlRefused as exc:
         raise _refused(file, exc) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise MatrixError([Problem(file, line, "(syntax)", f"not valid YAML: {reason}", "yaml")]) from None
+        raise _not_yaml(file, exc) from None
     located = Located(data=None, file=file)
     if node is None:
         located.data = {}
         return located
     twice: list[Problem] = []
-    located.data = _convert(node, (), located, twice, yaml.SafeLoader(""))
+    try:
+        located.data = _convert(node, (), located, twice, yaml.SafeLoader(""))
+    except yaml.YAMLError as exc:  # a scalar no safe constructor makes: a merge key (<<), a tag of Python's
+        raise _not_yaml(file, exc) from None
     if twice:
         raise MatrixError(twice)
     return located
+
+
+def _not_yaml(file: str, error: yaml.YAMLError) -> MatrixError:
+    mark = getattr(error, "problem_mark", None)
+    line = mark.line + 1 if mark else 1
+    reason = getattr(error, "problem", None) or str(error)
+    return MatrixError([Problem(file, line, "(syntax)", f"not valid YAML: {reason}", "yaml")])
 
 
 def _refused(file: str, refused: YamlRefused) -> MatrixError:
