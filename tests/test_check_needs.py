@@ -16,7 +16,7 @@ from imagegen.engine.containers import ContainerError
 from imagegen.stages import checks as host_checks
 from imagegen.stages.results import Check
 from imagegen.matrix import model as matrix_model
-from vlmgrpo import checks as image_checks
+from vlmgrpo.image import checks as image_checks
 
 from tests.helpers import REPO, check_runner
 
@@ -72,12 +72,12 @@ def test_vlmgrpo_selftest_fails_on_a_module_with_a_misspelt_need(tmp_path):
     NEEDS ("flash_atn",): its names fail with the one line, exit 1; the others run as before."""
     source = REPO / "trainer" / "src" / "vlmgrpo"
     shutil.copytree(source, tmp_path / "vlmgrpo", ignore=shutil.ignore_patterns("__pycache__"))
-    module = (source / "checks" / "flash_attn_4.py").read_text()
+    module = (source / "image" / "checks" / "flash_attn_4.py").read_text()
     assert 'NEEDS = ("flash_attn_4",)' in module
-    (tmp_path / "vlmgrpo" / "checks" / "flash_attn_4_copy.py").write_text(
+    (tmp_path / "vlmgrpo" / "image" / "checks" / "flash_attn_4_copy.py").write_text(
         module.replace('NEEDS = ("flash_attn_4",)', 'NEEDS = ("flash_atn",)'))
     done = subprocess.run([sys.executable, "-m", "vlmgrpo", "selftest", "--skip-train"], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "vlmgrpo.checks.flash_attn_4_copy needs 'flash_atn', which is neither a need this side judges" in \
+    assert "vlmgrpo.image.checks.flash_attn_4_copy needs 'flash_atn', which is neither a need this side judges" in \
         done.stdout + done.stderr, done.stdout[-3000:]

@@ -342,7 +342,7 @@ def test_every_side_reports_results_of_one_shape():
     does not import the trainer's distribution, so the shape, not a class, is what they share)."""
     from dataclasses import fields
 
-    from vlmgrpo.checks import result
+    from vlmgrpo.image.checks import result
     from imagegen_contract.inventory import version_check
 
     shape = [f.name for f in fields(checks.Check)]

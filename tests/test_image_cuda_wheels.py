@@ -207,7 +207,7 @@ def test_an_edited_flash_attention_4_file_fails_the_cache_check_naming_it(wheels
     if wheels_image["name"] != DEVEL:
         pytest.skip("the runtime line has no flash-attn-4")
     script = ("set -e; echo '# planted' >> /opt/venv/lib/python3.11/site-packages/flash_attn/cute/interface.py; "
-              "python -c 'from vlmgrpo.checks.flash_attn_4_cache import cache_check; print(*cache_check())'")
+              "python -c 'from vlmgrpo.image.checks.flash_attn_4_cache import cache_check; print(*cache_check())'")
     done = docker_cli("run", "--rm", "--user", "0", "--entrypoint", "bash", wheels_image["ref"], "-c", script,
                       check=False)
     assert done.returncode == 0, done.stderr[-3000:]

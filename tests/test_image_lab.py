@@ -12,7 +12,7 @@ import pytest
 
 from tests.docker_env import docker_cli as docker, unique_name
 from tests.test_report_page import required_chromium
-from vlmgrpo.checks.lab import status_of
+from vlmgrpo.image.checks.lab import status_of
 from vlmgrpo.image.lab import EXAMPLE
 from vlmgrpo.processes import wait_for_health
 

@@ -120,11 +120,10 @@ def test_no_import_cycle(root, package):
 
 # The trainer's subpackages in the order of its flow, lowest first: a module may import its own subpackage and the
 # ones before it. The top-level modules (errors, boxes, access, records, processes) are the leaves below them
-# all; the programs the image and imagegen call by module name (driver, environment, inventory, checks, and the
-# check runner both sides run their checks by) sit with `image`.
+# all. The image's own side (its driver check, environment, checks, info, selftest, lab) is `image`; what imagegen
+# reads of an image is the contract's (contract/src/imagegen_contract).
 TRAINER_LAYERS = ("rewards", "config", "data", "models", "fa4kernels", "monitoring", "launch", "training", "evaluation",
                   "serving", "image", "commands")
-IMAGE_PROGRAMS = ("driver", "environment", "checks")
 
 
 def trainer_layer(module: str) -> int:
@@ -133,7 +132,7 @@ def trainer_layer(module: str) -> int:
         return 0  # vlmgrpo itself: its __version__
     if parts[1] == "__main__":
         return len(TRAINER_LAYERS) + 1
-    name = "image" if parts[1] in IMAGE_PROGRAMS else parts[1]
+    name = parts[1]
     return TRAINER_LAYERS.index(name) + 1 if name in TRAINER_LAYERS else 0
 
 
@@ -147,7 +146,7 @@ def test_the_trainer_imports_only_downward():
 def test_every_trainer_module_is_in_a_subpackage_or_a_known_leaf():
     top = {path.stem for path in (REPO / "trainer/src/vlmgrpo").glob("*.py")} - {"__init__", "__main__"}
     leaves = {"errors", "boxes", "access", "records", "processes"}
-    assert top <= {*leaves, *IMAGE_PROGRAMS}, sorted(top)
+    assert top <= leaves, sorted(top)
     for name in TRAINER_LAYERS:
         docstring = ast.get_docstring(ast.parse((REPO / "trainer/src/vlmgrpo" / name / "__init__.py").read_text()))
         assert docstring and "import" in docstring.lower(), f"vlmgrpo.{name}: say the subpackage's job and its imports"

@@ -133,7 +133,7 @@ def run(context):
     return [Check(NAMES[0], "pass", f"checked {context.ref}")]
 '''
 INSIDE_CHECK = '''\
-from vlmgrpo.checks import PASS, result
+from vlmgrpo.image.checks import PASS, result
 
 NAMES = ("recipe.inside_check",)
 PHASE = "components"
@@ -165,7 +165,7 @@ def test_recipe_add_an_in_image_check(tmp_path, monkeypatch):
         sys.modules.pop("imagegen.stages.checks.recipe_host_check", None)
     (tmp_path / "inside").mkdir()
     (tmp_path / "inside" / "recipe_inside_check.py").write_text(INSIDE_CHECK)
-    program = ("import sys, json; from vlmgrpo import checks; checks.__path__.append(sys.argv[1]); "
+    program = ("import sys, json; from vlmgrpo.image import checks; checks.__path__.append(sys.argv[1]); "
                "from vlmgrpo.image.selftest import run_selftest; "
                "print(json.dumps(run_selftest(sys.argv[2], skip_train=True)))")
     done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "inside"), str(tmp_path / "absent.json")],

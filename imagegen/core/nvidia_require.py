@@ -21,7 +21,7 @@ import functools
 import re
 from typing import Iterable, Mapping
 
-# How versions read and order is the contract's: the image's start-up check (vlmgrpo.driver) compares with the same.
+# How versions read and order is the contract's: the image's start-up check (vlmgrpo.image.driver) compares with the same.
 from imagegen_contract.driver import UnreadableVersion, branch, compare
 
 OPERATORS = ("!=", "<=", ">=", "=", "<", ">")  # dsl.c's operators, the two-character ones tried first

@@ -21,7 +21,7 @@ PATH = "/etc/imagegen/expected.json"  # the image's IMAGEGEN_EXPECTED names it
 
 class DriverEntry(BaseModel):
     """The driver the image needs (imagegen.matrix.drivers.DriverRequirement.as_dict, versioned on its own): the
-    trainer refuses an older host driver at start (vlmgrpo.driver)."""
+    trainer refuses an older host driver at start (vlmgrpo.image.driver)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -14,13 +14,14 @@ from typing import Literal
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from imagegen_contract import atomic
+from imagegen_contract.checkrunner import FAIL, PASS, SKIP
 
 from imagegen.core import platforms
 from imagegen.core.errors import UserError
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-# The statuses a report holds: a report read back (read_reports) with another fails as a malformed report.
-CheckStatus = Literal["pass", "fail", "skip"]
+# The statuses a report holds, the check runner's (the image's own checks report the same): a report read back
+# (read_reports) with another fails as a malformed report.
+CheckStatus = Literal[PASS, FAIL, SKIP]
 LayerStatus = Literal["built", "reused", "failed", "not built"]  # reused: built earlier in this run
 BuildStatus = Literal["built", "failed", "skipped"]
 TestStatus = Literal["passed", "failed"]

@@ -302,8 +302,8 @@ def attention_choice() -> dict:
 
 def gpu_checks() -> dict:
     """`vlmgrpo selftest --require-gpu`'s GPU checks (gpu.*) and flash-attention 4's in-image checks, as an image runs
-    them (vlmgrpo/checks: their needs decide, a check whose component is absent is skipped with its reason)."""
-    from vlmgrpo.checks import FAIL, Context, discover, run_checks
+    them (vlmgrpo/image/checks: their needs decide, a check whose component is absent is skipped with its reason)."""
+    from vlmgrpo.image.checks import FAIL, Context, discover, run_checks
 
     modules = [module for module in discover()
                if any(name.startswith(("gpu.", "flash_attn_4.")) for name in module.NAMES)]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vlmgrpo import driver
-from vlmgrpo.checks import Context, _needs, abi_extensions, cuda_archs, cuda_duplicates, result, run_checks
+from vlmgrpo.image import driver
+from vlmgrpo.image.checks import Context, _needs, abi_extensions, cuda_archs, cuda_duplicates, result, run_checks
 from vlmgrpo.image.selftest import run_selftest
 
 # The subprocesses run the vlmgrpo these tests import, wherever another one is installed.
@@ -146,7 +146,7 @@ def test_the_driver_check_reads_the_driver_entry_imagegen_writes(tmp_path):
     env = {"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE}
     for branches, code in ((["535", "570"], 0), (["570"], 1)):
         expected.write_text(json.dumps({"driver": {**entry, "datacenter_branches": branches}}))
-        result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "vlmgrpo.image.driver", str(version_file)], capture_output=True,
                                 text=True, env=env)
         assert result.returncode == code and len(result.stderr.splitlines()) == code, result.stderr
     assert result.stderr.startswith("error: this image needs NVIDIA driver 595 or newer (on a datacenter GPU also R570")
@@ -156,14 +156,14 @@ def test_the_driver_check_is_one_line_and_exit_1(tmp_path):
     version_file, expected = tmp_path / "version", tmp_path / "expected.json"
     version_file.write_text(PROC_TEXT)
     expected.write_text(json.dumps({"min_driver": "580"}))
-    result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo.image.driver", str(version_file)], capture_output=True,
                             text=True, env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin",
                                             "PYTHONPATH": SOURCE})
     assert result.returncode == 1
     assert result.stderr == ("error: this image needs NVIDIA driver 580 or newer; the host has 535.104.05. "
                              "Update the host's driver, or use an image built for an older CUDA\n")
     expected.write_text(json.dumps({"min_driver": "525.60.13"}))
-    ok = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True, text=True,
+    ok = subprocess.run([sys.executable, "-m", "vlmgrpo.image.driver", str(version_file)], capture_output=True, text=True,
                         env={"IMAGEGEN_EXPECTED": str(expected), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE})
     assert (ok.returncode, ok.stderr) == (0, "")
 
@@ -172,6 +172,6 @@ def test_the_driver_check_without_an_expected_file_compares_nothing(tmp_path):
     """The expected file's path comes from IMAGEGEN_EXPECTED only (the image sets it): without it, no minimum."""
     version_file = tmp_path / "version"
     version_file.write_text(PROC_TEXT)
-    result = subprocess.run([sys.executable, "-m", "vlmgrpo.driver", str(version_file)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "vlmgrpo.image.driver", str(version_file)], capture_output=True,
                             text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE})
     assert (result.returncode, result.stderr) == (0, "")

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import ENV
-from vlmgrpo import environment
-from vlmgrpo.environment import prepare
+from vlmgrpo.image import environment
+from vlmgrpo.image.environment import prepare
 
 
 def test_an_unset_or_unwritable_home_becomes_a_fresh_directory(tmp_path):
@@ -86,13 +86,13 @@ def test_vlmgrpo_itself_sets_up_home_and_caches_for_an_arbitrary_uid():
 
 
 def test_any_other_command_runs_with_the_same_environment():
-    """The image's entrypoint runs every other command through `python -m vlmgrpo.environment`."""
+    """The image's entrypoint runs every other command through `python -m vlmgrpo.image.environment`."""
     env = {key: value for key, value in ENV.items() if key not in ("USER", "LOGNAME", "XDG_CACHE_HOME")}
-    result = as_uid([sys.executable, "-m", "vlmgrpo.environment", "sh", "-c",
+    result = as_uid([sys.executable, "-m", "vlmgrpo.image.environment", "sh", "-c",
                      'touch "$HOME/probe" && echo "$USER $TORCH_EXTENSIONS_DIR"'], env)
     assert result.returncode == 0, result.stderr
     user, extensions = result.stdout.split()
     assert user == "uid12345" and extensions.endswith("/.cache/torch_extensions")
-    missing = subprocess.run([sys.executable, "-m", "vlmgrpo.environment", "no-such-command"], capture_output=True,
+    missing = subprocess.run([sys.executable, "-m", "vlmgrpo.image.environment", "no-such-command"], capture_output=True,
                              text=True, env=ENV, timeout=60)
     assert missing.returncode == 127 and missing.stderr.startswith("error: no-such-command: ")

@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from vlmgrpo import checks
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, flash_attn_4, gpu_flash_attn_4, run_checks
+from vlmgrpo.image import checks
+from vlmgrpo.image.checks import FAIL, PASS, SKIP, Context, flash_attn_4, gpu_flash_attn_4, run_checks
 
 
 def by_name(results):

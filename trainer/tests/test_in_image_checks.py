@@ -1,4 +1,4 @@
-"""vlmgrpo.checks: one module per in-image check, found by discovery, each with the same small interface."""
+"""vlmgrpo.image.checks: one module per in-image check, found by discovery, each with the same small interface."""
 
 import json
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import fake_distribution
-from vlmgrpo import checks
+from vlmgrpo.image import checks
 from vlmgrpo.image.selftest import run_selftest
 
 # Checks that must stay, in the order the report shows them (a new check may come anywhere between them).
@@ -33,7 +33,7 @@ def test_every_check_module_has_the_interface_and_the_report_keeps_its_names_and
 
 
 DROPPED_IN = '''
-from vlmgrpo.checks import PASS, result
+from vlmgrpo.image.checks import PASS, result
 
 NAMES = ("custom.{name}",)
 PHASE = "{phase}"
@@ -52,10 +52,10 @@ def dropped_in(tmp_path, monkeypatch):
 
     def drop(name, phase, needs=(), body="return [result('custom.' + __name__.rsplit('.', 1)[1], PASS, 'ran')]"):
         (tmp_path / f"{name}.py").write_text(DROPPED_IN.format(name=name, phase=phase, needs=needs, body=body))
-        monkeypatch.delitem(sys.modules, f"vlmgrpo.checks.{name}", raising=False)
+        monkeypatch.delitem(sys.modules, f"vlmgrpo.image.checks.{name}", raising=False)
 
     yield drop
-    for module in [m for m in sys.modules if m.startswith("vlmgrpo.checks.custom_")]:
+    for module in [m for m in sys.modules if m.startswith("vlmgrpo.image.checks.custom_")]:
         del sys.modules[module]
 
 
@@ -101,7 +101,7 @@ def test_a_wheel_family_is_checked_by_its_installed_distribution(tmp_path, monke
 
 
 def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tmp_path, monkeypatch):
-    from vlmgrpo.checks import Context, _needs, net_infiniband
+    from vlmgrpo.image.checks import Context, _needs, net_infiniband
 
     context = Context(expected=None)
     monkeypatch.setattr(_needs, "RDMA_DEVICES", str(tmp_path / "none"))
@@ -116,7 +116,7 @@ def test_infiniband_is_skipped_without_a_device_and_needs_libibverbs_with_one(tm
 
 
 def test_the_toolkit_checks_skip_without_a_toolkit_and_compile_for_the_newest_arch_of_the_image(tmp_path):
-    from vlmgrpo.checks import cuda_deepspeed_op, cuda_toolkit
+    from vlmgrpo.image.checks import cuda_deepspeed_op, cuda_toolkit
 
     nowhere = {"CUDA_HOME": str(tmp_path / "no-cuda"), "PATH": str(tmp_path)}
     with_deepspeed = {"versions": {"deepspeed": "0.19.8"}}  # the toolkit, not the component, is what is missing
@@ -130,7 +130,7 @@ def test_the_toolkit_checks_skip_without_a_toolkit_and_compile_for_the_newest_ar
 
 
 def test_a_toolkit_whose_nvcc_fails_fails_the_kernel_check_with_its_last_line(tmp_path):
-    from vlmgrpo.checks import cuda_toolkit
+    from vlmgrpo.image.checks import cuda_toolkit
 
     nvcc = tmp_path / "bin" / "nvcc"
     nvcc.parent.mkdir()
@@ -152,7 +152,7 @@ def test_every_check_module_reports_only_the_names_it_declares():
 # The modules whose own results may say "skip": one result of a family or a key, the module itself applying (version:
 # cudnn/nccl torch cannot query without a driver; vllm.torch: a vLLM whose metadata pins no torch). Whether a module
 # applies at all is the runner's, by NEEDS.
-SKIPS_A_RESULT = ("vlmgrpo.checks.torch_libraries", "vlmgrpo.checks.vllm_runtime")
+SKIPS_A_RESULT = ("vlmgrpo.image.checks.torch_libraries", "vlmgrpo.image.checks.vllm_runtime")
 
 
 def test_no_check_module_decides_for_itself_whether_it_applies():

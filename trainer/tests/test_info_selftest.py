@@ -95,7 +95,7 @@ def test_selftest_skip_train_on_cpu_with_matching_versions(tmp_path):
 def test_selftest_mismatch_fails_that_check(key, value):
     """The version checks alone (test_selftest_mismatch_exits_1 runs them all): the others compile a kernel with the
     host's nvcc where there is one, 4 s a run here."""
-    from vlmgrpo.checks import Context, run_checks, torch_libraries, versions as version_checks
+    from vlmgrpo.image.checks import Context, run_checks, torch_libraries, versions as version_checks
 
     wanted = venv_versions()
     wanted[key] = value

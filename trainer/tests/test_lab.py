@@ -68,9 +68,9 @@ def test_an_empty_token_is_one_line_and_exit_2_before_anything_else(tmp_path):
 
 
 def test_the_lab_checks_run_only_where_the_image_names_jupyterlab(monkeypatch):
-    from vlmgrpo import checks
-    from vlmgrpo.checks import Context, run_checks
-    from vlmgrpo.checks import lab as lab_check
+    from vlmgrpo.image import checks
+    from vlmgrpo.image.checks import Context, run_checks
+    from vlmgrpo.image.checks import lab as lab_check
 
     monkeypatch.setattr(checks, "installed_version", lambda name: None)  # as in an image without the lab extra
 

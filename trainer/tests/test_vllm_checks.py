@@ -2,8 +2,8 @@
 
 import pytest
 
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context
-from vlmgrpo.checks import vllm_runtime
+from vlmgrpo.image.checks import FAIL, PASS, SKIP, Context
+from vlmgrpo.image.checks import vllm_runtime
 
 VLLM_031 = ["transformers<5.18.0,>=5.10.4", "torch==2.13.0", "torchvision==0.28.0", "pandas; extra == 'bench'"]
 
@@ -33,7 +33,7 @@ def test_nvcc_is_looked_for_where_torch_finds_cuda_home():
 
 
 def test_an_image_without_vllm_skips_every_vllm_check_with_the_reason(monkeypatch):
-    import vlmgrpo.checks as checks
+    import vlmgrpo.image.checks as checks
 
     monkeypatch.setattr(checks, "installed_version", lambda name: None if name == "vllm" else "2.14.1")
     monkeypatch.setattr(vllm_runtime, "run", lambda context: pytest.fail("a check ran where its component is absent"))
@@ -52,7 +52,7 @@ def test_an_image_without_vllm_skips_every_vllm_check_with_the_reason(monkeypatc
 def test_whether_an_image_has_a_component_is_what_its_expected_file_names(monkeypatch):
     """As imagegen's label does on the host: one installed against the file is version.<key>'s failure, and its own
     checks do not run; without a file (outside an image) what is installed decides."""
-    import vlmgrpo.checks as checks
+    import vlmgrpo.image.checks as checks
 
     monkeypatch.setattr(checks, "installed_version", lambda name: "0.31.0" if name == "vllm" else None)
     assert checks.unmet_need(vllm_runtime, Context(expected={"versions": {"vllm": None}}), lambda: (False, "")) == \

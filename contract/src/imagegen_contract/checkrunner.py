@@ -1,4 +1,4 @@
-"""The one check runner: imagegen's host checks (imagegen/stages/checks) and the image's own (vlmgrpo.checks, which
+"""The one check runner: imagegen's host checks (imagegen/stages/checks) and the image's own (vlmgrpo.image.checks, which
 `vlmgrpo selftest` reports) are found, ordered, applied and run here, by one contract.
 
 Standard library only, and it imports nothing of vlmgrpo: the image imports it as imagegen_contract.checkrunner, and imagegen

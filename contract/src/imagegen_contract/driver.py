@@ -1,12 +1,12 @@
 """NVIDIA driver and CUDA versions, read and ordered as the NVIDIA container toolkit reads them: the one reading of
-imagegen (imagegen.core.nvidia_require, which evaluates NVIDIA_REQUIRE_* with it) and of the image (vlmgrpo.driver,
+imagegen (imagegen.core.nvidia_require, which evaluates NVIDIA_REQUIRE_* with it) and of the image (vlmgrpo.image.driver,
 which compares the host's driver with the expected file's "driver" entry at start), so that what imagegen promises an
 image starts on and what the image refuses at start are the same comparison.
 
 The semantics are libnvidia-container's (src/cli/dsl.c, dsl_compare_version): a version is numbers separated by dots,
 compared number by number, missing numbers counting as 0 ("535" == "535.0", "535.104.05" > "535").
 
-Standard library only, Python 3.8: `python -m vlmgrpo.driver` imports it before anything else in the image.
+Standard library only, Python 3.8: `python -m vlmgrpo.image.driver` imports it before anything else in the image.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from imagegen_contract.driver import is_version
 # (python -c), where it can import nothing of this distribution, and it refuses another format.
 FORMAT = inventory.EXPECTED_FORMAT
 # The format of the file's "driver" entry (imagegen.matrix.drivers.DriverRequirement.as_dict), versioned on its own:
-# the image's start-up check (vlmgrpo.driver) compares with an entry of this format only.
+# the image's start-up check (vlmgrpo.image.driver) compares with an entry of this format only.
 REQUIREMENT_FORMAT = 1
 
 Check = Callable[[Any], bool]

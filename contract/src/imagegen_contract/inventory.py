@@ -265,7 +265,7 @@ def version_check(key, inside, wanted, families=()):
 def version_checks(expected, versions):
     """The one verdict on EXPECTED's versions, reported by `imagegen test` (also under emulation) and by `vlmgrpo
     selftest`: version.<key> for each key it names, read here. cuDNN and NCCL that no wheel family pins are read from
-    torch (vlmgrpo.checks.torch_libraries), so are left out; any other key this program cannot read fails."""
+    torch (vlmgrpo.image.checks.torch_libraries), so are left out; any other key this program cannot read fails."""
     families = expected.get("families") or {}
     checks = []
     for key, wanted in (expected.get("versions") or {}).items():

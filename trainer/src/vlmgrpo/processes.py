@@ -1,6 +1,6 @@
 """Helpers for a child process that serves HTTP: a free loopback port, waiting for its health URL (on TCP, or on a
 Unix socket), stopping it.
-Standard library only: `vlmgrpo serve` and the in-image checks (vlmgrpo.checks) share them, and a check must not
+Standard library only: `vlmgrpo serve` and the in-image checks (vlmgrpo.image.checks) share them, and a check must not
 import the serving command for them."""
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def setup_logging() -> None:
 def main() -> None:
     """GRPO training of vision-language models on grounding data (VLM-R1's REC recipe on TRL), and supervised
     fine-tuning of language and vision-language models before it."""
-    from vlmgrpo.environment import NoWritableHome, prepare
+    from vlmgrpo.image.environment import NoWritableHome, prepare
 
     try:
         prepare()  # a writable HOME and caches for any uid, with or without the image's entrypoint
@@ -71,7 +71,7 @@ def main() -> None:
 
 def check_driver() -> None:
     """On a GPU host, a driver older than the image needs is one line before anything loads CUDA."""
-    from vlmgrpo.driver import main as driver_check
+    from vlmgrpo.image.driver import main as driver_check
 
     if driver_check():
         sys.exit(1)

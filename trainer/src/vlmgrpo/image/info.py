@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from imagegen_contract.expected import read as read_expected
 from imagegen_contract.inventory import component_versions
-from vlmgrpo.environment import CACHES
+from vlmgrpo.image.environment import CACHES
 
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 

@@ -1,4 +1,4 @@
-"""`vlmgrpo selftest`: the in-image checks (the modules of vlmgrpo.checks), as JSON that `imagegen test` reads.
+"""`vlmgrpo selftest`: the in-image checks (the modules of vlmgrpo.image.checks), as JSON that `imagegen test` reads.
 
 Output contract: {"checks": [{"name", "status": pass|fail|skip, "detail"}], "passed", "failed", "skipped"}.
 Runs outside Docker too: every optional library may be missing, and each check reports that instead of crashing.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from imagegen_contract.expected import read as read_expected
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, run_checks
+from vlmgrpo.image.checks import FAIL, PASS, SKIP, Context, run_checks
 from vlmgrpo.image.info import expected_path
 
 

@@ -11,8 +11,8 @@ import sys
 import tempfile
 from typing import Mapping
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
-from vlmgrpo.checks.cuda_toolkit import target_arch
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks.cuda_toolkit import target_arch
 from imagegen_contract.inventory import installed_version
 
 NAMES = ("cuda.deepspeed_op",)

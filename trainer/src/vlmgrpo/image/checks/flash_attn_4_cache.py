@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("flash_attn_4.cache",)
 PHASE = "components"

@@ -10,7 +10,7 @@ import tempfile
 import time
 
 from imagegen_contract.inventory import installed_version
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("train.tiny_grpo",)
 PHASE = "train"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.cuda_available",)
 PHASE = "gpu"

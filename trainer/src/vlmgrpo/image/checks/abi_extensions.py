@@ -11,8 +11,8 @@ import os
 import re
 from typing import Iterable, Optional
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
-from vlmgrpo.checks._needs import EXTENSION_DISTRIBUTIONS, shared_objects
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks._needs import EXTENSION_DISTRIBUTIONS, shared_objects
 
 NAMES = ("abi.extensions",)
 PHASE = "libraries"

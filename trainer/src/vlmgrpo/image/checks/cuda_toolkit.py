@@ -19,8 +19,8 @@ import subprocess
 import tempfile
 from typing import Mapping, Optional
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
-from vlmgrpo.checks._needs import toolkit_nvcc
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks._needs import toolkit_nvcc
 
 NAMES = ("cuda.kernel",)
 PHASE = "toolkit"

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from imagegen_contract import checkrunner
 from imagegen_contract.checkrunner import FAIL, GPU, PASS, SKIP
-from vlmgrpo.checks._needs import base_cuda, compiled_code, cuda_torch, fa4_arch, rdma_device, toolkit_nvcc
+from vlmgrpo.image.checks._needs import base_cuda, compiled_code, cuda_torch, fa4_arch, rdma_device, toolkit_nvcc
 from imagegen_contract.inventory import LIBRARY_KEYS, installed_version
 
 NO_GPU = "no GPU visible"
@@ -41,7 +41,7 @@ TOOLKIT, TRAIN, CUDA_ARCHS, RDMA, EXPECTED = "toolkit", "train", "cuda_archs", "
 VERSIONS = "versions"  # not --skip-versions
 # expected.json names cuDNN or NCCL that no wheel family pins: torch tells their versions, the inventory cannot
 LIBRARIES_FROM_TORCH = "libraries_from_torch"
-# Needs this machine answers by looking (vlmgrpo.checks._needs); ON_GPU ones look at the GPU, so are asked after "gpu".
+# Needs this machine answers by looking (vlmgrpo.image.checks._needs); ON_GPU ones look at the GPU, so are asked after "gpu".
 PROBED = {"compiled_code": compiled_code, "base_cuda": base_cuda, "cuda_torch": cuda_torch, "fa4_arch": fa4_arch}
 ON_GPU = ("fa4_arch",)
 # The components of the matrix (keys of matrix.yaml's component table) a check may need: the image's expected.json

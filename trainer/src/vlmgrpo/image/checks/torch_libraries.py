@@ -8,7 +8,7 @@ from typing import Any
 
 from vlmgrpo.image.info import cudnn_parts, cudnn_version, nccl_version
 from imagegen_contract.inventory import LIBRARY_KEYS, version_matches
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, libraries_from_torch, result
+from vlmgrpo.image.checks import FAIL, PASS, SKIP, Context, libraries_from_torch, result
 
 NAMES = tuple(f"torch.{key}" for key in LIBRARY_KEYS)  # not version.<key>: that is the inventory's, of the others
 PHASE = "versions"

@@ -21,7 +21,7 @@ import urllib.request
 from imagegen_contract.inventory import installed_version
 from vlmgrpo.image.lab import TOKEN_VARIABLE, plan_lab
 from vlmgrpo.processes import free_port, stop_process, wait_for_health
-from vlmgrpo.checks import FAIL, PASS, Context, expected_version, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, expected_version, result
 
 NAMES = ("lab.server", "lab.kernel")
 PHASE = "components"

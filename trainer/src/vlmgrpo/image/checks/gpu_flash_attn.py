@@ -3,7 +3,7 @@ flash-attn (run_checks skips it in one without)."""
 
 from __future__ import annotations
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.flash_attn",)
 PHASE = "gpu"

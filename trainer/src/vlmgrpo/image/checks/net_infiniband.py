@@ -7,8 +7,8 @@ one, libibverbs must load.
 
 from __future__ import annotations
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
-from vlmgrpo.checks._needs import RDMA_LIBRARY, rdma_devices, rdma_library_problem
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks._needs import RDMA_LIBRARY, rdma_devices, rdma_library_problem
 
 NAMES = ("net.infiniband",)
 PHASE = "libraries"

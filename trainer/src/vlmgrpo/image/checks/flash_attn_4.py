@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from vlmgrpo.checks import FAIL, PASS, Context, expected_version, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, expected_version, result
 from imagegen_contract.inventory import installed_version
 
 NAMES = ("flash_attn_4.import", "flash_attn_4.cutlass", "flash_attn_4.transformers")

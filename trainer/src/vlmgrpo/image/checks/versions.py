@@ -5,7 +5,7 @@ runs in the image, also under emulation, and so asks selftest for none: --skip-v
 from __future__ import annotations
 
 from imagegen_contract.inventory import component_versions, version_checks
-from vlmgrpo.checks import FAIL, Context, result
+from vlmgrpo.image.checks import FAIL, Context, result
 
 NAMES = ("version",)
 PHASE = "versions"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nvidia_smi",)
 PHASE = "driver"

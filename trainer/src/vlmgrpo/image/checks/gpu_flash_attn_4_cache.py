@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.flash_attn_4_cache",)
 PHASE = "gpu"

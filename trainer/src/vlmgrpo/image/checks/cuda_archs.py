@@ -3,7 +3,7 @@ none, is skipped by the runner: NEEDS "cuda_archs"; so is a CPU-only torch: "cud
 
 from __future__ import annotations
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("cuda.archs",)
 PHASE = "libraries"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.bf16_matmul",)
 PHASE = "gpu"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vlmgrpo.processes import free_port
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.nccl_allreduce",)
 PHASE = "gpu"

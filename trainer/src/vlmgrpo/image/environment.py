@@ -3,7 +3,7 @@
 `docker run --user UID:GID` gives a uid without a home directory (or HOME=/ it cannot write), and Slurm's pyxis/enroot
 and Apptainer's `exec` ignore the image's ENTRYPOINT: whatever set this up outside the command would be skipped
 there. `vlmgrpo` calls `prepare()` before any library that caches (Hugging Face, torch extensions, triton,
-matplotlib) is imported; the image's entrypoint runs any other command through `python -m vlmgrpo.environment CMD
+matplotlib) is imported; the image's entrypoint runs any other command through `python -m vlmgrpo.image.environment CMD
 ARGS...`, which prepares the same environment and execs CMD.
 """
 
@@ -74,10 +74,10 @@ def writable_temporary_directory(environ: MutableMapping[str, str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m vlmgrpo.environment CMD [ARGS...]`: prepare, then exec CMD (the image's entrypoint runs every
+    """`python -m vlmgrpo.image.environment CMD [ARGS...]`: prepare, then exec CMD (the image's entrypoint runs every
     command that is not vlmgrpo's this way)."""
     if not argv:
-        print("usage: python -m vlmgrpo.environment COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m vlmgrpo.image.environment COMMAND [ARGS...]", file=sys.stderr)
         return 2
     try:
         prepare()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from imagegen_contract.inventory import installed_version
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.deepspeed_ops",)
 PHASE = "gpu"

@@ -1,4 +1,4 @@
-"""`python -m vlmgrpo.driver`: refuse to start on a GPU host whose NVIDIA driver is older than
+"""`python -m vlmgrpo.image.driver`: refuse to start on a GPU host whose NVIDIA driver is older than
 the image needs, in one line, before anything loads CUDA (which would fail obscurely later).
 
 What the image needs is its expected file's "driver" entry, which imagegen writes from the same requirement as the

@@ -4,7 +4,7 @@ image with flash-attn-4."""
 
 from __future__ import annotations
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
 
 NAMES = ("gpu.flash_attn_4",)
 PHASE = "gpu"

@@ -19,8 +19,8 @@ import tempfile
 from importlib import metadata
 from typing import Mapping, Optional
 
-from vlmgrpo.checks import FAIL, PASS, SKIP, Context, expected_version, result
-from vlmgrpo.checks._needs import find_nvcc
+from vlmgrpo.image.checks import FAIL, PASS, SKIP, Context, expected_version, result
+from vlmgrpo.image.checks._needs import find_nvcc
 from imagegen_contract.inventory import version_matches
 
 NAMES = ("vllm.import", "vllm.torch", "vllm.nvcc")

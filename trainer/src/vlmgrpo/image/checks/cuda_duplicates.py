@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from vlmgrpo.checks import FAIL, PASS, Context, result
-from vlmgrpo.checks._needs import BASE_CUDA_DIRS, library_bytes, megabytes, wheel_library_dirs
+from vlmgrpo.image.checks import FAIL, PASS, Context, result
+from vlmgrpo.image.checks._needs import BASE_CUDA_DIRS, library_bytes, megabytes, wheel_library_dirs
 
 NAMES = ("audit.cuda_duplicates",)
 PHASE = "libraries"
