@@ -40,3 +40,16 @@ def test_no_module_of_the_trainer_is_loaded_by_path():
     for path in (REPO / "imagegen").rglob("*.py"):
         text = path.read_text()
         assert "spec_from_file_location" not in text and "SourceFileLoader" not in text, path
+
+
+def test_every_contract_module_is_python_3_8():
+    """The contract runs in images whose Python may be 3.8 (the oldest the inventory program supports): its syntax
+    parses as 3.8's, and annotations stay strings (`X | None` and `dict[...]` would fail there when evaluated)."""
+    for path in sorted(CONTRACT.glob("*.py")):
+        tree = ast.parse(path.read_text(), feature_version=(3, 8))
+        body = [node for node in tree.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+        futures = {alias.name for node in body if isinstance(node, ast.ImportFrom) and node.module == "__future__"
+                   for alias in node.names}
+        annotated = any(getattr(node, "returns", None) or isinstance(node, ast.AnnAssign) or
+                        (isinstance(node, ast.arg) and node.annotation) for node in ast.walk(tree))
+        assert "annotations" in futures or not annotated, path.name
