@@ -26,7 +26,8 @@ def make_cold() -> None:
 
 def snapshot_inputs(work: Path) -> Path:
     """matrix.yaml, its locks, templates/ and trainer/ as they are now, so that edits others make to the
-    working tree while this runs cannot change what the builds compare."""
+    working tree while this runs cannot change what the builds compare. contract/ is read from the repository:
+    imagegen has no option naming it elsewhere."""
     inputs = work / "inputs"
     shutil.copytree(REPO / "trainer", inputs / "trainer", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(REPO / "templates", inputs / "templates")

@@ -12,6 +12,7 @@ RUN --mount=type=secret,id=ca-bundle PIP_CERT=/run/secrets/ca-bundle \
 ARG TRANSFORMERS TRL ACCELERATE PEFT
 RUN --mount=type=secret,id=ca-bundle PIP_CERT=/run/secrets/ca-bundle \
     pip install transformers==$TRANSFORMERS trl==$TRL accelerate==$ACCELERATE peft==$PEFT
+COPY contract /contract
 COPY trainer /trainer
-RUN --mount=type=secret,id=ca-bundle PIP_CERT=/run/secrets/ca-bundle pip install /trainer
+RUN --mount=type=secret,id=ca-bundle PIP_CERT=/run/secrets/ca-bundle pip install /contract /trainer
 ENTRYPOINT ["vlmgrpo"]

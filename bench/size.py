@@ -23,12 +23,13 @@ def locked_image(matrix: Path = REPO / "matrix.yaml", name: str = "cpu"):
 
 
 def naive_context(work: Path) -> Path:
-    """The naive Dockerfile with the wheelhouse and the trainer beside it, as its COPY steps expect."""
+    """The naive Dockerfile with the wheelhouse, the trainer and the contract beside it, as its COPY steps expect."""
     context = work / "naive"
     (context / "wheelhouse").mkdir(parents=True)
     for wheel in WHEELHOUSE.glob("*.whl"):
         os.link(wheel, context / "wheelhouse" / wheel.name)  # same filesystem: no disk for the copy
-    shutil.copytree(REPO / "trainer", context / "trainer", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for source in ("trainer", "contract"):  # the trainer requires the contract, which no index holds
+        shutil.copytree(REPO / source, context / source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(Path(__file__).with_name("naive.Dockerfile"), context / "Dockerfile")
     return context
 

@@ -16,7 +16,8 @@ from tests.helpers import REPO
 
 
 def clone(where: Path, drop: tuple[str, ...] = ()) -> Path:
-    """A copy of this repository's inputs (matrix, locks, templates, trainer source), less the images named."""
+    """A copy of this repository's inputs (matrix, locks, templates, trainer and contract sources), less the images
+    named."""
     where.mkdir(parents=True)
     data = yaml.safe_load((REPO / "matrix.yaml").read_text())
     data["images"] = [image for image in data["images"] if image["name"] not in drop]
@@ -25,8 +26,9 @@ def clone(where: Path, drop: tuple[str, ...] = ()) -> Path:
     for name in drop:
         (where / "locks" / f"{name}.json").unlink(missing_ok=True)
     shutil.copytree(REPO / "templates", where / "templates")
-    shutil.copytree(REPO / "trainer", where / "trainer", ignore=shutil.ignore_patterns("tests", "*.egg-info",
-                                                                                       "__pycache__"))
+    for source in ("trainer", "contract"):
+        shutil.copytree(REPO / source, where / source, ignore=shutil.ignore_patterns("tests", "*.egg-info",
+                                                                                     "__pycache__"))
     return where
 
 

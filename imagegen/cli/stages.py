@@ -33,7 +33,7 @@ def runner():
     return inventory.runner()
 
 
-def checking(workspace, require_gpu: bool, skip_train: bool):
+def checking(require_gpu: bool, skip_train: bool):
     """How images are checked: by the contract's inventory program and its check runner."""
     from imagegen.stages import pipeline
 
@@ -82,7 +82,7 @@ def _build_run(selection, settings: BuildSettings, workspace) -> int:
                                   settings.wheelhouse),
         docker_binary=settings.docker_binary, builder=settings.builder, context_dir=settings.context_dir,
         no_cache=settings.no_cache, keep_going=settings.keep_going, test=settings.test or settings.push,
-        checking=checking(workspace, settings.require_gpu, settings.skip_train),
+        checking=checking(settings.require_gpu, settings.skip_train),
         registry=settings.registry if settings.push else None, force=settings.force,
         report_path=settings.report_path, credentials=credentials, progress=settings.progress,
         compression=settings.compression, allow_unhashed=settings.allow_unhashed)
@@ -106,7 +106,7 @@ def test_command(image_ref, selection, flags: TestSettings, workspace):
     images = [] if image_ref else load_selected(workspace, selection)
     from imagegen.stages import pipeline
 
-    sys.exit(pipeline.test_images(image_ref, images, checking(workspace, flags.require_gpu, flags.skip_train),
+    sys.exit(pipeline.test_images(image_ref, images, checking(flags.require_gpu, flags.skip_train),
                                   flags.report_path, echo=lambda line: click.echo(line, err=True)))
 
 
@@ -135,7 +135,7 @@ def push(selection, settings: PushSettings, workspace):
 
     sys.exit(pipeline.push_images(images, settings.registry, settings.skip_tests, settings.force, settings.test_report,
                                   settings.report_path, echo=lambda line: click.echo(line, err=True),
-                                  inventory_program=program(workspace), credentials=credentials,
+                                  inventory_program=program(), credentials=credentials,
                                   index_only=settings.index_only, compression=settings.compression,
                                   sign_key=settings.sign_key))
 
