@@ -29,7 +29,7 @@ class Checking:
     """How images are checked from the inside."""
 
     inventory_program: str  # stages.inventory.program: what the checks and the SBOM read each image with
-    runner: ModuleType | None  # stages.inventory.runner: the trainer's check runner; None where nothing is tested
+    runner: ModuleType | None  # stages.inventory.runner: the contract's check runner; None where nothing is tested
     require_gpu: bool = False
     skip_train: bool = False
 

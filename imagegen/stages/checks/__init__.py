@@ -1,8 +1,7 @@
 """The checks of a built image, one module each, found by discovery (as jupyter/docker-stacks finds its
-units) and run by the image's own check runner (vlmgrpo/checkrunner.py, which imagegen loads from the trainer
-source as it loads the inventory program: stages.inventory.runner). Adding a check is one file and its test. Each
-module of this package but `context` says, as the image's own checks do (vlmgrpo.image.checks, whose report the `selftest`
-check brings in):
+units) and run by the check runner the image's own checks run by (imagegen_contract.checkrunner, the contract both
+install: stages.inventory.runner). Adding a check is one file and its test. Each module of this package but
+`context` says, as the image's own checks do (vlmgrpo.image.checks, whose report the `selftest` check brings in):
   NAMES  the check names it reports (each reported when it raises ContainerError or a need is unmet); a name may
          stand for a family: "inside" covers inside.<label>, "version" version.<key>, "selftest"
          selftest.<name> (reported_outside);

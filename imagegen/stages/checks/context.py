@@ -28,7 +28,7 @@ class Context:
     require_gpu: bool
     skip_train: bool
     inventory_program: str
-    runner: ModuleType  # stages.inventory.runner: the trainer's check runner, which runs these checks too
+    runner: ModuleType  # stages.inventory.runner: the contract's check runner, which runs the image's own checks too
     _inventory: dict | None = field(default=None, repr=False)
     _inventory_error: str = ""
 
