@@ -175,14 +175,14 @@ def test_base_image_and_apt_mirror_overrides():
     assert "#http://mirror.example/debian#g" in base.dockerfile
 
 
-def test_trainer_files_leave_out_tests_and_caches(tmp_path):
+def test_source_files_leave_out_tests_and_caches(tmp_path):
     (tmp_path / "src/pkg/__pycache__").mkdir(parents=True)
     (tmp_path / "tests").mkdir()
     (tmp_path / "pyproject.toml").write_text("[project]\n")
     (tmp_path / "src/pkg/a.py").write_text("")
     (tmp_path / "src/pkg/__pycache__/a.cpython-311.pyc").write_text("")
     (tmp_path / "tests/test_a.py").write_text("")
-    assert sorted(render.trainer_files(tmp_path)) == ["pyproject.toml", "src/pkg/a.py"]
+    assert sorted(render.source_files(tmp_path)) == ["pyproject.toml", "src/pkg/a.py"]
 
 
 def test_the_trainer_layer_installs_the_contract_beside_the_trainer(tmp_path):

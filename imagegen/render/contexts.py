@@ -31,7 +31,7 @@ LAYER_SHELL = "layer-shell.sh"  # the base layer's SHELL: what each RUN step wri
 LAYER_FILE_TIME = 946684800
 COMPILE_PROBE = "compile-probe.sh"  # run before a source build: one file of torch's headers with the build's -std
 WHEEL_NVCC = "nvidia-cuda-nvcc"  # CUDA 13's compiler as a wheel (CUDA 12's is nvidia-cuda-nvcc-cu12)
-TRAINER_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy_cache"}
+SOURCE_SKIP = {"tests", "__pycache__", "build", "dist", ".pytest_cache", ".mypy_cache"}
 
 
 @dataclass(frozen=True)
@@ -214,21 +214,21 @@ def trainer_sources(trainer_dir: Path, contract_dir: Path) -> dict[str, bytes]:
     if not (contract_dir / "pyproject.toml").is_file():
         raise UserError(f"{contract_dir}: no contract distribution here (pyproject.toml missing): the trainer requires "
                         "it; run imagegen in a checkout of its repository, or set IMAGEGEN_REPO to one")
-    sources = {f"trainer/{path}": data for path, data in trainer_files(trainer_dir).items()}
-    return sources | {f"contract/{path}": data for path, data in trainer_files(contract_dir).items()}
+    return {f"{folder}/{path}": data for folder, source in (("trainer", trainer_dir), ("contract", contract_dir))
+            for path, data in source_files(source).items()}
 
 
-def trainer_files(trainer_dir: Path) -> dict[str, bytes]:
+def source_files(source_dir: Path) -> dict[str, bytes]:
     """A distribution's source tree as the image needs it: no tests, caches or build output."""
     files = {}
-    for root, dirs, names in os.walk(trainer_dir):
-        dirs[:] = sorted(d for d in dirs if d not in TRAINER_SKIP and not d.endswith(".egg-info")
+    for root, dirs, names in os.walk(source_dir):
+        dirs[:] = sorted(d for d in dirs if d not in SOURCE_SKIP and not d.endswith(".egg-info")
                          and not d.startswith("."))
         for name in sorted(names):
             if name.endswith((".pyc", ".pyo")):
                 continue
             path = Path(root, name)
-            files[path.relative_to(trainer_dir).as_posix()] = path.read_bytes()
+            files[path.relative_to(source_dir).as_posix()] = path.read_bytes()
     return files
 
 
